@@ -1,0 +1,65 @@
+"""The `tianfeng` command: parses arguments and calls the function behind each subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from trainers.config import ConfigError
+
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=None,
+                        help="run config YAML (default: the embedded digits recipe)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config value, e.g. --set optimizer.lr=0.2 "
+                             "or --set phases.0.batch_size=128 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tianfeng",
+        description="Find hyper-parameters for large-batch training with cheap proxy runs, "
+                    "then run the winners at scale.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    train = sub.add_parser("train", help="run one training job with the bundled engine",
+                           description="Train with the bundled engine. Logs go to stderr; the "
+                                       "final metrics are printed to stdout as JSON and the run "
+                                       "directory holds config.yaml, metrics.jsonl, result.json "
+                                       "and checkpoints.")
+    _add_config_args(train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from tianfeng.logs import setup_logging
+
+    setup_logging(args.debug)
+    source = str(args.config) if getattr(args, "config", None) else "the embedded default recipe"
+    try:
+        if args.command == "train":
+            from tianfeng.train_command import run_train
+
+            return run_train(args.config, args.overrides)
+    except ConfigError as exc:
+        if args.debug:
+            raise
+        print(f"tianfeng: error: {exc.with_source(source)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tianfeng: interrupted; completed epochs and checkpoints are saved", file=sys.stderr)
+        return 130
+    except RuntimeError as exc:
+        if args.debug:
+            raise
+        print(f"tianfeng: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""Logging set-up: everything human-readable goes to stderr; results go to stdout or files."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+
+def setup_logging(debug: bool = False) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    root = logging.getLogger("tianfeng")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    root.propagate = False

@@ -1,0 +1,24 @@
+"""`tianfeng train`: one run of the engine from a config file (or the embedded default)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from tianfeng.recipes import DEFAULT_RECIPE
+from trainers.config import load_config
+from trainers.engine import train
+
+
+def run_train(config_path: Path | None, overrides: list[str]) -> int:
+    cfg = load_config(config_path or DEFAULT_RECIPE, overrides)
+    result = train(cfg)
+    final = asdict(result.final) if result.final else None
+    print(json.dumps({"status": result.status, "run_dir": str(result.run_dir),
+                      "precision": result.precision, "final": final}, indent=2))
+    if result.status == "diverged":
+        print(f"tianfeng: run diverged: {result.message}", file=sys.stderr)
+        return 1
+    return 0

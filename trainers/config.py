@@ -1,0 +1,359 @@
+"""The run configuration: one tree of frozen dataclasses, loaded from YAML and validated on load.
+
+Nothing downstream reads the YAML dict: every module receives the typed `RunConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; prints as `file: key.path: what is allowed, got X`."""
+
+    def __init__(self, source: str, key_path: str, message: str) -> None:
+        self.source = source
+        self.key_path = key_path
+        self.message = message
+        super().__init__(str(self))
+
+    def with_source(self, source: str) -> ConfigError:
+        """The same error attributed to `source` when it was raised without knowing the file."""
+        return self if self.source else ConfigError(source, self.key_path, self.message)
+
+    def __str__(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        key = f"{self.key_path}: " if self.key_path else ""
+        return f"{where}{key}{self.message}"
+
+
+def _bounds(*, gt: float | None = None, ge: float | None = None, le: float | None = None,
+            lt: float | None = None) -> dict[str, Any]:
+    return {"metadata": {"gt": gt, "ge": ge, "le": le, "lt": lt}}
+
+
+def _bounded(default: Any, **kw: float) -> Any:
+    return field(default=default, **_bounds(**kw))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: Literal["resnet_small", "resnet50"] = "resnet_small"
+    width: int = _bounded(16, ge=1)  # channels of the first stage (resnet_small)
+    depth: int = _bounded(1, ge=1)  # residual blocks per stage (resnet_small)
+    stages: int = _bounded(3, ge=1, le=5)  # stages of resnet_small, each halving resolution
+    zero_init_residual: bool = True  # last BN gamma of each block starts at 0 (Goyal et al.)
+    bn_after_pool: bool = False
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    source: str = "digits"  # digits | synthetic | imagefolder:DIR
+    loader: Literal["auto", "cache", "dali", "torch"] = "auto"
+    fraction: float = _bounded(1.0, gt=0.0, le=1.0)  # stratified, seeded subset of train
+    augment: Literal["auto", "random_resized_crop", "pad_crop", "none"] = "auto"
+    flip: bool | None = None  # None: flip unless the source is digits
+    min_crop_scale: float = _bounded(0.35, gt=0.0, le=1.0)
+    cache_dir: str = ""  # "" means $TIANFENG_CACHE or ~/.cache/tianfeng
+    workers: int = _bounded(2, ge=0)  # decode workers of the torch loader
+    val_batch_size: int = _bounded(500, ge=1)
+    synthetic_images: int = _bounded(2048, ge=1)
+    synthetic_classes: int = _bounded(10, ge=2)
+
+
+@dataclass(frozen=True)
+class LarsConfig:
+    trust_coefficient: float = _bounded(0.001, gt=0.0)
+    eps: float = _bounded(1e-9, ge=0.0)
+
+
+@dataclass(frozen=True)
+class LambConfig:
+    beta1: float = _bounded(0.9, ge=0.0, lt=1.0)
+    beta2: float = _bounded(0.999, ge=0.0, lt=1.0)
+    eps: float = _bounded(1e-6, gt=0.0)
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    name: Literal["sgd", "lars", "lamb"] = "sgd"
+    lr: float = _bounded(0.1, gt=0.0)  # peak LR at schedule.reference_batch_size
+    momentum: float = _bounded(0.9, ge=0.0, lt=1.0)
+    nesterov: bool = False
+    weight_decay: float = _bounded(5e-4, ge=0.0)  # applied to weights only, never BN or bias
+    grad_clip_norm: float | None = _bounded(None, gt=0.0)
+    label_smoothing: float = _bounded(0.0, ge=0.0, lt=1.0)
+    lars: LarsConfig = field(default_factory=LarsConfig)
+    lamb: LambConfig = field(default_factory=LambConfig)
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    warmup_epochs: float = _bounded(0.0, ge=0.0)
+    warmup_shape: Literal["linear", "exponential"] = "linear"
+    warmup_start_factor: float = _bounded(0.01, gt=0.0, le=1.0)
+    decay: Literal["poly", "cosine", "step", "constant"] = "cosine"
+    poly_power: float = _bounded(2.0, gt=0.0)
+    final_lr_factor: float = _bounded(0.0, ge=0.0, le=1.0)  # end of poly/cosine, x peak LR
+    step_milestones: tuple[float, ...] = ()  # epochs at which step decay multiplies by gamma
+    step_gamma: float = _bounded(0.1, gt=0.0, le=1.0)
+    scaling_rule: Literal["linear", "sqrt", "none"] = "linear"
+    reference_batch_size: int = _bounded(256, ge=1)
+
+
+@dataclass(frozen=True)
+class PhaseConfig:
+    epochs: int = _bounded(1, ge=1)
+    resolution: int = _bounded(16, ge=4)
+    batch_size: int = _bounded(64, ge=1)  # global batch (all ranks together)
+
+
+@dataclass(frozen=True)
+class PrecisionConfig:
+    mode: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    loss_scale_init: float = _bounded(2.0**16, gt=0.0)
+    growth_interval: int = _bounded(2000, ge=1)
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    bucket_mb: float = _bounded(25.0, gt=0.0)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    dir: str = ""  # "" means <run_dir>/checkpoints
+    every_epochs: int = _bounded(1, ge=0)  # 0 disables epoch checkpoints
+    every_steps: int = _bounded(0, ge=0)  # mid-epoch checkpoints; 0 disables
+    resume: bool = True  # continue from the last checkpoint in dir when one exists
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "run"
+    run_dir: str = ""  # "" means runs/<name>
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = _bounded(0, ge=0)
+    log_every_steps: int = _bounded(0, ge=0)  # 0: one line per epoch only
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    phases: tuple[PhaseConfig, ...] = (PhaseConfig(epochs=12, resolution=16, batch_size=64),)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    @property
+    def total_epochs(self) -> int:
+        return sum(p.epochs for p in self.phases)
+
+    @property
+    def resolved_run_dir(self) -> Path:
+        return Path(self.run_dir or f"runs/{self.name}")
+
+    @property
+    def resolved_checkpoint_dir(self) -> Path:
+        return Path(self.checkpoint.dir) if self.checkpoint.dir else self.resolved_run_dir / "checkpoints"
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and validation
+
+
+def _type_name(tp: Any) -> str:
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, path: str, source: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(source, path, f"must be one of {', '.join(map(str, allowed))}; got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(value, inner, path, source)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, list | tuple):
+            raise ConfigError(source, path, f"must be a list; got {value!r}")
+        return tuple(_convert(v, args[0], f"{path}.{i}", source) for i, v in enumerate(value))
+    if dataclasses.is_dataclass(tp):
+        return _from_dict(tp, value, path, source)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(source, path, f"must be true or false; got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(source, path, f"must be an integer; got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(source, path, f"must be a number; got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(source, path, f"must be a string; got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {tp!r} at {path}")
+
+
+def _check_bounds(value: Any, meta: typing.Mapping[str, Any], path: str, source: str) -> None:
+    if value is None or not meta:
+        return
+    checks = [("gt", lambda v, b: v > b, ">"), ("ge", lambda v, b: v >= b, ">="),
+              ("lt", lambda v, b: v < b, "<"), ("le", lambda v, b: v <= b, "<=")]
+    for key, ok, symbol in checks:
+        bound = meta.get(key)
+        if bound is not None and not ok(value, bound):
+            raise ConfigError(source, path, f"must be {symbol} {bound:g}, got {value!r}")
+
+
+def _from_dict(cls: Any, raw: Any, path: str, source: str) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(source, path or "(top level)", f"must be a mapping of keys; got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        key = f"{path}.{unknown[0]}" if path else str(unknown[0])
+        raise ConfigError(source, key, f"unknown key; allowed: {', '.join(fields)}")
+    values = {}
+    for name, value in raw.items():
+        key = f"{path}.{name}" if path else name
+        converted = _convert(value, hints[name], key, source)
+        _check_bounds(converted, fields[name].metadata, key, source)
+        values[name] = converted
+    return cls(**values)
+
+
+def _validate_cross_fields(cfg: RunConfig, source: str) -> None:
+    if not cfg.phases:
+        raise ConfigError(source, "phases", "must list at least one {epochs, resolution, batch_size}")
+    src = cfg.data.source
+    if not (src in ("digits", "synthetic") or (src.startswith("imagefolder:") and len(src) > 12)):
+        raise ConfigError(source, "data.source",
+                          f"must be digits, synthetic or imagefolder:DIR; got {src!r}")
+    if cfg.data.loader == "dali" and not src.startswith("imagefolder:"):
+        raise ConfigError(source, "data.loader", f"dali reads files: it needs an imagefolder:DIR "
+                          f"source, got {src!r}; allowed here: auto, cache, torch")
+    milestones = cfg.schedule.step_milestones
+    if cfg.schedule.decay == "step":
+        if not milestones:
+            raise ConfigError(source, "schedule.step_milestones", "must list epochs when decay is step")
+        if list(milestones) != sorted(milestones) or milestones[0] <= 0:
+            raise ConfigError(source, "schedule.step_milestones",
+                              f"must be increasing epochs > 0; got {list(milestones)}")
+    if cfg.schedule.warmup_epochs > cfg.total_epochs:
+        raise ConfigError(source, "schedule.warmup_epochs",
+                          f"must be <= the total epochs of all phases ({cfg.total_epochs}), "
+                          f"got {cfg.schedule.warmup_epochs:g}")
+    if cfg.model.name == "resnet50" and min(p.resolution for p in cfg.phases) < 32:
+        raise ConfigError(source, "phases", "resnet50 needs a resolution >= 32 in every phase")
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "") -> RunConfig:
+    """Build and validate a RunConfig; `source` names the file in error messages."""
+    cfg = _from_dict(RunConfig, raw, "", source)
+    _validate_cross_fields(cfg, source)
+    return cfg
+
+
+def apply_override(raw: dict[str, Any], assignment: str) -> None:
+    """Apply one `a.b.c=value` override in place; the value is parsed as YAML (`0.1`, `true`, `[1,2]`)."""
+    if "=" not in assignment:
+        raise ConfigError("--set", assignment, "must look like key.path=value")
+    key_path, text = assignment.split("=", 1)
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("--set", key_path, f"value is not valid YAML: {exc}") from None
+    node: Any = raw
+    parts = key_path.split(".")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError("--set", ".".join(parts[: i + 1]),
+                                  f"must be a list index below {len(node)}")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        else:
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+                if not isinstance(node, dict | list):
+                    raise ConfigError("--set", ".".join(parts[: i + 1]), "is not a section")
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain, YAML-safe dict (tuples become lists); `config_from_dict` round-trips it."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, tuple | list):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return plain(dataclasses.asdict(cfg))
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> RunConfig:
+    """Load a RunConfig from YAML (the dataclass defaults when path is None), then overrides."""
+    raw: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}: " if mark else ""
+            raise ConfigError(source, "", f"{where}not valid YAML") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(source, "(top level)", "must be a mapping of sections")
+        raw = loaded or {}
+    if overrides:
+        if "phases" in raw or any(o.startswith("phases.") for o in overrides):
+            raw.setdefault("phases", config_to_dict(RunConfig())["phases"])
+        for assignment in overrides:
+            apply_override(raw, assignment)
+        source = f"{source} (with --set)"
+    return config_from_dict(raw, source)
+
+
+def with_changes(cfg: RunConfig, **sections: Any) -> RunConfig:
+    """A copy of cfg with whole fields or sections replaced, re-validated."""
+    return config_from_dict(config_to_dict(dataclasses.replace(cfg, **sections)), "in-code config")

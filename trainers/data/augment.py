@@ -1,0 +1,80 @@
+"""Augmentation on whole batches as tensor ops: random-resized-crop or pad-crop, and flips,
+expressed as one affine resampling per batch (`affine_grid` + `grid_sample`).
+
+Random parameters are drawn for the whole global batch from a generator seeded by
+(seed, epoch, step), and each rank takes its slice: augmentation does not depend on the world
+size, and a resumed run draws exactly what the uninterrupted one drew.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    kind: str  # random_resized_crop | pad_crop | none
+    flip: bool
+    min_crop_scale: float = 0.35
+    pad_fraction: float = 0.125  # pad-crop shift, as a fraction of the side (4 px at 32)
+
+    @property
+    def active(self) -> bool:
+        return self.kind != "none" or self.flip
+
+
+def batch_generator(seed: int, epoch: int, step: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed((seed * 1_000_003 + epoch) * 1_000_003 + step)
+    return g
+
+
+def sample_theta(spec: AugmentSpec, n: int, resolution: int, generator: torch.Generator) -> torch.Tensor:
+    """(n, 2, 3) affine matrices mapping output to input coordinates in [-1, 1]."""
+    u = torch.rand(n, 5, generator=generator, dtype=torch.float64)
+    sx = torch.ones(n, dtype=torch.float64)
+    sy = torch.ones(n, dtype=torch.float64)
+    tx = torch.zeros(n, dtype=torch.float64)
+    ty = torch.zeros(n, dtype=torch.float64)
+    if spec.kind == "random_resized_crop":
+        area = spec.min_crop_scale + (1.0 - spec.min_crop_scale) * u[:, 0]
+        log_ratio = math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * u[:, 1]
+        ratio = torch.exp(log_ratio)
+        sx = torch.sqrt(area * ratio).clamp(max=1.0)
+        sy = torch.sqrt(area / ratio).clamp(max=1.0)
+        tx = (1.0 - sx) * (2.0 * u[:, 2] - 1.0)
+        ty = (1.0 - sy) * (2.0 * u[:, 3] - 1.0)
+    elif spec.kind == "pad_crop":
+        pad = max(1, round(spec.pad_fraction * resolution))
+        # whole-pixel shifts keep bilinear sampling exact (no blur)
+        dx = torch.floor(u[:, 2] * (2 * pad + 1)) - pad
+        dy = torch.floor(u[:, 3] * (2 * pad + 1)) - pad
+        tx, ty = 2.0 * dx / resolution, 2.0 * dy / resolution
+    if spec.flip:
+        sx = torch.where(u[:, 4] < 0.5, -sx, sx)
+    theta = torch.zeros(n, 2, 3, dtype=torch.float64)
+    theta[:, 0, 0], theta[:, 0, 2] = sx, tx
+    theta[:, 1, 1], theta[:, 1, 2] = sy, ty
+    return theta.float()
+
+
+def to_normalised(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """uint8 NHWC -> float NCHW, normalised per channel."""
+    x = images.permute(0, 3, 1, 2).float()
+    return (x - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
+
+
+def augment(x: torch.Tensor, theta: torch.Tensor | None, resolution: int) -> torch.Tensor:
+    """Resample normalised NCHW images through `theta`; padding is 0, i.e. the mean colour."""
+    if theta is None:
+        if x.shape[-1] != resolution:
+            x = F.interpolate(x, size=(resolution, resolution), mode="bilinear", antialias=True,
+                              align_corners=False)
+        return x
+    grid = F.affine_grid(theta.to(x.device), [x.shape[0], x.shape[1], resolution, resolution],
+                         align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)

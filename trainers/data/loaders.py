@@ -1,0 +1,181 @@
+"""Batch pipelines the engine iterates: `cache` (pre-decoded memmap), `torch` (DataLoader + PIL,
+decoding every epoch) and `dali` (see dali.py). All follow order.py and augment.py, so they
+differ only in how pixels are decoded."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from trainers.config import DataConfig
+from trainers.data.augment import AugmentSpec, augment, batch_generator, sample_theta, to_normalised
+from trainers.data.cache import DecodedSplit, decoded_split, default_cache_dir
+from trainers.data.decode import decode_file, resize_array
+from trainers.data.order import epoch_order, prefetch, rank_slice
+from trainers.data.sources import ImageSource, Split
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class DataPipeline(Protocol):
+    source: ImageSource
+    train_indices: np.ndarray
+
+    def train_batches(self, epoch: int, resolution: int, global_batch: int,
+                      start_step: int = 0) -> Iterator[Batch]: ...
+
+    def val_batches(self, resolution: int) -> Iterator[Batch]: ...
+
+
+class _Base:
+    def __init__(self, source: ImageSource, cfg: DataConfig, train_indices: np.ndarray, seed: int,
+                 rank: int, world: int, device: torch.device, spec: AugmentSpec) -> None:
+        self.source, self.cfg, self.train_indices = source, cfg, train_indices
+        self.seed, self.rank, self.world, self.device, self.spec = seed, rank, world, device, spec
+        self.cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+        self._stats: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._splits: dict[tuple[str, int], DecodedSplit] = {}
+
+    def _split(self, name: str, resolution: int) -> DecodedSplit:
+        if (name, resolution) not in self._splits:
+            self._splits[name, resolution] = decoded_split(self.source, name, resolution, self.cache_dir)
+        return self._splits[name, resolution]
+
+    def _norm(self, resolution: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if resolution not in self._stats:
+            split = self._split("train", resolution)
+            mean, std = split.mean, split.std
+            self._stats[resolution] = (torch.tensor(mean, device=self.device),
+                                       torch.tensor(std, device=self.device))
+        return self._stats[resolution]
+
+    def _theta(self, epoch: int, step: int, global_batch: int, resolution: int) -> torch.Tensor | None:
+        if not self.spec.active:
+            return None
+        theta = sample_theta(self.spec, global_batch, resolution, batch_generator(self.seed, epoch, step))
+        return theta[rank_slice(global_batch, self.rank, self.world)]
+
+    def _finish(self, images: torch.Tensor, labels: torch.Tensor, theta: torch.Tensor | None,
+                resolution: int) -> Batch:
+        mean, std = self._norm(resolution)
+        x = to_normalised(images.to(self.device, non_blocking=True), mean, std)
+        return augment(x, theta, resolution), labels.to(self.device, non_blocking=True)
+
+    def _steps(self, global_batch: int) -> int:
+        return len(self.train_indices) // global_batch
+
+    def val_batches(self, resolution: int) -> Iterator[Batch]:
+        split = self._split("val", resolution)
+        n = len(split)
+        lo, hi = n * self.rank // self.world, n * (self.rank + 1) // self.world
+        step = self.cfg.val_batch_size
+
+        def produce() -> Iterator[Batch]:
+            for start in range(lo, hi, step):
+                end = min(start + step, hi)
+                images = torch.from_numpy(np.array(split.images[start:end]))
+                yield self._finish(images, torch.from_numpy(split.labels[start:end]), None, resolution)
+
+        return prefetch(produce())
+
+
+class CachePipeline(_Base):
+    """Batches gathered from the pre-decoded memmap; the gather and augmentation run one batch
+    ahead in a background thread."""
+
+    def train_batches(self, epoch: int, resolution: int, global_batch: int,
+                      start_step: int = 0) -> Iterator[Batch]:
+        split = self._split("train", resolution)
+        order = epoch_order(self.train_indices, self.seed, epoch)
+        mine = rank_slice(global_batch, self.rank, self.world)
+
+        def produce() -> Iterator[Batch]:
+            for step in range(start_step, self._steps(global_batch)):
+                idx = order[step * global_batch:(step + 1) * global_batch][mine]
+                images = torch.from_numpy(split.images[idx])
+                labels = torch.from_numpy(split.labels[idx])
+                yield self._finish(images, labels, self._theta(epoch, step, global_batch, resolution),
+                                   resolution)
+
+        return prefetch(produce())
+
+
+class _DecodeDataset(torch.utils.data.Dataset):
+    def __init__(self, split: Split, resolution: int, channels: int) -> None:
+        self.split, self.resolution, self.channels = split, resolution, channels
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        if self.split.files is not None:
+            image = decode_file(self.split.files[i], self.resolution, self.channels)
+        else:
+            image = resize_array(self.split.images[i], self.resolution)
+        return torch.from_numpy(image), int(self.split.labels[i])
+
+
+class TorchPipeline(_Base):
+    """The conventional path: a DataLoader whose workers decode every image with PIL every epoch."""
+
+    def train_batches(self, epoch: int, resolution: int, global_batch: int,
+                      start_step: int = 0) -> Iterator[Batch]:
+        order = epoch_order(self.train_indices, self.seed, epoch)
+        mine = rank_slice(global_batch, self.rank, self.world)
+        steps = range(start_step, self._steps(global_batch))
+        sampler = [order[s * global_batch:(s + 1) * global_batch][mine].tolist() for s in steps]
+        loader = torch.utils.data.DataLoader(
+            _DecodeDataset(self.source.train, resolution, self.source.channels),
+            batch_sampler=sampler, num_workers=self.cfg.workers,
+            pin_memory=self.device.type == "cuda")
+        for step, (images, labels) in zip(steps, loader, strict=True):
+            yield self._finish(images, labels, self._theta(epoch, step, global_batch, resolution),
+                               resolution)
+
+
+def choose_loader(requested: str, source: ImageSource, cache_dir: Path, resolution: int) -> tuple[str, str]:
+    """The loader for `auto`, with the reason: the cache unless it would not fit on disk."""
+    if requested != "auto":
+        return requested, f"data.loader is {requested}"
+    if source.train.files is None:
+        return "cache", "the source is in memory"
+    need = (len(source.train) + len(source.val)) * resolution**2 * source.channels
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(cache_dir).free
+    if need < 0.8 * free:
+        return "cache", f"pre-decoded cache needs {need / 2**30:.2f} GiB at {resolution}px"
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return "torch", f"the cache would need {need / 2**30:.1f} GiB of {free / 2**30:.1f} free and DALI is not installed"
+    return "dali", f"the cache would need {need / 2**30:.1f} GiB of {free / 2**30:.1f} GiB free"
+
+
+def augment_spec(cfg: DataConfig, source: ImageSource, resolution: int) -> AugmentSpec:
+    kind = cfg.augment
+    if kind == "auto":
+        # small images (CIFAR, digits) lose too much to random crops: shift them instead
+        kind = "pad_crop" if resolution <= 64 else "random_resized_crop"
+    flip = cfg.flip if cfg.flip is not None else not source.key.startswith("digits")
+    return AugmentSpec(kind, flip, cfg.min_crop_scale)
+
+
+def build_pipeline(source: ImageSource, cfg: DataConfig, *, seed: int, train_indices: np.ndarray,
+                   resolution: int, rank: int = 0, world: int = 1,
+                   device: torch.device | None = None) -> tuple[DataPipeline, str]:
+    """The pipeline for `cfg.loader` (resolving `auto`), and a line saying which and why."""
+    cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+    kind, reason = choose_loader(cfg.loader, source, cache_dir, resolution)
+    args = (source, cfg, train_indices, seed, rank, world, device or torch.device("cpu"),
+            augment_spec(cfg, source, resolution))
+    if kind == "dali":
+        from trainers.data.dali import DaliPipeline
+
+        return DaliPipeline(*args), f"loader dali: {reason}"
+    pipeline = CachePipeline(*args) if kind == "cache" else TorchPipeline(*args)
+    return pipeline, f"loader {kind}: {reason}"

@@ -1,0 +1,143 @@
+"""Data sources: where images and labels come from, before any decoding or caching.
+
+`digits` (scikit-learn's bundled set) is the embedded default: it needs no download and no files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trainers.config import ConfigError
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
+
+
+class DataSourceError(ConfigError):
+    """A data source that cannot be used; the message names the path and what was expected."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("", "data.source", message)
+
+
+@dataclass
+class Split:
+    labels: np.ndarray  # int64, one per image
+    files: list[str] | None = None  # encoded image files (imagefolder)
+    images: np.ndarray | None = None  # uint8 NHWC at native resolution (digits)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class ImageSource:
+    key: str  # identifies the source's content, for cache keys
+    channels: int
+    class_names: list[str]
+    train: Split
+    val: Split
+    synthetic: bool = False
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+
+def _stratified_split(labels: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        n_val = round(len(idx) * val_fraction)
+        val.append(idx[:n_val])
+        train.append(idx[n_val:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
+
+
+def digits_source() -> ImageSource:
+    """8x8 grey digits shipped inside scikit-learn; a fixed stratified 80/20 train/val split."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = np.clip(bunch.images * 16, 0, 255).astype(np.uint8)[..., None]  # 0..16 -> 0..255
+    labels = bunch.target.astype(np.int64)
+    train_idx, val_idx = _stratified_split(labels, 0.2, seed=0)
+    return ImageSource(
+        key="digits-v1", channels=1, class_names=[str(d) for d in range(10)],
+        train=Split(labels[train_idx], images=images[train_idx]),
+        val=Split(labels[val_idx], images=images[val_idx]),
+    )
+
+
+def synthetic_source(num_images: int, num_classes: int, resolution: int) -> ImageSource:
+    """Random images for throughput measurements; nothing can be learned from them."""
+    rng = np.random.default_rng(0)
+    n_val = max(num_images // 10, num_classes)
+
+    def split(n: int) -> Split:
+        return Split(rng.integers(0, num_classes, n, dtype=np.int64),
+                     images=rng.integers(0, 256, (n, resolution, resolution, 3), dtype=np.uint8))
+
+    return ImageSource(key=f"synthetic-{num_images}-{num_classes}-{resolution}", channels=3,
+                       class_names=[f"class{i}" for i in range(num_classes)],
+                       train=split(num_images), val=split(n_val), synthetic=True)
+
+
+def _scan_split(root: Path, class_names: list[str] | None) -> tuple[list[str], Split]:
+    if not root.is_dir():
+        raise DataSourceError(f"{root}: not a directory (imagefolder needs train/ and val/ "
+                              "folders of class folders of JPEG or PNG files)")
+    found = sorted(p.name for p in root.iterdir() if p.is_dir())
+    names = class_names if class_names is not None else found
+    if not names:
+        raise DataSourceError(f"{root}: no class folders")
+    extra = sorted(set(found) - set(names))
+    if extra:
+        raise DataSourceError(f"{root}: class folders not in train/: {', '.join(extra[:5])}")
+    files: list[str] = []
+    labels: list[int] = []
+    for label, name in enumerate(names):
+        folder = root / name
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            if path.suffix.lower() in IMAGE_SUFFIXES:
+                files.append(str(path))
+                labels.append(label)
+    if not files:
+        raise DataSourceError(f"{root}: no .jpg, .jpeg or .png files in its class folders")
+    return names, Split(np.asarray(labels, dtype=np.int64), files=files)
+
+
+def _fingerprint(root: Path, files: list[str]) -> str:
+    digest = hashlib.sha256(str(root.resolve()).encode())
+    for f in files:
+        st = Path(f).stat()
+        digest.update(f"{f}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
+def imagefolder_source(directory: str) -> ImageSource:
+    """ImageNet layout: DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg."""
+    root = Path(directory).expanduser()
+    if not root.is_dir():
+        raise DataSourceError(f"{root}: no such directory")
+    class_names, train = _scan_split(root / "train", None)
+    _, val = _scan_split(root / "val", class_names)
+    key = f"imagefolder-{root.name}-{_fingerprint(root, train.files + val.files)}"
+    return ImageSource(key=key, channels=3, class_names=class_names, train=train, val=val)
+
+
+def open_source(spec: str, *, synthetic_images: int = 2048, synthetic_classes: int = 10,
+                resolution: int = 32) -> ImageSource:
+    if spec == "digits":
+        return digits_source()
+    if spec == "synthetic":
+        return synthetic_source(synthetic_images, synthetic_classes, resolution)
+    if spec.startswith("imagefolder:"):
+        return imagefolder_source(spec.removeprefix("imagefolder:"))
+    raise DataSourceError(f"unknown data source {spec!r}; allowed: digits, synthetic, imagefolder:DIR")

@@ -1,0 +1,55 @@
+"""Process-group set-up for runs under torchrun: rank, world size and the backend for the device."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    local_world: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+
+def context_from_env() -> DistContext:
+    return DistContext(rank=int(os.environ.get("RANK", 0)),
+                       world=int(os.environ.get("WORLD_SIZE", 1)),
+                       local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+                       local_world=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+
+
+def init(backend: str, device: torch.device) -> DistContext:
+    """Join the process group torchrun described in the environment (a no-op for one process)."""
+    ctx = context_from_env()
+    if ctx.enabled and not dist.is_initialized():
+        if backend == "auto":
+            backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend)
+    return ctx
+
+
+def all_reduce_sum(values: list[float], device: torch.device, ctx: DistContext) -> list[float]:
+    if not ctx.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,285 @@
+"""The training loop. Models, optimizers, schedules, data, precision and checkpoints are small
+modules it calls; this file is meant to be read top to bottom."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from torch import nn
+
+from trainers import checkpoint
+from trainers import distributed as dist_utils
+from trainers.config import RunConfig, config_to_dict
+from trainers.data.loaders import DataPipeline, build_pipeline
+from trainers.data.sources import open_source
+from trainers.data.subset import stratified_subset
+from trainers.models import build_model
+from trainers.optim import build_optimizer
+from trainers.phases import PhasePlan
+from trainers.precision import build_precision
+from trainers.schedules import learning_rate
+
+log = logging.getLogger("tianfeng.engine")
+
+
+@dataclass(frozen=True)
+class EpochMetrics:
+    epoch: int  # epochs completed, 1-based
+    phase: int
+    resolution: int
+    batch_size: int
+    lr: float  # at the last step of the epoch
+    train_loss: float
+    val_loss: float
+    val_top1: float  # percent
+    val_top5: float  # percent
+    samples_per_s: float
+    data_wait_fraction: float  # share of the epoch's wall time spent waiting for batches
+    skipped_steps: int  # fp16 steps skipped for inf/nan gradients
+    elapsed_s: float  # since the run (or its first resume) started
+
+
+class StopTraining(Exception):
+    """Raised by an epoch callback to end the run early, e.g. when a pruner says so."""
+
+    def __init__(self, status: str = "pruned", reason: str = "") -> None:
+        super().__init__(reason or status)
+        self.status = status
+
+
+EpochCallback = Callable[[EpochMetrics], None]
+
+
+@dataclass
+class RunResult:
+    status: str  # completed | diverged | pruned | stopped
+    epochs: list[EpochMetrics]
+    run_dir: Path
+    precision: str
+    message: str = ""
+
+    @property
+    def final(self) -> EpochMetrics | None:
+        return self.epochs[-1] if self.epochs else None
+
+
+@dataclass
+class _Position:
+    """Where training is, saved in every checkpoint so a resumed run continues exactly."""
+    epoch: int = 0  # index of the epoch in progress
+    step: int = 0  # steps done in it
+    global_step: int = 0
+    loss_sum: float = 0.0  # of the epoch in progress
+    loss_count: int = 0
+    skipped: int = 0
+    history: list[dict] = field(default_factory=list)
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("device: cuda was asked for but torch sees no CUDA device; "
+                               "use device: cpu or auto")
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: DataPipeline, resolution: int, precision, device: torch.device,
+             ctx: dist_utils.DistContext) -> tuple[float, float, float]:
+    """(val loss, top-1 %, top-5 %) over the whole validation split, summed across ranks."""
+    model.eval()
+    loss_sum = top1 = top5 = count = 0.0
+    for x, y in data.val_batches(resolution):
+        with precision.autocast():
+            logits = model(x)
+        loss_sum += nn.functional.cross_entropy(logits.float(), y, reduction="sum").item()
+        k = min(5, logits.shape[1])
+        hits = logits.topk(k, dim=1).indices == y[:, None]
+        top1 += hits[:, 0].sum().item()
+        top5 += hits.any(dim=1).sum().item()
+        count += len(y)
+    loss_sum, top1, top5, count = dist_utils.all_reduce_sum([loss_sum, top1, top5, count], device, ctx)
+    model.train()
+    return loss_sum / count, 100.0 * top1 / count, 100.0 * top5 / count
+
+
+def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
+          max_steps: int | None = None) -> RunResult:
+    """Run `cfg` to the end (or until diverged, stopped by the callback, or `max_steps`)."""
+    # --- set-up: process group, device, data, model, optimizer, precision ----------------------
+    ctx = dist_utils.context_from_env()
+    device = resolve_device(cfg.device, ctx.local_rank)
+    ctx = dist_utils.init(cfg.distributed.backend, device)
+    _seed_everything(cfg.seed)
+    run_dir = cfg.resolved_run_dir
+    ckpt_dir = cfg.resolved_checkpoint_dir
+    if ctx.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+
+    source = open_source(cfg.data.source, synthetic_images=cfg.data.synthetic_images,
+                         synthetic_classes=cfg.data.synthetic_classes,
+                         resolution=max(p.resolution for p in cfg.phases))
+    train_indices = stratified_subset(source.train.labels, cfg.data.fraction, cfg.seed)
+    plan = PhasePlan(cfg.phases, len(train_indices))
+    data, loader_reason = build_pipeline(source, cfg.data, seed=cfg.seed, train_indices=train_indices,
+                                         resolution=plan.max_resolution, rank=ctx.rank,
+                                         world=ctx.world, device=device)
+    model = build_model(cfg.model, source.channels, source.num_classes).to(device)
+    if device.type == "cuda":
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(model, cfg.optimizer)
+    precision = build_precision(cfg.precision, device)
+    train_model: nn.Module = model
+    if ctx.enabled:
+        train_model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=cfg.distributed.bucket_mb)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)
+    if ctx.is_main:
+        log.info("device %s, world %d, precision %s (%s)", device, ctx.world, precision.mode,
+                 precision.reason)
+        log.info("%s; %d training images of %d, %d classes, %d steps in %d epochs",
+                 loader_reason, len(train_indices), len(source.train), source.num_classes,
+                 plan.total_steps, plan.total_epochs)
+
+    # --- resume from the last checkpoint, if any ---------------------------------------------
+    pos = _Position()
+    saved = checkpoint.load(ckpt_dir, device) if cfg.checkpoint.resume else None
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        precision.scaler.load_state_dict(saved["scaler"])
+        checkpoint.restore_rng(saved["rng"])
+        pos = _Position(**saved["position"])
+        if ctx.is_main:
+            log.info("resumed from %s at epoch %d, step %d", ckpt_dir / checkpoint.LAST,
+                     pos.epoch + 1, pos.step)
+
+    def save_checkpoint() -> None:
+        if ctx.is_main:
+            checkpoint.save(ckpt_dir, {
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scaler": precision.scaler.state_dict(), "rng": checkpoint.rng_state(),
+                "position": asdict(pos), "config": config_to_dict(cfg)})
+
+    history = [EpochMetrics(**h) for h in pos.history]
+    started = time.perf_counter()
+    status, message = "completed", ""
+
+    # --- the loop -----------------------------------------------------------------------------
+    try:
+        while pos.epoch < plan.total_epochs:
+            phase = plan.phase_of_epoch(pos.epoch)  # the batch size and resolution change here
+            epoch_start = time.perf_counter()
+            wait_s, samples, lr = 0.0, 0, 0.0
+            batches = data.train_batches(pos.epoch, phase.resolution, phase.batch_size, pos.step)
+            while True:
+                wait_from = time.perf_counter()
+                batch = next(batches, None)
+                wait_s += time.perf_counter() - wait_from
+                if batch is None:
+                    break
+                x, y = batch
+                if device.type == "cuda":
+                    x = x.contiguous(memory_format=torch.channels_last)
+
+                # LR from progress in epochs, continuous across phases; scaled for the batch size
+                lr = learning_rate(plan.progress(pos.epoch, pos.step), phase.batch_size, cfg)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+
+                with precision.autocast():
+                    loss = loss_fn(train_model(x), y)
+                loss_value = loss.item()
+                if not math.isfinite(loss_value):
+                    status = "diverged"
+                    message = (f"loss became {loss_value} at epoch {pos.epoch + 1}, step "
+                               f"{pos.step} (lr {lr:.4g}); stopped instead of training on garbage")
+                    break
+
+                optimizer.zero_grad(set_to_none=True)
+                precision.scaler.scale(loss).backward()  # loss scaling: fp16 only, else a no-op
+                if cfg.optimizer.grad_clip_norm is not None:
+                    precision.scaler.unscale_(optimizer)
+                    nn.utils.clip_grad_norm_(model.parameters(), cfg.optimizer.grad_clip_norm)
+                scale_before = precision.scaler.get_scale() if precision.scaler.is_enabled() else 0
+                precision.scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
+                precision.scaler.update()
+                if precision.scaler.is_enabled() and precision.scaler.get_scale() < scale_before:
+                    pos.skipped += 1
+
+                pos.loss_sum += loss_value * len(y)
+                pos.loss_count += len(y)
+                samples += len(y) * ctx.world
+                pos.step += 1
+                pos.global_step += 1
+                if cfg.log_every_steps and pos.global_step % cfg.log_every_steps == 0 and ctx.is_main:
+                    log.info("step %d loss %.4f lr %.4g", pos.global_step, loss_value, lr)
+                if cfg.checkpoint.every_steps and pos.global_step % cfg.checkpoint.every_steps == 0:
+                    save_checkpoint()
+                if max_steps is not None and pos.global_step >= max_steps:
+                    status = "stopped"
+                    break
+            if status != "completed":
+                break
+
+            # --- end of epoch: evaluate, record, checkpoint, hand metrics to the callback ----
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            train_s = time.perf_counter() - epoch_start
+            val_loss, top1, top5 = evaluate(model, data, phase.resolution, precision, device, ctx)
+            loss_sum, loss_count = dist_utils.all_reduce_sum([pos.loss_sum, pos.loss_count], device, ctx)
+            metrics = EpochMetrics(
+                epoch=pos.epoch + 1, phase=phase.index, resolution=phase.resolution,
+                batch_size=phase.batch_size, lr=lr, train_loss=loss_sum / max(loss_count, 1),
+                val_loss=val_loss, val_top1=top1, val_top5=top5,
+                samples_per_s=samples / max(train_s, 1e-9),
+                data_wait_fraction=wait_s / max(train_s, 1e-9), skipped_steps=pos.skipped,
+                elapsed_s=time.perf_counter() - started)
+            history.append(metrics)
+            pos.history.append(asdict(metrics))
+            pos.epoch, pos.step, pos.loss_sum, pos.loss_count = pos.epoch + 1, 0, 0.0, 0
+            if ctx.is_main:
+                # rewritten whole from the checkpointed history, so a resume never duplicates lines
+                lines = "".join(json.dumps(h) + "\n" for h in pos.history)
+                (run_dir / "metrics.jsonl").write_text(lines)
+                log.info("epoch %d/%d  res %d  batch %d  lr %.4g  loss %.4f  val top-1 %.2f%%  "
+                         "top-5 %.2f%%  %.0f img/s  data wait %.1f%%", metrics.epoch,
+                         plan.total_epochs, phase.resolution, phase.batch_size, lr,
+                         metrics.train_loss, top1, top5, metrics.samples_per_s,
+                         100 * metrics.data_wait_fraction)
+            if cfg.checkpoint.every_epochs and (pos.epoch % cfg.checkpoint.every_epochs == 0
+                                                or pos.epoch == plan.total_epochs):
+                save_checkpoint()
+            if on_epoch_end is not None:
+                on_epoch_end(metrics)
+    except StopTraining as stop:
+        status, message = stop.status, str(stop)
+
+    result = RunResult(status, history, run_dir, precision.mode, message)
+    if ctx.is_main:
+        summary = {"status": status, "message": message, "precision": precision.mode,
+                   "epochs_completed": len(history),
+                   "final": asdict(history[-1]) if history else None}
+        (run_dir / "result.json").write_text(json.dumps(summary, indent=2))
+        if status == "diverged":
+            log.warning("diverged: %s", message)
+    return result

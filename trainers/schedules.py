@@ -1,0 +1,48 @@
+"""Learning-rate schedules as pure functions of training progress in epochs (fractional).
+
+The report draws schedules with these same functions, so what is plotted is what ran.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainers.config import RunConfig, ScheduleConfig
+
+
+def batch_scale(batch_size: int, schedule: ScheduleConfig) -> float:
+    """LR multiplier for a batch size relative to the reference batch (Goyal et al.'s linear rule)."""
+    ratio = batch_size / schedule.reference_batch_size
+    if schedule.scaling_rule == "linear":
+        return ratio
+    if schedule.scaling_rule == "sqrt":
+        return math.sqrt(ratio)
+    return 1.0
+
+
+def shape_factor(epoch: float, total_epochs: float, schedule: ScheduleConfig) -> float:
+    """Warm-up then decay, as a fraction of the peak LR; continuous in `epoch`."""
+    warmup = schedule.warmup_epochs
+    if warmup > 0 and epoch < warmup:
+        start = schedule.warmup_start_factor
+        frac = epoch / warmup
+        if schedule.warmup_shape == "linear":
+            return start + (1.0 - start) * frac
+        return start ** (1.0 - frac)  # exponential: start * (1/start) ** frac
+    if schedule.decay == "step":
+        passed = sum(1 for m in schedule.step_milestones if epoch >= m)
+        return schedule.step_gamma**passed
+    if schedule.decay == "constant":
+        return 1.0
+    span = max(total_epochs - warmup, 1e-12)
+    progress = min(max((epoch - warmup) / span, 0.0), 1.0)
+    final = schedule.final_lr_factor
+    if schedule.decay == "poly":
+        return final + (1.0 - final) * (1.0 - progress) ** schedule.poly_power
+    return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def learning_rate(epoch: float, batch_size: int, cfg: RunConfig) -> float:
+    """The LR the optimizer uses at `epoch` while training with global `batch_size`."""
+    return (cfg.optimizer.lr * batch_scale(batch_size, cfg.schedule)
+            * shape_factor(epoch, cfg.total_epochs, cfg.schedule))
