@@ -1,0 +1,148 @@
+"""Data: sources, the pre-decoded cache, loaders that agree pixel for pixel, augmentation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from trainers.config import DataConfig
+from trainers.data.augment import AugmentSpec, augment, batch_generator, sample_theta
+from trainers.data.cache import decoded_split
+from trainers.data.loaders import build_pipeline
+from trainers.data.order import epoch_order, prefetch, rank_slice
+from trainers.data.sources import DataSourceError, digits_source, imagefolder_source, open_source
+from trainers.data.subset import stratified_subset
+
+
+def test_digits_is_embedded_and_stratified() -> None:
+    src = digits_source()
+    assert src.num_classes == 10 and src.channels == 1
+    assert len(src.train) + len(src.val) == 1797
+    counts = np.bincount(src.val.labels)
+    assert counts.min() >= 30  # every digit is in val, in proportion
+
+
+def test_stratified_subset_is_seeded_and_proportional() -> None:
+    labels = np.repeat(np.arange(5), 200)
+    a = stratified_subset(labels, 0.1, seed=3)
+    assert len(a) == 100 and np.all(np.bincount(labels[a]) == 20)
+    assert np.array_equal(a, stratified_subset(labels, 0.1, seed=3))
+    assert not np.array_equal(a, stratified_subset(labels, 0.1, seed=4))
+
+
+def test_imagefolder_reads_real_jpegs(small_imagefolder: Path) -> None:
+    src = imagefolder_source(str(small_imagefolder))
+    assert src.class_names == ["airplane", "automobile", "bird", "cat", "deer"]
+    assert len(src.train) == 200 and len(src.val) == 50
+
+
+def test_imagefolder_errors_name_the_path(tmp_path: Path) -> None:
+    with pytest.raises(DataSourceError, match="no such directory"):
+        open_source(f"imagefolder:{tmp_path / 'missing'}")
+    (tmp_path / "train" / "cat").mkdir(parents=True)
+    with pytest.raises(DataSourceError, match="train: no .jpg, .jpeg or .png files"):
+        open_source(f"imagefolder:{tmp_path}")
+    Image.new("RGB", (4, 4)).save(tmp_path / "train" / "cat" / "a.png")
+    with pytest.raises(DataSourceError, match=r"val: not a directory"):
+        open_source(f"imagefolder:{tmp_path}")
+
+
+def test_cache_is_built_once_and_keyed_by_resolution(small_imagefolder: Path, tmp_path: Path) -> None:
+    src = imagefolder_source(str(small_imagefolder))
+    first = decoded_split(src, "train", 16, tmp_path)
+    meta = next(tmp_path.rglob("train-16px.json"))
+    stamp = meta.stat().st_mtime_ns
+    again = decoded_split(src, "train", 16, tmp_path)
+    assert meta.stat().st_mtime_ns == stamp  # reused, not rebuilt
+    assert isinstance(again.images, np.memmap)
+    assert np.array_equal(first.images, again.images)
+    other = decoded_split(src, "train", 24, tmp_path)
+    assert other.images.shape == (200, 24, 24, 3)
+    assert first.images.shape == (200, 16, 16, 3)
+    assert 60 < np.mean(first.images) < 200  # real pixels, not zeros
+
+
+def test_rank_slices_partition_the_global_batch() -> None:
+    order = epoch_order(np.arange(100), seed=0, epoch=0)
+    batch = order[:40]
+    parts = [batch[rank_slice(40, r, 4)] for r in range(4)]
+    assert np.array_equal(np.concatenate(parts), batch)
+
+
+def test_pad_crop_is_an_exact_pixel_shift() -> None:
+    x = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).view(2, 3, 8, 8)
+    theta = sample_theta(AugmentSpec("pad_crop", flip=False, pad_fraction=0.25), 2, 8,
+                         batch_generator(0, 0, 0))
+    out = augment(x, theta, 8)
+    for i in range(2):
+        dx, dy = round(theta[i, 0, 2].item() * 4), round(theta[i, 1, 2].item() * 4)
+        shifted = torch.zeros_like(x[i])
+        src = x[i][:, max(dy, 0):8 + min(dy, 0), max(dx, 0):8 + min(dx, 0)]
+        shifted[:, max(-dy, 0):8 - max(dy, 0), max(-dx, 0):8 - max(dx, 0)] = src
+        torch.testing.assert_close(out[i], shifted)
+
+
+def test_random_resized_crop_changes_resolution_and_is_seeded() -> None:
+    spec = AugmentSpec("random_resized_crop", flip=True)
+    t1 = sample_theta(spec, 16, 32, batch_generator(1, 2, 3))
+    t2 = sample_theta(spec, 16, 32, batch_generator(1, 2, 3))
+    assert torch.equal(t1, t2)
+    assert (t1[:, 0, 0] < 0).any() and (t1[:, 0, 0] > 0).any()  # some flipped, some not
+    assert augment(torch.randn(16, 3, 48, 48), t1, 32).shape == (16, 3, 32, 32)
+
+
+def test_prefetch_reraises_producer_errors() -> None:
+    def items():
+        yield 1
+        raise OSError("disk gone")
+
+    it = prefetch(items())
+    assert next(it) == 1
+    with pytest.raises(OSError, match="disk gone"):
+        next(it)
+
+
+def _batches(loader: str, folder: Path, rank: int = 0, world: int = 1):
+    src = imagefolder_source(str(folder))
+    cfg = DataConfig(source=f"imagefolder:{folder}", loader=loader, workers=1)
+    pipe, _ = build_pipeline(src, cfg, seed=5, train_indices=np.arange(len(src.train)),
+                             resolution=16, rank=rank, world=world)
+    return list(pipe.train_batches(epoch=1, resolution=16, global_batch=50, start_step=0)), pipe
+
+
+def test_cache_and_torch_loaders_agree_pixel_for_pixel(small_imagefolder: Path) -> None:
+    cached, _ = _batches("cache", small_imagefolder)
+    decoded, _ = _batches("torch", small_imagefolder)
+    assert len(cached) == len(decoded) == 4
+    for (xa, ya), (xb, yb) in zip(cached, decoded, strict=True):
+        assert torch.equal(ya, yb)
+        torch.testing.assert_close(xa, xb)
+
+
+def test_sharded_batches_equal_the_single_process_batch(small_imagefolder: Path) -> None:
+    single, _ = _batches("cache", small_imagefolder)
+    shards = [_batches("cache", small_imagefolder, rank=r, world=2)[0] for r in range(2)]
+    for step, (x, y) in enumerate(single):
+        torch.testing.assert_close(torch.cat([shards[0][step][0], shards[1][step][0]]), x)
+        assert torch.equal(torch.cat([shards[0][step][1], shards[1][step][1]]), y)
+
+
+def test_resumed_epoch_starts_at_the_saved_step(small_imagefolder: Path) -> None:
+    full, pipe = _batches("cache", small_imagefolder)
+    tail = list(pipe.train_batches(epoch=1, resolution=16, global_batch=50, start_step=2))
+    assert len(tail) == 2
+    torch.testing.assert_close(tail[0][0], full[2][0])
+
+
+def test_dali_cpu_pipeline_decodes_real_jpegs(small_imagefolder: Path) -> None:
+    batches, pipe = _batches("dali", small_imagefolder)
+    assert type(pipe).__name__ == "DaliPipeline"
+    assert len(batches) == 4
+    x, y = batches[0]
+    assert x.shape == (50, 3, 16, 16) and x.dtype == torch.float32
+    assert y.dtype == torch.int64 and 0 <= y.min() and y.max() <= 4
+    assert x.std() > 0.5  # normalised real images, not blank
