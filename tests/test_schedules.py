@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from trainers.config import PhaseConfig, ScheduleConfig, load_config

@@ -6,6 +6,7 @@ Nothing downstream reads the YAML dict: every module receives the typed `RunConf
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -169,16 +170,7 @@ class RunConfig:
 # Loading and validation
 
 
-def _type_name(tp: Any) -> str:
-    if tp is bool:
-        return "true or false"
-    if tp is int:
-        return "an integer"
-    if tp is float:
-        return "a number"
-    if tp is str:
-        return "a string"
-    return getattr(tp, "__name__", str(tp))
+_SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def _convert(value: Any, tp: Any, path: str, source: str) -> Any:
@@ -210,6 +202,8 @@ def _convert(value: Any, tp: Any, path: str, source: str) -> Any:
             raise ConfigError(source, path, f"must be an integer; got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
+            value = float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(source, path, f"must be a number; got {value!r}")
         return float(value)

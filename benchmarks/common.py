@@ -1,0 +1,54 @@
+"""Helpers shared by the benchmarks: the dev data set, medians of interleaved repeats, tables.
+
+Every benchmark times its baseline in the same run and prints ratios: absolute times on these
+shared machines are not comparable between runs.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_ARCHIVE = ROOT.parent / "shared" / "data" / "cifar5-dev.tar.gz"
+sys.path.insert(0, str(ROOT))
+
+
+def cifar5_dir() -> Path:
+    """cifar5-dev extracted once into the cache (TIANFENG_CACHE or ~/.cache/tianfeng)."""
+    cache = Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng"))
+    out = cache / "datasets"
+    if not (out / "cifar5-dev" / "val").is_dir():
+        if not SHARED_ARCHIVE.exists():
+            sys.exit(f"benchmark needs {SHARED_ARCHIVE} (see ../shared/README.md)")
+        out.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(SHARED_ARCHIVE) as tar:
+            tar.extractall(out, filter="data")
+    return out / "cifar5-dev"
+
+
+def interleaved(variants: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """Median of each variant's measurement, the variants run in turn so drift hits all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, measure in variants.items():
+            samples[name].append(measure())
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def print_table(title: str, rows: list[tuple[str, str, str]], headers=("variant", "value", "ratio")) -> None:
+    width = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(3)]
+    print(f"\n{title}")
+    for row in [headers, *rows]:
+        print("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, width, strict=True)))

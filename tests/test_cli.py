@@ -1,0 +1,57 @@
+"""The command line: help, results on stdout, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tianfeng.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize("command", [[], ["train"]])
+def test_help(command: list[str]) -> None:
+    out = run(*command, "--help")
+    assert out.returncode == 0 and "usage: tianfeng" in out.stdout
+
+
+@pytest.mark.parametrize(("yaml_text", "overrides", "expected"), [
+    ("optimizer: {lars: {trust_coefficient: -1}}", [], "optimizer.lars.trust_coefficient: must be > 0, got -1"),
+    ("phases: [{epochs: 1, resolution: 16, batch_size: 5000}]", [], "phases.0.batch_size: must be <= the training set size (1438 images), got 5000"),
+    ("data: {source: 'imagefolder:/no/such/dir'}", [], "data.source: /no/such/dir: no such directory"),
+    ("{}", ["precision.mode=fp8"], "precision.mode: must be one of auto, fp32, bf16, fp16; got 'fp8'"),
+])
+def test_bad_input_is_one_line_with_exit_2(tmp_path: Path, yaml_text: str, overrides: list[str],
+                                           expected: str) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml_text)
+    sets = [a for o in overrides for a in ("--set", o)]
+    out = run("train", "--config", str(config), "--set", f"run_dir={tmp_path / 'run'}", *sets)
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.startswith("tianfeng: error:")]
+    assert len(lines) == 1 and "Traceback" not in out.stderr
+    assert str(config) in lines[0] and expected in lines[0], out.stderr
+
+
+def test_train_prints_json_result_and_writes_run_dir(tmp_path: Path) -> None:
+    out = run("train", "--set", f"run_dir={tmp_path / 'run'}", "--set", "phases.0.epochs=1",
+              "--set", "phases.0.resolution=8")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["status"] == "completed" and result["final"]["epoch"] == 1
+    assert "precision fp32" in out.stderr and "epoch 1/1" in out.stderr
+    for name in ("config.yaml", "metrics.jsonl", "result.json", "checkpoints/last.pt"):
+        assert (tmp_path / "run" / name).exists(), name
+
+
+def test_diverged_run_exits_nonzero(tmp_path: Path) -> None:
+    out = run("train", "--set", f"run_dir={tmp_path / 'run'}", "--set", "optimizer.lr=1e12",
+              "--set", "phases.0.resolution=8")
+    assert out.returncode == 1 and "run diverged" in out.stderr
+    assert json.loads(out.stdout)["status"] == "diverged"

@@ -1,0 +1,152 @@
+"""The engine end to end on tiny real runs: accuracy, divergence, fp16 overflow, pruning, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.conftest import make_config
+from trainers import checkpoint
+from trainers.config import PrecisionConfig, config_to_dict
+from trainers.engine import StopTraining, train
+from trainers.precision import build_precision, resolve_mode
+
+
+def test_auto_precision_picks_fp32_on_this_cpu_and_says_why() -> None:
+    mode, reason = resolve_mode("auto", torch.device("cpu"))
+    assert mode == "fp32"
+    assert "bf16" in reason and "slower" in reason
+
+
+def test_fp16_overflow_step_is_skipped_and_scale_halves() -> None:
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([p], lr=0.1)
+    precision = build_precision(PrecisionConfig(mode="fp16", loss_scale_init=1024.0), torch.device("cpu"))
+    loss = (p * torch.tensor([1.0, float("inf"), 1.0])).sum()
+    precision.scaler.scale(loss).backward()
+    precision.scaler.step(opt)
+    precision.scaler.update()
+    assert torch.equal(p.detach(), torch.ones(3))  # the step was skipped
+    assert precision.scaler.get_scale() == 512.0
+
+
+def test_engine_fp16_counts_overflow_skips_and_still_learns(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, precision={"mode": "fp16", "loss_scale_init": 2.0**40},
+                      phases=[{"epochs": 3, "resolution": 8, "batch_size": 32}])
+    result = train(cfg)
+    assert result.status == "completed" and result.precision == "fp16"
+    # fp16 overflows at 65504: a 2**40 scale halves ~25 times before scaled gradients fit
+    assert 15 <= result.final.skipped_steps <= 40
+    assert result.final.val_top1 > 15  # it trained once the scale came down
+
+
+def test_bf16_autocast_numerics_track_fp32_on_a_tiny_model(tmp_path: Path) -> None:
+    fp32 = train(make_config(tmp_path / "a", phases=[{"epochs": 1, "resolution": 8, "batch_size": 128}]))
+    bf16 = train(make_config(tmp_path / "b", precision={"mode": "bf16"},
+                             phases=[{"epochs": 1, "resolution": 8, "batch_size": 128}]))
+    assert bf16.precision == "bf16"
+    assert bf16.final.train_loss == pytest.approx(fp32.final.train_loss, rel=0.05)
+
+
+def test_divergence_stops_the_run(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, optimizer={"lr": 1e9, "weight_decay": 0.0})
+    result = train(cfg)
+    assert result.status == "diverged"
+    assert "stopped instead of training on garbage" in result.message
+    saved = json.loads((cfg.resolved_run_dir / "result.json").read_text())
+    assert saved["status"] == "diverged"
+
+
+def test_callback_can_prune_and_sees_every_epoch(tmp_path: Path) -> None:
+    seen = []
+
+    def callback(m):
+        seen.append(m)
+        if m.epoch == 2:
+            raise StopTraining("pruned", "pruned at epoch 2")
+
+    cfg = make_config(tmp_path, phases=[{"epochs": 4, "resolution": 8, "batch_size": 64}])
+    result = train(cfg, callback)
+    assert result.status == "pruned" and [m.epoch for m in seen] == [1, 2]
+    m = seen[-1]
+    assert 0 <= m.data_wait_fraction < 1 and m.samples_per_s > 0 and m.val_top5 >= m.val_top1
+
+
+def test_multi_phase_run_changes_resolution_and_batch(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, phases=[{"epochs": 1, "resolution": 8, "batch_size": 128},
+                                        {"epochs": 1, "resolution": 12, "batch_size": 64}],
+                      optimizer={"name": "lars", "lr": 2.0}, schedule={"warmup_epochs": 0.5})
+    result = train(cfg)
+    assert [(m.resolution, m.batch_size) for m in result.epochs] == [(8, 128), (12, 64)]
+    assert result.status == "completed"
+
+
+@pytest.mark.slow
+def test_digits_default_recipe_reaches_95_percent(tmp_path: Path) -> None:
+    from tianfeng.recipes import DEFAULT_RECIPE
+    from trainers.config import load_config
+
+    cfg = load_config(DEFAULT_RECIPE, [f"run_dir={tmp_path / 'digits'}"])
+    result = train(cfg)
+    assert result.final.val_top1 >= 95.0, result.final
+
+
+def _launch(config_path: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tianfeng.cli", "train", "--config", str(config_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+
+
+@pytest.mark.slow
+def test_kill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
+    def config(name: str) -> Path:
+        cfg = make_config(tmp_path / name, phases=[{"epochs": 2, "resolution": 8, "batch_size": 16},
+                                                   {"epochs": 1, "resolution": 12, "batch_size": 32}],
+                          optimizer={"name": "lars", "lr": 2.0}, checkpoint={"every_steps": 3})
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+        return path
+
+    reference = _launch(config("reference"))
+    assert reference.wait(timeout=300) == 0, reference.stderr.read().decode()
+
+    victim_config = config("victim")
+    victim = _launch(victim_config)
+    ckpt_dir = tmp_path / "victim" / "run" / "checkpoints"
+    deadline = time.time() + 120
+    killed_at = None
+    while time.time() < deadline:  # wait for a mid-epoch checkpoint in the second epoch
+        try:
+            state = torch.load(ckpt_dir / checkpoint.LAST, weights_only=False)["position"]
+        except (FileNotFoundError, EOFError, RuntimeError):
+            state = None
+        if state and state["epoch"] == 1 and state["step"] > 0:
+            victim.send_signal(signal.SIGKILL)
+            killed_at = state
+            break
+        time.sleep(0.01)
+    assert killed_at is not None, "the run never wrote a mid-epoch checkpoint"
+    assert victim.wait(timeout=30) == -signal.SIGKILL
+
+    resumed = _launch(victim_config)
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err.decode()
+    assert "resumed from" in err.decode()
+
+    def metrics(name: str) -> list[dict]:
+        lines = (tmp_path / name / "run" / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    ref, res = metrics("reference"), metrics("victim")
+    assert len(ref) == len(res) == 3
+    for a, b in zip(ref, res, strict=True):
+        for key in ("train_loss", "val_loss", "val_top1", "val_top5", "lr"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (key, a, b)

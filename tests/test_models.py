@@ -1,0 +1,34 @@
+"""Models: ResNet-50's architecture and the small proxy ResNets' knobs."""
+
+from __future__ import annotations
+
+import torch
+
+from trainers.config import ModelConfig
+from trainers.models import BasicBlock, Bottleneck, build_model
+
+
+def test_resnet50_has_the_imagenet_architecture() -> None:
+    model = build_model(ModelConfig(name="resnet50"), in_channels=3, num_classes=1000)
+    params = sum(p.numel() for p in model.parameters())
+    assert params == 25_557_032  # the published ResNet-50 parameter count
+    assert sum(isinstance(m, Bottleneck) for m in model.modules()) == 16
+    assert model(torch.randn(2, 3, 64, 64)).shape == (2, 1000)
+
+
+def test_last_bn_gamma_of_every_block_starts_at_zero() -> None:
+    model = build_model(ModelConfig(name="resnet_small", width=8, depth=2), 3, 10)
+    blocks = [m for m in model.modules() if isinstance(m, BasicBlock)]
+    assert len(blocks) == 6
+    assert all(torch.count_nonzero(b.last_bn.weight) == 0 for b in blocks)
+    plain = build_model(ModelConfig(name="resnet_small", width=8, zero_init_residual=False), 3, 10)
+    assert all(torch.all(m.last_bn.weight == 1) for m in plain.modules() if isinstance(m, BasicBlock))
+
+
+def test_small_resnet_knobs_and_bn_after_pool() -> None:
+    narrow = build_model(ModelConfig(width=8, depth=1, stages=2), 1, 10)
+    wide = build_model(ModelConfig(width=32, depth=1, stages=2, bn_after_pool=True), 1, 10)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(wide) > 10 * count(narrow)
+    assert isinstance(wide.pool_bn, torch.nn.BatchNorm1d) and wide.pool_bn.num_features == 64
+    assert wide(torch.randn(4, 1, 16, 16)).shape == (4, 10)
