@@ -21,7 +21,7 @@ def decode_file(path: str, resolution: int, channels: int) -> np.ndarray:
     with Image.open(path) as img:
         img.draft("RGB" if channels == 3 else "L", (resolution, resolution))  # JPEG DCT scaling
         img = img.convert("RGB" if channels == 3 else "L")
-        out = np.asarray(to_square(img, resolution), dtype=np.uint8)
+        out = np.array(to_square(img, resolution), dtype=np.uint8)
     return out if out.ndim == 3 else out[..., None]
 
 
@@ -29,5 +29,5 @@ def resize_array(image: np.ndarray, resolution: int) -> np.ndarray:
     if image.shape[0] == resolution and image.shape[1] == resolution:
         return image
     mode_img = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
-    out = np.asarray(to_square(mode_img, resolution), dtype=np.uint8)
+    out = np.array(to_square(mode_img, resolution), dtype=np.uint8)
     return out if out.ndim == 3 else out[..., None]

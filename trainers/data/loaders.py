@@ -66,6 +66,11 @@ class _Base:
         x = to_normalised(images.to(self.device, non_blocking=True), mean, std)
         return augment(x, theta, resolution), labels.to(self.device, non_blocking=True)
 
+    def _ahead(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        # A background thread only pays when the compute is on a GPU: on a CPU it takes cores
+        # from the training step itself (35% slower on 2 cores, benchmarks/engine_overhead.py).
+        return prefetch(batches) if self.device.type == "cuda" else batches
+
     def _steps(self, global_batch: int) -> int:
         return len(self.train_indices) // global_batch
 
@@ -81,11 +86,11 @@ class _Base:
                 images = torch.from_numpy(np.array(split.images[start:end]))
                 yield self._finish(images, torch.from_numpy(split.labels[start:end]), None, resolution)
 
-        return prefetch(produce())
+        return self._ahead(produce())
 
 
 class CachePipeline(_Base):
-    """Batches gathered from the pre-decoded memmap; the gather and augmentation run one batch
+    """Batches gathered from the pre-decoded memmap; on a GPU the gather and augmentation run
     ahead in a background thread."""
 
     def train_batches(self, epoch: int, resolution: int, global_batch: int,
@@ -102,7 +107,7 @@ class CachePipeline(_Base):
                 yield self._finish(images, labels, self._theta(epoch, step, global_batch, resolution),
                                    resolution)
 
-        return prefetch(produce())
+        return self._ahead(produce())
 
 
 class _DecodeDataset(torch.utils.data.Dataset):
