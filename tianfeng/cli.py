@@ -31,6 +31,15 @@ def build_parser() -> argparse.ArgumentParser:
                                        "directory holds config.yaml, metrics.jsonl, result.json "
                                        "and checkpoints.")
     _add_config_args(train)
+
+    from tianfeng.search_command import add_search_arguments
+
+    search = sub.add_parser("search", help="search a space with cheap proxy runs (Optuna)",
+                            description="Search a space of large-batch recipes with cheap proxy runs, "
+                                        "pruning losers early. Trials are stored in an Optuna study "
+                                        "(SQLite by default); per-trial lines go to stderr, the summary "
+                                        "and the promote command to stdout.")
+    add_search_arguments(search)
     return parser
 
 
@@ -39,12 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     from tianfeng.logs import setup_logging
 
     setup_logging(args.debug)
-    source = str(args.config) if getattr(args, "config", None) else "the embedded default recipe"
+    if args.command == "train":
+        source = str(args.config) if args.config else "the embedded default recipe"
+    else:
+        source = str(getattr(args, "space", "") or "")
     try:
         if args.command == "train":
             from tianfeng.train_command import run_train
 
             return run_train(args.config, args.overrides)
+        if args.command == "search":
+            from tianfeng.search_command import run_search_command
+
+            return run_search_command(args)
     except ConfigError as exc:
         if args.debug:
             raise

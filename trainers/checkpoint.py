@@ -43,3 +43,23 @@ def load(directory: Path, device: torch.device) -> dict[str, Any] | None:
     if not path.exists():
         return None
     return torch.load(path, map_location=device, weights_only=False)
+
+
+# Fields that may change between a run and its resumption: where things go and how often.
+_RESUMABLE_CHANGES = {"name", "run_dir", "log_every_steps", "checkpoint", "data.cache_dir",
+                      "data.workers", "data.loader", "data.val_batch_size", "device"}
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
+    """Key paths whose values differ between a checkpoint's config and the run resuming it."""
+    changed = []
+    for key in sorted(set(saved) | set(current)):
+        path = f"{prefix}{key}"
+        if path in _RESUMABLE_CHANGES:
+            continue
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += config_changes(a, b, f"{path}.")
+        elif a != b:
+            changed.append(path)
+    return changed

@@ -19,7 +19,7 @@ from torch import nn
 
 from trainers import checkpoint
 from trainers import distributed as dist_utils
-from trainers.config import RunConfig, config_to_dict
+from trainers.config import ConfigError, RunConfig, config_to_dict
 from trainers.data.loaders import DataPipeline, build_pipeline
 from trainers.data.sources import open_source
 from trainers.data.subset import stratified_subset
@@ -142,6 +142,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     data, loader_reason = build_pipeline(source, cfg.data, seed=cfg.seed, train_indices=train_indices,
                                          resolution=plan.max_resolution, rank=ctx.rank,
                                          world=ctx.world, device=device)
+    data.prepare([p.resolution for p in plan.phases])
     model = build_model(cfg.model, source.channels, source.num_classes).to(device)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
@@ -164,6 +165,12 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     pos = _Position()
     saved = checkpoint.load(ckpt_dir, device) if cfg.checkpoint.resume else None
     if saved is not None:
+        changed = checkpoint.config_changes(saved["config"], config_to_dict(cfg))
+        if changed:
+            raise ConfigError("", "checkpoint.dir",
+                              f"{ckpt_dir / checkpoint.LAST} was written by a different run "
+                              f"({', '.join(changed[:3])} differ); resume only the same run, or "
+                              "use a new run_dir or checkpoint.resume: false")
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         precision.scaler.load_state_dict(saved["scaler"])

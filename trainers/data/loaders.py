@@ -31,6 +31,8 @@ class DataPipeline(Protocol):
 
     def val_batches(self, resolution: int) -> Iterator[Batch]: ...
 
+    def prepare(self, resolutions: list[int]) -> None: ...
+
 
 class _Base:
     def __init__(self, source: ImageSource, cfg: DataConfig, train_indices: np.ndarray, seed: int,
@@ -45,6 +47,12 @@ class _Base:
         if (name, resolution) not in self._splits:
             self._splits[name, resolution] = decoded_split(self.source, name, resolution, self.cache_dir)
         return self._splits[name, resolution]
+
+    def prepare(self, resolutions: list[int]) -> None:
+        """Decode every split the run will need up front, so no epoch pays for it."""
+        for resolution in sorted(set(resolutions)):
+            for name in ("train", "val"):
+                self._split(name, resolution)
 
     def _norm(self, resolution: int) -> tuple[torch.Tensor, torch.Tensor]:
         if resolution not in self._stats:

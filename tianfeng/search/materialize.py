@@ -1,0 +1,111 @@
+"""From sampled parameter values and a fidelity rung to the RunConfig the engine runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tianfeng.search.expressions import ExpressionError
+from tianfeng.search.space import Fidelity, PhasesTemplate, SearchSpace, round_resolution
+from trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
+
+
+def is_active(param, values: dict[str, Any]) -> bool:
+    """A conditional parameter is active when its `when` holds for the values sampled so far."""
+    if param.when is None:
+        return True
+    try:
+        return bool(param.when.evaluate(values))
+    except ExpressionError:  # it reads a parameter that is itself inactive
+        return False
+
+
+def _set_path(tree: dict[str, Any], key_path: str, value: Any) -> None:
+    *parents, last = key_path.split(".")
+    node = tree
+    for part in parents:
+        node = node[part]
+    current = node.get(last)
+    if isinstance(current, int) and not isinstance(current, bool) and isinstance(value, float) \
+            and value.is_integer():
+        value = int(value)  # `batch / 2` is a float; an integer field wants an int
+    node[last] = value
+
+
+def split_epochs(total: int, weights: list[float]) -> list[int]:
+    """`total` epochs in proportion to `weights`, each part at least 1 (largest remainder)."""
+    if total < len(weights):
+        raise ConfigError("", "phases", f"{total} epochs cannot fill {len(weights)} phases")
+    spare = total - len(weights)
+    exact = [spare * w / sum(weights) for w in weights]
+    parts = [int(x) for x in exact]
+    by_remainder = sorted(range(len(weights)), key=lambda i: exact[i] - parts[i], reverse=True)
+    for i in by_remainder[: spare - sum(parts)]:
+        parts[i] += 1
+    return [p + 1 for p in parts]
+
+
+def build_phases(t: PhasesTemplate, env: dict[str, Any], total_epochs: int) -> list[dict[str, int]]:
+    """Progressive resizing: `stages` phases from start to end resolution; the last phase gets
+    `final_stage_fraction` of the epochs; batch optionally grows as resolution shrinks (same
+    pixels per batch, as in the fast.ai ImageNet record)."""
+    stages = int(t.stages.evaluate(env))
+    if stages < 1:
+        raise ConfigError("", "phases.stages", f"must be >= 1, got {stages}")
+    start, end = t.start_resolution.evaluate(env), t.end_resolution.evaluate(env)
+    batch = int(t.batch_size.evaluate(env))
+    if stages == 1:
+        return [{"epochs": total_epochs, "resolution": round_resolution(end), "batch_size": batch}]
+    final = float(t.final_stage_fraction.evaluate(env))
+    if not 0 < final < 1:
+        raise ConfigError("", "phases.final_stage_fraction", f"must be between 0 and 1, got {final:g}")
+    weights = [(1 - final) / (stages - 1)] * (stages - 1) + [final]
+    epochs = split_epochs(total_epochs, weights)
+    scale_batch = bool(t.scale_batch_with_resolution.evaluate(env))
+    phases = []
+    for i, e in enumerate(epochs):
+        res = round_resolution(start + (end - start) * i / (stages - 1))
+        b = max(8, int(8 * round(batch * (end / res) ** 2 / 8))) if scale_batch else batch
+        phases.append({"epochs": e, "resolution": res, "batch_size": b})
+    return phases
+
+
+def apply_fidelity(raw: dict[str, Any], f: Fidelity) -> None:
+    """Shrink a run to a proxy rung: fewer epochs (the schedule compressed in proportion),
+    lower resolution, a data subset, a narrower model, a cheaper precision."""
+    total = sum(p["epochs"] for p in raw["phases"])
+    if f.epochs is not None and f.epochs != total:
+        ratio = f.epochs / total
+        for p, e in zip(raw["phases"], split_epochs(f.epochs, [p["epochs"] for p in raw["phases"]]),
+                        strict=True):
+            p["epochs"] = e
+        raw["schedule"]["warmup_epochs"] = raw["schedule"]["warmup_epochs"] * ratio
+        raw["schedule"]["step_milestones"] = [m * ratio for m in raw["schedule"]["step_milestones"]]
+    for p in raw["phases"]:
+        p["resolution"] = round_resolution(p["resolution"] * f.resolution_scale)
+    raw["data"]["fraction"] = raw["data"]["fraction"] * f.data_fraction
+    if raw["model"]["name"] == "resnet_small":
+        raw["model"]["width"] = max(2, round(raw["model"]["width"] * f.width_scale))
+    if f.precision != "auto" or raw["precision"]["mode"] == "auto":
+        raw["precision"]["mode"] = f.precision
+
+
+def build_config(space: SearchSpace, values: dict[str, Any], rung: str, *, name: str | None = None,
+                 run_dir: str | None = None) -> RunConfig:
+    raw = config_to_dict(space.base)
+    env = dict(values)
+    for key, expr in space.assignments.items():
+        try:
+            value = expr.evaluate(env)
+        except ExpressionError:
+            if expr.names <= env.keys():
+                raise
+            continue  # it reads an inactive parameter: the base value stays
+        _set_path(raw, key, value)
+    if space.phases is not None:
+        raw["phases"] = build_phases(space.phases, env, sum(p.epochs for p in space.base.phases))
+    apply_fidelity(raw, space.fidelities[rung])
+    if name is not None:
+        raw["name"] = name
+    if run_dir is not None:
+        raw["run_dir"] = run_dir
+    return config_from_dict(raw, f"{space.path} [{rung}]")

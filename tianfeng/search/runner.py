@@ -1,0 +1,189 @@
+"""Running a study: storage, study creation with priors, local worker processes, the trial budget."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
+
+from tianfeng.search.objective import ProxyObjective
+from tianfeng.search.registry import PRUNERS, SAMPLERS
+from tianfeng.search.space import SearchSpace, load_space
+from trainers.config import ConfigError
+
+log = logging.getLogger("tianfeng.search")
+
+DEFAULT_STORAGE = "sqlite:///tianfeng.db"
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def open_storage(url: str, heartbeat_s: int = 10, grace_s: int = 60) -> RDBStorage:
+    """Optuna's RDB storage with heartbeats: a trial whose worker died goes stale after `grace_s`
+    and is queued again with the same parameters (up to twice), resuming its checkpoint."""
+    engine_kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
+                      grace_period=grace_s,
+                      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                          max_retry=2, inherit_intermediate_values=True))
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """Everything a worker process needs; plain values, so it crosses a process boundary."""
+    space_path: str
+    data: str | None
+    storage: str
+    study: str
+    sampler: str
+    pruner: str
+    seed: int
+    trials: int
+    timeout_s: float | None
+    runs_root: str
+    rung: str
+    heartbeat_s: int = 10
+    grace_s: int = 60
+    verbose: bool = False
+
+
+def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool) -> optuna.Study:
+    storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
+    exists = plan.study in optuna.get_all_study_names(storage)
+    if exists and not resume:
+        raise ConfigError("--study", plan.study, f"already exists in {plan.storage}; pass --resume to "
+                          "continue it or choose another --study name")
+    if not exists and resume:
+        raise ConfigError("--study", plan.study, f"no such study in {plan.storage} to resume")
+    study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
+                                direction=space.objective.direction,
+                                sampler=SAMPLERS[plan.sampler](space, plan.seed),
+                                pruner=PRUNERS[plan.pruner](_rung_epochs(space, plan.rung)))
+    if not exists:
+        attrs = {"kind": "search", "space_path": space.path, "space_yaml": Path(space.path).read_text(),
+                 "data": plan.data or space.base.data.source, "rung": plan.rung,
+                 "sampler": plan.sampler, "pruner": plan.pruner,
+                 "metric": space.objective.metric, "runs_root": plan.runs_root,
+                 "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+        for key, value in attrs.items():
+            study.set_user_attr(key, value)
+        for prior in space.priors:
+            study.enqueue_trial(prior.params, user_attrs={"prior": prior.name})
+        if space.priors:
+            log.info("enqueued %d published recipes as the first trials: %s", len(space.priors),
+                     ", ".join(p.name for p in space.priors))
+    return study
+
+
+def _rung_epochs(space: SearchSpace, rung: str) -> int:
+    return space.fidelities[rung].epochs or space.base.total_epochs
+
+
+def finished_count(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+class _Budget:
+    """Stops a worker once the study holds `trials` finished or running trials (all workers)."""
+
+    def __init__(self, trials: int) -> None:
+        self.trials = trials
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        states = (*FINISHED, TrialState.RUNNING)
+        if len(study.get_trials(deepcopy=False, states=states)) >= self.trials:
+            study.stop()
+
+
+class _TrialLogger:
+    def __init__(self, metric: str) -> None:
+        self.metric = metric
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        params = "  ".join(f"{k}={_short(v)}" for k, v in trial.params.items())
+        took = (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete else 0
+        if trial.state == TrialState.COMPLETE:
+            try:
+                best = study.best_trial
+                best_text = f"best {best.value:.4g} (#{best.number})"
+            except ValueError:
+                best_text = ""
+            log.info("trial %d complete  %s %.4g  %s  %.1fs  %s", trial.number, self.metric,
+                     trial.value, best_text, took, params)
+        elif trial.state == TrialState.PRUNED:
+            last = max(trial.intermediate_values) if trial.intermediate_values else 0
+            why = "diverged" if trial.user_attrs.get("status") == "diverged" else f"at epoch {last}"
+            log.info("trial %d pruned %s  %.1fs  %s", trial.number, why, took, params)
+        else:
+            reason = trial.system_attrs.get("fail_reason", "")
+            log.warning("trial %d %s  %.1fs  %s  %s", trial.number, trial.state.name.lower(), took,
+                        params, reason.strip().splitlines()[-1] if reason else "")
+
+
+def _short(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None) -> None:
+    """One worker: run trials of the study until the budget or the timeout is reached."""
+    from tianfeng.logs import setup_logging
+
+    if worker > 0:  # a spawned process: set up logging and the worker's share of the cores
+        setup_logging()
+    if not plan.verbose:  # per-trial lines only; the engine's epoch lines with --verbose
+        logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = load_space(plan.space_path, data=plan.data)
+    storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
+    study = optuna.load_study(study_name=plan.study, storage=storage,
+                              sampler=SAMPLERS[plan.sampler](space, plan.seed + worker),
+                              pruner=PRUNERS[plan.pruner](_rung_epochs(space, plan.rung)))
+    budget = _Budget(plan.trials)
+    if len(study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))) >= plan.trials:
+        return
+    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
+    study.optimize(objective, timeout=plan.timeout_s, callbacks=[budget, _TrialLogger(space.objective.metric)],
+                   catch=(RuntimeError, ValueError))
+
+
+def run_search(plan: SearchPlan, workers: int, *, resume: bool) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = load_space(plan.space_path, data=plan.data)
+    study = open_study(plan, space, resume=resume)
+    done = finished_count(study)
+    log.info("study %s: %d of %d trials done; sampler %s, pruner %s, rung %s, %d worker(s)",
+             plan.study, done, plan.trials, plan.sampler, plan.pruner, plan.rung, workers)
+    if workers <= 1:
+        run_worker(plan)
+        return study
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=run_worker, args=(plan, i + 1, threads), name=f"tianfeng-worker-{i + 1}")
+             for i in range(workers)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join()
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join()
+        raise
+    failed = [p.name for p in procs if p.exitcode not in (0, None)]
+    if failed:
+        log.warning("worker(s) %s exited abnormally; their running trials will be retried on --resume",
+                    ", ".join(failed))
+    return study
+

@@ -1,0 +1,424 @@
+"""Search spaces: the YAML file that says what a study searches and how cheaply.
+
+A space has a `base` run config, sampled `parameters` (float, int, categorical, fixed; optionally
+conditional with `when`), `set` (config key paths filled from parameters by safe expressions),
+an optional `phases` template (schedule-valued parameters: stages, resolutions, batch sizes),
+`fidelities` (the proxy ladder and the full-fidelity `target`), the `objective`, and `priors`
+(published recipes enqueued as the first trials). Everything is checked at load time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tianfeng.search.expressions import Expression, ExpressionError
+from trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
+from trainers.engine import EpochMetrics
+
+PARAMETER_TYPES = ("float", "int", "categorical", "fixed")
+METRICS = tuple(f for f in EpochMetrics.__dataclass_fields__ if f not in ("epoch", "phase"))
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: tuple[Any, ...] = ()
+    value: Any = None
+    when: Expression | None = None
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Proxy knobs: each shrinks the base run; the target rung is the run promotion aims at."""
+    name: str
+    epochs: int | None = None  # total epochs; None keeps the base's
+    resolution_scale: float = 1.0
+    data_fraction: float = 1.0
+    width_scale: float = 1.0
+    precision: str = "auto"
+
+
+@dataclass(frozen=True)
+class PhasesTemplate:
+    stages: Expression
+    start_resolution: Expression
+    end_resolution: Expression
+    batch_size: Expression
+    final_stage_fraction: Expression
+    scale_batch_with_resolution: Expression
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str = "val_top1"
+    direction: str = "maximize"
+    at: str = "final"  # final | best (over epochs)
+    constraints: tuple[Expression, ...] = ()
+
+
+@dataclass(frozen=True)
+class Prior:
+    name: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    path: str
+    name: str
+    base: RunConfig
+    parameters: tuple[Parameter, ...]
+    assignments: dict[str, Expression]  # config key path -> expression
+    phases: PhasesTemplate | None
+    fidelities: dict[str, Fidelity]
+    search_fidelity: str
+    objective: Objective
+    priors: tuple[Prior, ...] = field(default=())
+
+    @property
+    def target(self) -> Fidelity:
+        return self.fidelities["target"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+class _Reader:
+    """Reads one mapping of the file, turning every problem into a ConfigError with its key path."""
+
+    def __init__(self, source: str, path: str, raw: Any, allowed: tuple[str, ...]) -> None:
+        if not isinstance(raw, dict):
+            raise ConfigError(source, path or "(top level)", f"must be a mapping with keys {', '.join(allowed)}")
+        unknown = sorted(set(map(str, raw)) - set(allowed))
+        if unknown:
+            raise ConfigError(source, self._join(path, unknown[0]),
+                              f"unknown key; allowed: {', '.join(allowed)}")
+        self.source, self.path, self.raw = source, path, raw
+
+    @staticmethod
+    def _join(path: str, key: str) -> str:
+        return f"{path}.{key}" if path else key
+
+    def key(self, name: str) -> str:
+        return self._join(self.path, name)
+
+    def error(self, name: str, message: str) -> ConfigError:
+        return ConfigError(self.source, self.key(name), message)
+
+    def number(self, name: str, default: Any = None, *, required: bool = False, integer: bool = False,
+               gt: float | None = None, ge: float | None = None, le: float | None = None) -> Any:
+        if name not in self.raw:
+            if required:
+                raise self.error(name, "is required")
+            return default
+        value = self.raw[name]
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        kind = "an integer" if integer else "a number"
+        if isinstance(value, bool) or not isinstance(value, int | float) or (
+                integer and not float(value).is_integer()):
+            raise self.error(name, f"must be {kind}; got {value!r}")
+        if (gt is not None and not value > gt) or (ge is not None and not value >= ge) or (
+                le is not None and not value <= le):
+            bounds = " and ".join(f"{s} {b:g}" for s, b in ((">", gt), (">=", ge), ("<=", le)) if b is not None)
+            raise self.error(name, f"must be {bounds}, got {value!r}")
+        return int(value) if integer else value
+
+    def choice(self, name: str, allowed: tuple[str, ...], default: str) -> str:
+        value = self.raw.get(name, default)
+        if value not in allowed:
+            raise self.error(name, f"must be one of {', '.join(allowed)}; got {value!r}")
+        return value
+
+    def expression(self, name: str, default: Any = None, *, required: bool = False) -> Expression:
+        if name not in self.raw and required:
+            raise self.error(name, "is required")
+        value = self.raw.get(name, default)
+        text = value if isinstance(value, str) else repr(value)
+        if isinstance(value, str) and not _looks_like_expression(value):
+            text = repr(value)  # a bare string value such as `lars` is a literal
+        try:
+            return Expression(text)
+        except ExpressionError as exc:
+            raise self.error(name, str(exc)) from None
+
+
+def _looks_like_expression(text: str) -> bool:
+    try:
+        Expression(text)
+        return True
+    except ExpressionError:
+        return False
+
+
+def _read_parameter(source: str, name: str, raw: Any) -> Parameter:
+    path = f"parameters.{name}"
+    if not isinstance(raw, dict):
+        raise ConfigError(source, path, f"must be a mapping with a type ({', '.join(PARAMETER_TYPES)})")
+    kind = raw.get("type")
+    if kind not in PARAMETER_TYPES:
+        raise ConfigError(source, f"{path}.type", f"must be one of {', '.join(PARAMETER_TYPES)}; got {kind!r}")
+    allowed = {"float": ("type", "low", "high", "log", "step", "when"),
+               "int": ("type", "low", "high", "log", "step", "when"),
+               "categorical": ("type", "choices", "when"),
+               "fixed": ("type", "value", "when")}[kind]
+    r = _Reader(source, path, raw, allowed)
+    when = r.expression("when") if "when" in raw else None
+    if kind == "fixed":
+        if "value" not in raw:
+            raise r.error("value", "is required for a fixed parameter")
+        return Parameter(name, kind, value=raw["value"], when=when)
+    if kind == "categorical":
+        choices = raw.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise r.error("choices", "must be a non-empty list")
+        if any(isinstance(c, dict | list) for c in choices):
+            raise r.error("choices", "must hold numbers, strings or booleans")
+        if len(set(map(repr, choices))) != len(choices):
+            raise r.error("choices", f"must not repeat a value; got {choices}")
+        return Parameter(name, kind, choices=tuple(choices), when=when)
+    integer = kind == "int"
+    low = r.number("low", required=True, integer=integer)
+    high = r.number("high", required=True, integer=integer)
+    if not high > low:
+        raise r.error("high", f"must be > low ({low:g}), got {high:g}")
+    log = raw.get("log", False)
+    if not isinstance(log, bool):
+        raise r.error("log", f"must be true or false; got {log!r}")
+    if log and low <= 0:
+        raise r.error("low", f"must be > 0 when log is true, got {low:g}")
+    step = r.number("step", integer=integer, gt=0)
+    if step is not None and log:
+        raise r.error("step", "cannot be combined with log: true")
+    return Parameter(name, kind, low=low, high=high, log=log, step=step, when=when)
+
+
+def _read_fidelity(source: str, name: str, raw: Any) -> Fidelity:
+    r = _Reader(source, f"fidelities.{name}", raw,
+                ("epochs", "resolution_scale", "data_fraction", "width_scale", "precision"))
+    return Fidelity(name=name,
+                    epochs=r.number("epochs", integer=True, ge=1),
+                    resolution_scale=r.number("resolution_scale", 1.0, gt=0, le=4),
+                    data_fraction=r.number("data_fraction", 1.0, gt=0, le=1),
+                    width_scale=r.number("width_scale", 1.0, gt=0, le=8),
+                    precision=r.choice("precision", PRECISIONS, "auto"))
+
+
+def load_space(path: str | Path, *, data: str | None = None) -> SearchSpace:
+    """Load and check a space file; `data` replaces the base run's data.source."""
+    source = str(path)
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(source, "", f"{f'line {mark.line + 1}: ' if mark else ''}not valid YAML") from None
+    top = _Reader(source, "", raw, ("name", "description", "base", "parameters", "set", "phases",
+                                     "fidelities", "search_fidelity", "objective", "priors"))
+    name = raw.get("name", Path(path).stem)
+    if not isinstance(name, str) or not name.replace("-", "_").replace(".", "_").isidentifier():
+        raise top.error("name", f"must be a word of letters, digits, - _ or .; got {name!r}")
+
+    base_raw = raw.get("base") or {}
+    if not isinstance(base_raw, dict):
+        raise top.error("base", "must be a run config mapping (as for tianfeng train --config)")
+    base_raw = dict(base_raw)
+    if data is not None:
+        base_raw["data"] = {**(base_raw.get("data") or {}), "source": data}
+    try:
+        base = config_from_dict(base_raw, source)
+    except ConfigError as exc:
+        raise ConfigError(source, f"base.{exc.key_path}", exc.message) from None
+
+    params_raw = raw.get("parameters") or {}
+    if not isinstance(params_raw, dict) or not params_raw:
+        raise top.error("parameters", "must map at least one parameter name to its definition")
+    parameters = tuple(_read_parameter(source, str(n), p) for n, p in params_raw.items())
+    names = {p.name for p in parameters}
+    earlier: set[str] = set()
+    for p in parameters:
+        if p.when is not None:
+            unknown = sorted(p.when.names - earlier)
+            if unknown:
+                raise ConfigError(source, f"parameters.{p.name}.when",
+                                  f"unknown name {unknown[0]!r}; a condition reads parameters listed "
+                                  f"above it: {', '.join(sorted(earlier)) or 'none'}")
+        earlier.add(p.name)
+
+    assignments = _read_assignments(source, raw.get("set") or {}, names, base)
+    phases = _read_phases(source, raw.get("phases"), names)
+    fidelities = _read_fidelities(source, raw.get("fidelities"))
+    search_fidelity = raw.get("search_fidelity", next(iter(fidelities)))
+    if search_fidelity not in fidelities:
+        raise top.error("search_fidelity", f"must be one of {', '.join(fidelities)}; got {search_fidelity!r}")
+    objective = _read_objective(source, raw.get("objective") or {})
+    priors = _read_priors(source, raw.get("priors") or [], parameters)
+    space = SearchSpace(source, name, base, parameters, assignments, phases, fidelities,
+                        search_fidelity, objective, priors)
+    _check_builds(space)
+    return space
+
+
+def _read_assignments(source: str, raw: Any, names: set[str], base: RunConfig) -> dict[str, Expression]:
+    if not isinstance(raw, dict):
+        raise ConfigError(source, "set", "must map config key paths (e.g. optimizer.lr) to expressions")
+    known = _config_paths(config_to_dict(base))
+    out = {}
+    for key, value in raw.items():
+        key = str(key)
+        if key not in known:
+            close = sorted(k for k in known if k.split(".")[-1] == key.split(".")[-1])
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(source, f"set.{key}", f"is not a run config key{hint}")
+        if key == "phases" or key.startswith("phases."):
+            raise ConfigError(source, f"set.{key}", "phases are built by the phases: section")
+        r = _Reader(source, "set", raw, tuple(map(str, raw)))
+        expr = r.expression(key)
+        unknown = sorted(expr.names - names)
+        if unknown:
+            raise ConfigError(source, f"set.{key}",
+                              f"unknown name {unknown[0]!r}; parameters are: {', '.join(sorted(names))}")
+        out[key] = expr
+    return out
+
+
+def _config_paths(tree: dict[str, Any], prefix: str = "") -> set[str]:
+    paths = set()
+    for k, v in tree.items():
+        path = f"{prefix}{k}"
+        paths.add(path)
+        if isinstance(v, dict):
+            paths |= _config_paths(v, f"{path}.")
+    return paths
+
+
+def _read_phases(source: str, raw: Any, names: set[str]) -> PhasesTemplate | None:
+    if raw is None:
+        return None
+    keys = ("stages", "start_resolution", "end_resolution", "batch_size", "final_stage_fraction",
+            "scale_batch_with_resolution")
+    r = _Reader(source, "phases", raw, keys)
+    defaults = {"stages": 1, "final_stage_fraction": 0.25, "scale_batch_with_resolution": False}
+    exprs = {}
+    for key in keys:
+        expr = r.expression(key, defaults.get(key), required=key not in defaults)
+        unknown = sorted(expr.names - names)
+        if unknown:
+            raise r.error(key, f"unknown name {unknown[0]!r}; parameters are: {', '.join(sorted(names))}")
+        exprs[key] = expr
+    return PhasesTemplate(**exprs)
+
+
+def _read_fidelities(source: str, raw: Any) -> dict[str, Fidelity]:
+    if not isinstance(raw, dict) or "target" not in raw:
+        raise ConfigError(source, "fidelities", "must map rung names to proxy knobs and include "
+                                                "`target`, the full-fidelity run")
+    rungs = {str(n): _read_fidelity(source, str(n), f or {}) for n, f in raw.items()}
+    if len(rungs) < 2:
+        raise ConfigError(source, "fidelities", "must list at least one proxy rung besides target")
+    return {n: f for n, f in rungs.items() if n != "target"} | {"target": rungs["target"]}
+
+
+def _read_objective(source: str, raw: Any) -> Objective:
+    r = _Reader(source, "objective", raw, ("metric", "direction", "at", "constraints"))
+    metric = r.choice("metric", METRICS, "val_top1")
+    direction = r.choice("direction", ("maximize", "minimize"), "maximize")
+    at = r.choice("at", ("final", "best"), "final")
+    constraints_raw = raw.get("constraints") or []
+    if not isinstance(constraints_raw, list):
+        raise r.error("constraints", "must be a list of conditions such as 'samples_per_s >= 500'")
+    constraints = []
+    for i, text in enumerate(constraints_raw):
+        try:
+            expr = Expression(str(text))
+        except ExpressionError as exc:
+            raise r.error(f"constraints.{i}", str(exc)) from None
+        unknown = sorted(expr.names - set(METRICS))
+        if unknown:
+            raise r.error(f"constraints.{i}", f"unknown metric {unknown[0]!r}; allowed: {', '.join(METRICS)}")
+        constraints.append(expr)
+    return Objective(metric, direction, at, tuple(constraints))
+
+
+def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...]) -> tuple[Prior, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(source, "priors", "must be a list of {name, params}")
+    by_name = {p.name: p for p in parameters}
+    priors = []
+    for i, item in enumerate(raw):
+        r = _Reader(source, f"priors.{i}", item, ("name", "params"))
+        params = item.get("params")
+        if not isinstance(params, dict):
+            raise r.error("params", "must map parameter names to values")
+        for key, value in params.items():
+            p = by_name.get(key)
+            if p is None:
+                raise r.error(f"params.{key}", f"is not a parameter; parameters are: {', '.join(by_name)}")
+            if not _value_fits(p, value):
+                raise r.error(f"params.{key}", f"{value!r} is outside the parameter's {_domain(p)}")
+        priors.append(Prior(str(item.get("name", f"prior-{i}")), dict(params)))
+    return tuple(priors)
+
+
+def _value_fits(p: Parameter, value: Any) -> bool:
+    if p.type == "categorical":
+        return value in p.choices
+    if p.type == "fixed":
+        return value == p.value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return p.low <= value <= p.high and (p.type != "int" or float(value).is_integer())
+
+
+def _domain(p: Parameter) -> str:
+    if p.type == "categorical":
+        return f"choices {list(p.choices)}"
+    if p.type == "fixed":
+        return f"fixed value {p.value!r}"
+    return f"range [{p.low:g}, {p.high:g}]"
+
+
+def _check_builds(space: SearchSpace) -> None:
+    """Build the config of the lowest and highest corner at every rung, so errors that only a
+    combination reveals (a batch above the data size, warm-up beyond the epochs) show at load."""
+    from tianfeng.search.materialize import build_config, is_active
+
+    for corner in ("low", "high"):
+        values: dict[str, Any] = {}
+        for p in space.parameters:
+            if not is_active(p, values):
+                continue
+            if p.type == "fixed":
+                values[p.name] = p.value
+            elif p.type == "categorical":
+                values[p.name] = p.choices[0] if corner == "low" else p.choices[-1]
+            else:
+                values[p.name] = p.low if corner == "low" else p.high
+        for rung in space.fidelities:
+            try:
+                build_config(space, values, rung)
+            except (ConfigError, ExpressionError) as exc:
+                detail = str(exc.with_source(space.path)) if isinstance(exc, ConfigError) else str(exc)
+                raise ConfigError(space.path, f"fidelities.{rung}",
+                                  f"the {corner} corner of the space gives a bad run: {detail}") from None
+
+
+def round_resolution(value: float) -> int:
+    """Resolutions snap to multiples of 4 (at least 8), the granularity strided nets need."""
+    return max(8, int(4 * round(value / 4)))
+

@@ -1,0 +1,101 @@
+"""`tianfeng search`: run (or resume) a study over a search space with cheap proxy runs."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import optuna
+
+from tianfeng.search.runner import FINISHED, SearchPlan, run_search
+from tianfeng.search.space import load_space
+from trainers.config import ConfigError
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
+
+
+def parse_duration(text: str | None) -> float | None:
+    """`90`, `90s`, `10m`, `1.5h` -> seconds."""
+    if text is None:
+        return None
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise ConfigError("--timeout", "", f"must look like 90s, 10m or 1h; got {text!r}")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+
+
+def run_search_command(args) -> int:
+    space = load_space(args.space, data=args.data)
+    rung = args.fidelity or space.search_fidelity
+    if rung not in space.fidelities:
+        raise ConfigError("--fidelity", "", f"must be one of {', '.join(space.fidelities)}; got {rung!r}")
+    if args.trials < 1:
+        raise ConfigError("--trials", "", f"must be >= 1, got {args.trials}")
+    if args.workers < 1:
+        raise ConfigError("--workers", "", f"must be >= 1, got {args.workers}")
+    plan = SearchPlan(space_path=str(args.space), data=args.data, storage=args.storage,
+                      study=args.study or space.name, sampler=args.sampler, pruner=args.pruner,
+                      seed=args.seed, trials=args.trials, timeout_s=parse_duration(args.timeout),
+                      runs_root=str(args.runs_dir), rung=rung, heartbeat_s=args.heartbeat_s,
+                      grace_s=args.grace_s, verbose=args.verbose)
+    try:
+        study = run_search(plan, args.workers, resume=args.resume)
+    except KeyboardInterrupt:
+        print(f"tianfeng: interrupted; finished trials are saved in {plan.storage}. Continue with:\n"
+              f"  tianfeng search --space {args.space} --study {plan.study} --storage {plan.storage} --resume",
+              file=sys.stderr)
+        return 130
+    study = optuna.load_study(study_name=plan.study, storage=plan.storage)
+    return print_summary(study, plan)
+
+
+def print_summary(study: optuna.Study, plan: SearchPlan) -> int:
+    trials = study.get_trials(deepcopy=False)
+    counts = {s.name.lower(): sum(t.state == s for t in trials) for s in optuna.trial.TrialState}
+    done = [t for t in trials if t.state in FINISHED]
+    print(f"study {plan.study}: {len(done)} trials finished "
+          f"({counts['complete']} complete, {counts['pruned']} pruned, {counts['fail']} failed)")
+    try:
+        best = study.best_trial
+    except ValueError:
+        print("no trial completed: nothing to promote", file=sys.stderr)
+        return 1
+    metric = study.user_attrs.get("metric", "value")
+    print(f"best trial: #{best.number}  {metric} {best.value:.4f}"
+          + (f"  (prior: {best.user_attrs['prior']})" if "prior" in best.user_attrs else ""))
+    for key, value in best.params.items():
+        print(f"  {key}: {value:.6g}" if isinstance(value, float) else f"  {key}: {value}")
+    storage = "" if plan.storage == "sqlite:///tianfeng.db" else f" --storage {plan.storage}"
+    print(f"promote it with:\n  tianfeng promote {best.number} --study {plan.study}{storage}")
+    return 0
+
+
+def add_search_arguments(parser) -> None:
+    from tianfeng.search.registry import PRUNERS, SAMPLERS
+    from tianfeng.search.runner import DEFAULT_STORAGE
+
+    parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
+    parser.add_argument("--data", default=None, help="replace the space's data source (digits, synthetic, imagefolder:DIR)")
+    parser.add_argument("--study", default=None, help="study name (default: the space's name)")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL of the study database (default {DEFAULT_STORAGE}); "
+                        "postgresql://... for many workers or machines")
+    parser.add_argument("--sampler", choices=sorted(SAMPLERS), default="tpe")
+    parser.add_argument("--pruner", choices=sorted(PRUNERS), default="asha")
+    parser.add_argument("--trials", type=int, default=24, help="the study's trial budget, counting trials already done (default 24)")
+    parser.add_argument("--timeout", default=None, help="stop starting trials after this long: 90s, 10m, 1h")
+    parser.add_argument("--workers", type=int, default=1, help="local worker processes sharing the study")
+    parser.add_argument("--fidelity", default=None, help="the rung trials run at (default: the space's search_fidelity)")
+    parser.add_argument("--resume", action="store_true", help="continue an existing study")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where trial run directories go (default runs/)")
+    parser.add_argument("--verbose", action="store_true", help="also log every epoch of every trial")
+    parser.add_argument("--heartbeat-s", type=int, default=10, help=argparse_suppress())
+    parser.add_argument("--grace-s", type=int, default=60,
+                        help="seconds without a heartbeat before a trial counts as dead and is retried (default 60)")
+
+
+def argparse_suppress() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
