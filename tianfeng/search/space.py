@@ -9,6 +9,7 @@ an optional `phases` template (schedule-valued parameters: stages, resolutions, 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,10 +125,8 @@ class _Reader:
             return default
         value = self.raw[name]
         if isinstance(value, str):
-            try:
+            with contextlib.suppress(ValueError):
                 value = float(value)
-            except ValueError:
-                pass
         kind = "an integer" if integer else "a number"
         if isinstance(value, bool) or not isinstance(value, int | float) or (
                 integer and not float(value).is_integer()):
@@ -279,7 +278,7 @@ def _read_assignments(source: str, raw: Any, names: set[str], base: RunConfig) -
         raise ConfigError(source, "set", "must map config key paths (e.g. optimizer.lr) to expressions")
     known = _config_paths(config_to_dict(base))
     out = {}
-    for key, value in raw.items():
+    for key, _value in raw.items():
         key = str(key)
         if key not in known:
             close = sorted(k for k in known if k.split(".")[-1] == key.split(".")[-1])
