@@ -147,21 +147,14 @@ class _Reader:
         if name not in self.raw and required:
             raise self.error(name, "is required")
         value = self.raw.get(name, default)
-        text = value if isinstance(value, str) else repr(value)
-        if isinstance(value, str) and not _looks_like_expression(value):
-            text = repr(value)  # a bare string value such as `lars` is a literal
+        if isinstance(value, bool | int | float):
+            value = repr(value)
+        if not isinstance(value, str):
+            raise self.error(name, f"must be a number or an expression; got {value!r}")
         try:
-            return Expression(text)
+            return Expression(value)
         except ExpressionError as exc:
             raise self.error(name, str(exc)) from None
-
-
-def _looks_like_expression(text: str) -> bool:
-    try:
-        Expression(text)
-        return True
-    except ExpressionError:
-        return False
 
 
 def _read_parameter(source: str, name: str, raw: Any) -> Parameter:
@@ -291,7 +284,7 @@ def _read_assignments(source: str, raw: Any, names: set[str], base: RunConfig) -
         unknown = sorted(expr.names - names)
         if unknown:
             raise ConfigError(source, f"set.{key}",
-                              f"unknown name {unknown[0]!r}; parameters are: {', '.join(sorted(names))}")
+                              _unknown(unknown[0], names))
         out[key] = expr
     return out
 
@@ -318,7 +311,7 @@ def _read_phases(source: str, raw: Any, names: set[str]) -> PhasesTemplate | Non
         expr = r.expression(key, defaults.get(key), required=key not in defaults)
         unknown = sorted(expr.names - names)
         if unknown:
-            raise r.error(key, f"unknown name {unknown[0]!r}; parameters are: {', '.join(sorted(names))}")
+            raise r.error(key, _unknown(unknown[0], names))
         exprs[key] = expr
     return PhasesTemplate(**exprs)
 
@@ -415,6 +408,11 @@ def _check_builds(space: SearchSpace) -> None:
                 detail = str(exc.with_source(space.path)) if isinstance(exc, ConfigError) else str(exc)
                 raise ConfigError(space.path, f"fidelities.{rung}",
                                   f"the {corner} corner of the space gives a bad run: {detail}") from None
+
+
+def _unknown(name: str, names: set[str]) -> str:
+    return (f"unknown name {name!r}; parameters are: {', '.join(sorted(names))} "
+            f"(quote a literal string twice: \"'{name}'\")")
 
 
 def round_resolution(value: float) -> int:

@@ -1,0 +1,150 @@
+"""Space files: malformed ones fail at load with file, key path and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from tests.search.conftest import TINY_SPACE, write_space
+from tianfeng.search.expressions import Expression, ExpressionError
+from tianfeng.search.materialize import build_config, build_phases, is_active, split_epochs
+from tianfeng.search.space import load_space
+from trainers.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def mutate(path: str, value) -> dict:
+    space = copy.deepcopy(TINY_SPACE)
+    *parents, last = path.split("/")
+    node = space
+    for p in parents:
+        node = node[p]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return space
+
+
+DELETE = object()
+
+MALFORMED = [
+    ("parameters/base_lr/type", "number", "parameters.base_lr.type", "must be one of float, int, categorical, fixed"),
+    ("parameters/base_lr/low", DELETE, "parameters.base_lr.low", "is required"),
+    ("parameters/base_lr/high", 0.01, "parameters.base_lr.high", "must be > low"),
+    ("parameters/base_lr/low", -1.0, "parameters.base_lr.low", "must be > 0 when log is true"),
+    ("parameters/base_lr/log", "yes", "parameters.base_lr.log", "must be true or false"),
+    ("parameters/base_lr/spread", 2, "parameters.base_lr.spread", "unknown key; allowed: type, low, high, log, step, when"),
+    ("parameters/warmup_epochs/step", -0.5, "parameters.warmup_epochs.step", "must be > 0"),
+    ("parameters/batch_size/choices", [], "parameters.batch_size.choices", "must be a non-empty list"),
+    ("parameters/batch_size/choices", [64, 64], "parameters.batch_size.choices", "must not repeat a value"),
+    ("parameters/momentum/value", DELETE, "parameters.momentum.value", "is required for a fixed parameter"),
+    ("parameters/trust_coefficient/when", "optimiser == 'lars'", "parameters.trust_coefficient.when", "unknown name 'optimiser'"),
+    ("parameters/trust_coefficient/when", "__import__('os')", "parameters.trust_coefficient.when", "is not allowed"),
+    ("parameters", {}, "parameters", "must map at least one parameter"),
+    ("set/optimizer.learning_rate", "base_lr", "set.optimizer.learning_rate", "is not a run config key"),
+    ("set/optimizer.lr", "base_lr * scale", "set.optimizer.lr", "unknown name 'scale'"),
+    ("set/optimizer.lr", "base_lr.real", "set.optimizer.lr", "is not allowed"),
+    ("phases/batch_size", DELETE, "phases.batch_size", "is required"),
+    ("phases/stride", 2, "phases.stride", "unknown key; allowed: stages"),
+    ("fidelities", {"proxy": {"epochs": 1}}, "fidelities", "include `target`"),
+    ("fidelities/proxy/epochs", 0, "fidelities.proxy.epochs", "must be >= 1"),
+    ("fidelities/proxy/precision", "fp8", "fidelities.proxy.precision", "must be one of auto, fp32, bf16, fp16"),
+    ("fidelities/proxy/data_fraction", 1.5, "fidelities.proxy.data_fraction", "must be > 0 and <= 1"),
+    ("search_fidelity", "cheap", "search_fidelity", "must be one of proxy, target"),
+    ("objective/metric", "accuracy", "objective.metric", "must be one of resolution, batch_size, lr, train_loss, val_loss, val_top1"),
+    ("objective/direction", "up", "objective.direction", "must be one of maximize, minimize"),
+    ("objective/constraints", ["speed > 10"], "objective.constraints.0", "unknown metric 'speed'"),
+    ("priors", [{"name": "x", "params": {"base_lr": 99.0}}], "priors.0.params.base_lr", "outside the parameter's range [0.05, 5]"),
+    ("priors", [{"name": "x", "params": {"lr": 0.1}}], "priors.0.params.lr", "is not a parameter"),
+    ("base/optimizer/name", "adam", "base.optimizer.name", "must be one of sgd, lars, lamb"),
+    ("phases/stages", 3, "fidelities.proxy", "2 epochs cannot fill 3 phases"),
+    ("set/optimizer.name", "lars", "set.optimizer.name", "unknown name 'lars'"),
+    ("bogus", 1, "bogus", "unknown key; allowed: name, description, base"),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "key", "expected"), MALFORMED)
+def test_malformed_space(tmp_path: Path, where: str, value, key: str, expected: str) -> None:
+    path = write_space(tmp_path, mutate(where, value))
+    with pytest.raises(ConfigError) as info:
+        load_space(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: {key}: "), message
+    assert expected in message, message
+
+
+def test_at_least_twenty_malformed_cases() -> None:
+    assert len(MALFORMED) >= 20
+
+
+def test_not_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("parameters: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: line \d+: not valid YAML"):
+        load_space(path)
+
+
+def test_shipped_spaces_load() -> None:
+    space = load_space(REPO / "search_spaces" / "large_batch.yaml")
+    assert space.search_fidelity == "proxy" and len(space.priors) == 3
+
+
+def test_conditional_parameter_only_when_condition_holds(tiny_space_file: Path) -> None:
+    space = load_space(tiny_space_file)
+    tc = next(p for p in space.parameters if p.name == "trust_coefficient")
+    assert is_active(tc, {"optimizer": "lars"}) and not is_active(tc, {"optimizer": "sgd"})
+
+
+def test_derived_values_and_fidelity_applied(tiny_space_file: Path) -> None:
+    space = load_space(tiny_space_file)
+    values = {"optimizer": "lars", "base_lr": 2.0, "trust_coefficient": 0.02, "warmup_epochs": 1.0,
+              "batch_size": 64, "momentum": 0.9}
+    proxy = build_config(space, values, "proxy")
+    assert proxy.optimizer.name == "lars" and proxy.optimizer.lars.trust_coefficient == 0.02
+    assert proxy.phases[0].batch_size == 64
+    assert proxy.total_epochs == 2 and proxy.model.width == 4  # the proxy rung shrank the run
+    assert proxy.schedule.warmup_epochs == pytest.approx(1.0 * 2 / 3)  # warm-up compressed too
+    target = build_config(space, values, "target")
+    assert target.total_epochs == 3 and target.model.width == 8
+    sgd = build_config(space, {**values, "optimizer": "sgd"} | {"trust_coefficient": None} and
+                       {k: v for k, v in values.items() if k != "trust_coefficient"} | {"optimizer": "sgd"}, "proxy")
+    assert sgd.optimizer.lars.trust_coefficient == 0.001  # inactive: the base value stays
+
+
+def test_phase_template_progressive_resizing() -> None:
+    from tianfeng.search.space import PhasesTemplate
+
+    t = PhasesTemplate(stages=Expression("3"), start_resolution=Expression("16"),
+                       end_resolution=Expression("32"), batch_size=Expression("256"),
+                       final_stage_fraction=Expression("0.2"),
+                       scale_batch_with_resolution=Expression("True"))
+    phases = build_phases(t, {}, total_epochs=10)
+    assert [p["resolution"] for p in phases] == [16, 24, 32]
+    assert [p["batch_size"] for p in phases] == [1024, 456, 256]
+    assert sum(p["epochs"] for p in phases) == 10 and phases[-1]["epochs"] == 2
+
+
+def test_split_epochs_keeps_totals_and_minimum() -> None:
+    assert split_epochs(10, [1, 1, 1]) == [4, 3, 3]
+    assert split_epochs(3, [10, 1, 1]) == [1, 1, 1]
+    assert sum(split_epochs(17, [0.4, 0.4, 0.2])) == 17
+
+
+@pytest.mark.parametrize("text", ["open('x')", "a.b", "a[0]", "lambda: 1", "[1, 2]", "{'a': 1}",
+                                  "x := 1", "f'{x}'"])
+def test_expressions_reject_everything_but_arithmetic(text: str) -> None:
+    with pytest.raises(ExpressionError):
+        Expression(text)
+
+
+def test_expressions_evaluate_and_short_circuit() -> None:
+    assert Expression("base_lr * batch_size / 256").evaluate({"base_lr": 0.1, "batch_size": 1024}) == pytest.approx(0.4)
+    assert Expression("x if s > 1 else 16").evaluate({"s": 1}) == 16  # x is never read
+    assert Expression("max(8, round(sqrt(y)))").evaluate({"y": 100}) == 10
+    with pytest.raises(ExpressionError, match="too large"):
+        Expression("10 ** 10 ** 10").evaluate({})
