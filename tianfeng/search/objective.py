@@ -75,7 +75,8 @@ class ProxyObjective:
             # called only for epochs this process trained: a resumed trial reports no epoch twice
             value = getattr(m, metric)
             trial.report(value, m.epoch)
-            if trial.should_prune():
+            # after the last epoch the work is spent: the trial completes whatever a pruner says
+            if m.epoch < cfg.total_epochs and trial.should_prune():
                 raise StopTraining("pruned", f"pruned at epoch {m.epoch} ({metric} {value:.4g})")
 
         result = train(cfg, report)

@@ -6,6 +6,7 @@ import logging
 import multiprocessing
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ def open_storage(url: str, heartbeat_s: int = 10, grace_s: int = 60) -> RDBStora
     """Optuna's RDB storage with heartbeats: a trial whose worker died goes stale after `grace_s`
     and is queued again with the same parameters (up to twice), resuming its checkpoint."""
     engine_kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
                       grace_period=grace_s,
                       heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
@@ -73,9 +75,11 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool) -> optuna.
                  "created": time.strftime("%Y-%m-%d %H:%M:%S")}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
-        for prior in space.priors:
+        if plan.sampler == "grid" and space.priors:
+            log.info("grid sampler: the priors are not enqueued (the grid covers the space itself)")
+        for prior in space.priors if plan.sampler != "grid" else ():
             study.enqueue_trial(prior.params, user_attrs={"prior": prior.name})
-        if space.priors:
+        if space.priors and plan.sampler != "grid":
             log.info("enqueued %d published recipes as the first trials: %s", len(space.priors),
                      ", ".join(p.name for p in space.priors))
     return study

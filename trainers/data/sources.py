@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,7 @@ def _stratified_split(labels: np.ndarray, val_fraction: float, seed: int) -> tup
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
 
 
+@functools.cache
 def digits_source() -> ImageSource:
     """8x8 grey digits shipped inside scikit-learn; a fixed stratified 80/20 train/val split."""
     from sklearn.datasets import load_digits

@@ -1,0 +1,136 @@
+"""Real studies on the tiny space: every sampler and pruner, priors, NaN trials, workers, retries."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.search.conftest import write_space
+from tianfeng.search.registry import PRUNERS, SAMPLERS
+from tianfeng.search.runner import SearchPlan, run_search
+
+
+def plan_for(tmp_path: Path, space_file: Path, **changes) -> SearchPlan:
+    values = dict(space_path=str(space_file), data=None, storage=f"sqlite:///{tmp_path / 'study.db'}",
+                  study="s", sampler="random", pruner="none", seed=0, trials=3, timeout_s=None,
+                  runs_root=str(tmp_path / "runs"), rung="proxy")
+    values.update(changes)
+    return SearchPlan(**values)
+
+
+def trials_of(plan: SearchPlan) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=plan.study, storage=plan.storage).get_trials()
+
+
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+def test_each_sampler_runs_a_study(tmp_path: Path, tiny_space_file: Path, sampler: str) -> None:
+    plan = plan_for(tmp_path, tiny_space_file, sampler=sampler, trials=3)
+    run_search(plan, workers=1, resume=False)
+    trials = trials_of(plan)
+    assert len(trials) == 3 and all(t.state == TrialState.COMPLETE for t in trials)
+    if sampler != "grid":  # the grid sampler covers the space itself; priors are not enqueued
+        assert trials[0].user_attrs["prior"] == "goyal" and trials[0].params["base_lr"] == 0.4
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 3  # three different points
+    assert all(t.intermediate_values.keys() == {1, 2} for t in trials)
+
+
+@pytest.mark.parametrize("pruner", sorted(PRUNERS))
+def test_each_pruner_path(tmp_path: Path, tiny_space: dict, pruner: str) -> None:
+    tiny_space["fidelities"]["proxy"]["epochs"] = 3
+    tiny_space["priors"] = []
+    space_file = write_space(tmp_path, tiny_space)
+    plan = plan_for(tmp_path, space_file, pruner=pruner, trials=6)
+    run_search(plan, workers=1, resume=False)
+    trials = trials_of(plan)
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 6 and not any(t.state == TrialState.FAIL for t in trials)
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    if pruner == "none":
+        assert not pruned
+    for t in pruned:  # a pruned trial stopped before its last epoch
+        assert max(t.intermediate_values) < 3
+
+
+def test_nan_trial_is_pruned_and_the_study_goes_on(tmp_path: Path, tiny_space: dict) -> None:
+    tiny_space["parameters"]["base_lr"]["high"] = 1e9
+    tiny_space["priors"] = [{"name": "explode", "params": {"optimizer": "sgd", "base_lr": 1e9, "batch_size": 64}}]
+    space_file = write_space(tmp_path, tiny_space)
+    plan = plan_for(tmp_path, space_file, trials=3)
+    run_search(plan, workers=1, resume=False)
+    trials = trials_of(plan)
+    assert trials[0].state == TrialState.PRUNED and trials[0].user_attrs["status"] == "diverged"
+    assert len(trials) == 3 and sum(t.state == TrialState.COMPLETE for t in trials) >= 1
+
+
+def test_existing_study_needs_resume_and_resume_extends_budget(tmp_path: Path, tiny_space_file: Path) -> None:
+    from trainers.config import ConfigError
+
+    plan = plan_for(tmp_path, tiny_space_file, trials=2)
+    run_search(plan, workers=1, resume=False)
+    with pytest.raises(ConfigError, match="already exists"):
+        run_search(plan, workers=1, resume=False)
+    run_search(plan_for(tmp_path, tiny_space_file, trials=4), workers=1, resume=True)
+    assert len(trials_of(plan)) == 4
+
+
+@pytest.mark.slow
+def test_four_workers_share_a_sqlite_study(tmp_path: Path, tiny_space_file: Path) -> None:
+    plan = plan_for(tmp_path, tiny_space_file, trials=8)
+    run_search(plan, workers=4, resume=False)
+    trials = trials_of(plan)
+    states = [t.state for t in trials]
+    assert states.count(TrialState.COMPLETE) >= 8 and TrialState.FAIL not in states, states
+    assert len({t.number for t in trials}) == len(trials)
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tianfeng.cli", "search", *args]
+
+
+@pytest.mark.slow
+def test_killed_worker_loses_no_trial_and_the_stale_trial_is_retried(tmp_path: Path, tiny_space: dict) -> None:
+    tiny_space["fidelities"]["proxy"] = {"epochs": 6}  # long enough to be killed mid-trial
+    tiny_space["base"]["checkpoint"] = {"every_steps": 2}
+    space_file = write_space(tmp_path, tiny_space)
+    db = f"sqlite:///{tmp_path / 'study.db'}"
+    common = ["--space", str(space_file), "--storage", db, "--study", "k", "--sampler", "random",
+              "--pruner", "none", "--trials", "4", "--runs-dir", str(tmp_path / "runs"),
+              "--heartbeat-s", "1", "--grace-s", "3"]
+    proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    deadline = time.time() + 180
+    victim = None
+    while time.time() < deadline and victim is None:
+        time.sleep(0.2)
+        try:
+            trials = optuna.load_study(study_name="k", storage=db).get_trials()
+        except (KeyError, ValueError, optuna.exceptions.StorageInternalError):
+            continue
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        running = [t for t in trials if t.state == TrialState.RUNNING]
+        if done and running and (Path(running[0].user_attrs.get("run_dir", "/nonexistent")) / "checkpoints" / "last.pt").exists():
+            victim = running[0]
+            proc.send_signal(signal.SIGKILL)
+    assert victim is not None, "no trial was seen running with a checkpoint"
+    proc.wait(timeout=30)
+    completed_before = {t.number: t.value for t in optuna.load_study(study_name="k", storage=db).get_trials()
+                        if t.state == TrialState.COMPLETE}
+    time.sleep(4)  # past the grace period: the victim's heartbeat is stale
+    out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    trials = optuna.load_study(study_name="k", storage=db).get_trials()
+    by_number = {t.number: t for t in trials}
+    for number, value in completed_before.items():  # nothing completed was lost or changed
+        assert by_number[number].state == TrialState.COMPLETE and by_number[number].value == value
+    assert by_number[victim.number].state == TrialState.FAIL
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == victim.number]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
+    assert retries[0].params == victim.params
+    assert retries[0].user_attrs["run_dir"] == victim.user_attrs["run_dir"]  # resumed its checkpoint
