@@ -40,6 +40,28 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(SQLite by default); per-trial lines go to stderr, the summary "
                                         "and the promote command to stdout.")
     add_search_arguments(search)
+
+    from tianfeng.search.runner import DEFAULT_STORAGE
+
+    promote = sub.add_parser("promote", help="run a trial's recipe at full scale",
+                             description="Transfer a trial's recipe from its proxy rung to the full-"
+                                         "fidelity target (printed rule by rule), run it, and record the "
+                                         "run beside the study. Promoting the same trial with the same "
+                                         "config again resumes that run.")
+    promote.add_argument("trial", type=int, help="trial number in the study")
+    promote.add_argument("--study", default=None, help="study name (default: the only study in the storage)")
+    promote.add_argument("--storage", default=DEFAULT_STORAGE, help=f"study database URL (default {DEFAULT_STORAGE})")
+    promote.add_argument("--batch-size", type=int, default=None,
+                         help="global batch of the full run's last phase; LR follows the space's scaling rule")
+    promote.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a value of the full run config (repeatable)")
+    promote.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    promote.add_argument("--dry-run", action="store_true", help="print the full config and the transfer; do not train")
+
+    runs = sub.add_parser("runs", help="list promoted runs", description="List the promoted runs recorded in a study database.")
+    runs.add_argument("--study", default=None)
+    runs.add_argument("--storage", default=DEFAULT_STORAGE)
+    runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
 
@@ -50,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.debug)
     if args.command == "train":
         source = str(args.config) if args.config else "the embedded default recipe"
+    elif args.command == "search":
+        source = str(args.space)
     else:
-        source = str(getattr(args, "space", "") or "")
+        source = ""
     try:
         if args.command == "train":
             from tianfeng.train_command import run_train
@@ -61,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
             from tianfeng.search_command import run_search_command
 
             return run_search_command(args)
+        if args.command == "promote":
+            from tianfeng.promote_command import run_promote_command
+
+            return run_promote_command(args)
+        if args.command == "runs":
+            from tianfeng.promote_command import run_runs_command
+
+            return run_runs_command(args)
     except ConfigError as exc:
         if args.debug:
             raise

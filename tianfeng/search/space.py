@@ -212,17 +212,23 @@ def _read_fidelity(source: str, name: str, raw: Any) -> Fidelity:
 
 def load_space(path: str | Path, *, data: str | None = None) -> SearchSpace:
     """Load and check a space file; `data` replaces the base run's data.source."""
-    source = str(path)
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        text = Path(path).read_text()
     except OSError as exc:
-        raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
+        raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
+    return parse_space(text, str(path), data=data)
+
+
+def parse_space(text: str, source: str, *, data: str | None = None) -> SearchSpace:
+    """Check a space given as YAML text; `source` names it in errors (and is its path)."""
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ConfigError(source, "", f"{f'line {mark.line + 1}: ' if mark else ''}not valid YAML") from None
     top = _Reader(source, "", raw, ("name", "description", "base", "parameters", "set", "phases",
                                      "fidelities", "search_fidelity", "objective", "priors"))
-    name = raw.get("name", Path(path).stem)
+    name = raw.get("name", Path(source).stem)
     if not isinstance(name, str) or not name.replace("-", "_").replace(".", "_").isidentifier():
         raise top.error("name", f"must be a word of letters, digits, - _ or .; got {name!r}")
 

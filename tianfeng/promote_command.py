@@ -1,0 +1,148 @@
+"""`tianfeng promote` and `tianfeng runs`: run a trial's recipe at full scale, recorded beside
+the study; promoting the same trial with the same config again resumes that run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import optuna
+import yaml
+from optuna.trial import TrialState
+from rich.console import Console
+from rich.table import Table
+
+from tianfeng.promotion.transfer import Change, transfer
+from tianfeng.search.space import SearchSpace, parse_space
+from tianfeng.store import RunStore
+from trainers.config import ConfigError, RunConfig, config_to_dict
+from trainers.engine import EpochMetrics, train
+
+log = logging.getLogger("tianfeng.promote")
+
+
+def load_study(storage: str, study_name: str | None) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    names = optuna.get_all_study_names(storage)
+    if study_name is None:
+        if len(names) != 1:
+            raise ConfigError("--study", "", f"name the study; {storage} holds: {', '.join(names) or 'none'}")
+        study_name = names[0]
+    if study_name not in names:
+        raise ConfigError("--study", study_name, f"no such study in {storage}; it holds: {', '.join(names) or 'none'}")
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
+def study_space(study: optuna.Study) -> SearchSpace:
+    attrs = study.user_attrs
+    if "space_yaml" not in attrs:
+        raise ConfigError("--study", study.study_name, "was not created by tianfeng search (no space stored)")
+    return parse_space(attrs["space_yaml"], attrs.get("space_path", study.study_name), data=attrs.get("data"))
+
+
+def complete_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    if number not in trials:
+        raise ConfigError("trial", str(number), f"no such trial in study {study.study_name} "
+                          f"(trials 0 to {max(trials, default=-1)})")
+    trial = trials[number]
+    if trial.state != TrialState.COMPLETE:
+        best = f" (the best is #{study.best_trial.number})" if any(
+            t.state == TrialState.COMPLETE for t in trials.values()) else ""
+        raise ConfigError("trial", str(number), f"is {trial.state.name.lower()}: promote a complete trial{best}")
+    return trial
+
+
+def config_hash(cfg: RunConfig) -> str:
+    raw = config_to_dict(cfg)
+    raw.pop("name")
+    raw.pop("run_dir")
+    return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def print_changes(changes: list[Change], console: Console) -> None:
+    table = Table(title="proxy -> full transfer", title_justify="left")
+    for column in ("key", "proxy", "full", "rule"):
+        table.add_column(column)
+    for c in changes:
+        table.add_row(c.key, str(c.proxy), str(c.full), c.rule)
+    console.print(table)
+
+
+def promote(storage: str, study_name: str | None, trial_number: int, *, batch_size: int | None,
+            overrides: list[str], runs_dir: Path, dry_run: bool, kind: str = "promote") -> dict:
+    study = load_study(storage, study_name)
+    space = study_space(study)
+    trial = complete_trial(study, trial_number)
+    values = trial.user_attrs.get("values") or trial.params
+    proxy_rung = trial.user_attrs.get("fidelity", space.search_fidelity)
+    full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides)
+    digest = config_hash(full)
+    run_dir = runs_dir / study.study_name / f"{kind}-trial-{trial_number}-{digest}"
+    full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides,
+                             name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
+    print_changes(changes, Console(stderr=True))
+    config_yaml = yaml.safe_dump(config_to_dict(full), sort_keys=False)
+    if dry_run:
+        return {"dry_run": True, "study": study.study_name, "trial": trial_number, "run_dir": str(run_dir),
+                "config": config_to_dict(full)}
+    store = RunStore(storage)
+    run_id, resumed = store.open_run(study=study.study_name, trial_number=trial_number, config_hash=digest,
+                                     kind=kind, run_dir=str(run_dir), config_yaml=config_yaml,
+                                     proxy_score=trial.value)
+    log.info("%s trial %d of %s as run %d in %s", "resuming" if resumed else "promoting",
+             trial_number, study.study_name, run_id, run_dir)
+    epochs: list[dict] = []
+
+    def record(m: EpochMetrics) -> None:
+        epochs.append(asdict(m))
+        store.update(run_id, epochs=epochs_so_far + epochs)
+
+    epochs_so_far = store.runs(study.study_name)
+    epochs_so_far = next(r["epochs"] for r in epochs_so_far if r["id"] == run_id)
+    try:
+        result = train(full, record)
+    except BaseException:
+        store.update(run_id, status="failed")
+        raise
+    metric = study.user_attrs.get("metric", "val_top1")
+    score = getattr(result.final, metric) if result.final else None
+    store.update(run_id, status=result.status, final_score=score, epochs=[asdict(m) for m in result.epochs],
+                 checkpoint=str(full.resolved_checkpoint_dir / "last.pt"))
+    return {"run": run_id, "study": study.study_name, "trial": trial_number, "status": result.status,
+            "resumed": resumed, "run_dir": str(run_dir), "proxy_score": trial.value,
+            f"full_{metric}": score}
+
+
+def run_promote_command(args) -> int:
+    out = promote(args.storage, args.study, args.trial, batch_size=args.batch_size,
+                  overrides=args.overrides, runs_dir=args.runs_dir, dry_run=args.dry_run)
+    if args.dry_run:
+        print(yaml.safe_dump(out["config"], sort_keys=False), end="")
+        print(f"# dry run: would train in {out['run_dir']}", file=sys.stderr)
+        return 0
+    print(json.dumps(out, indent=2))
+    return 0 if out["status"] == "completed" else 1
+
+
+def run_runs_command(args) -> int:
+    rows = RunStore(args.storage).runs(args.study)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title=f"promoted runs in {args.storage}", title_justify="left")
+    for column in ("run", "study", "trial", "kind", "status", "epochs", "proxy", "full", "run dir"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(str(r["id"]), r["study"], str(r["trial_number"]), r["kind"], r["status"],
+                      str(len(r["epochs"])), _fmt(r["proxy_score"]), _fmt(r["final_score"]), r["run_dir"])
+    Console().print(table)
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

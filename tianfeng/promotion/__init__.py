@@ -1,0 +1,1 @@
+"""Promotion: from a proxy trial to the full-scale run."""
