@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--study", default=None)
     runs.add_argument("--storage", default=DEFAULT_STORAGE)
     runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    status = sub.add_parser("status", help="show studies or one study's trials",
+                            description="Without --study (and with several studies), list the studies in "
+                                        "the database; otherwise list one study's trials.")
+    status.add_argument("--study", default=None)
+    status.add_argument("--storage", default=DEFAULT_STORAGE)
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
 
@@ -89,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             from tianfeng.promote_command import run_promote_command
 
             return run_promote_command(args)
+        if args.command == "status":
+            from tianfeng.status_command import run_status_command
+
+            return run_status_command(args)
         if args.command == "runs":
             from tianfeng.promote_command import run_runs_command
 

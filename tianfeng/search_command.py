@@ -82,7 +82,7 @@ def add_search_arguments(parser) -> None:
                         "postgresql://... for many workers or machines")
     parser.add_argument("--sampler", choices=sorted(SAMPLERS), default="tpe")
     parser.add_argument("--pruner", choices=sorted(PRUNERS), default="asha")
-    parser.add_argument("--trials", type=int, default=24, help="the study's trial budget, counting trials already done (default 24)")
+    parser.add_argument("--trials", type=int, default=30, help="the study's trial budget, counting trials already done (default 30)")
     parser.add_argument("--timeout", default=None, help="stop starting trials after this long: 90s, 10m, 1h")
     parser.add_argument("--workers", type=int, default=1, help="local worker processes sharing the study")
     parser.add_argument("--fidelity", default=None, help="the rung trials run at (default: the space's search_fidelity)")

@@ -43,11 +43,14 @@ SAMPLERS: dict[str, Callable[[SearchSpace, int], optuna.samplers.BaseSampler]] =
     "qmc": lambda space, seed: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False),
 }
 
+# The first rung is a third of the epochs in, not epoch 1: during warm-up every recipe looks bad.
 PRUNERS: dict[str, Callable[[int], optuna.pruners.BasePruner]] = {
-    "asha": lambda epochs: optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3),
-    "sh": lambda epochs: optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2),
-    "hyperband": lambda epochs: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max(epochs, 2),
-                                                              reduction_factor=3),
-    "median": lambda epochs: optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=1),
+    "asha": lambda epochs: optuna.pruners.SuccessiveHalvingPruner(min_resource=max(1, epochs // 3),
+                                                                  reduction_factor=3),
+    "sh": lambda epochs: optuna.pruners.SuccessiveHalvingPruner(min_resource=max(1, epochs // 4),
+                                                                reduction_factor=2),
+    "hyperband": lambda epochs: optuna.pruners.HyperbandPruner(min_resource=max(1, epochs // 3),
+                                                              max_resource=max(epochs, 2), reduction_factor=3),
+    "median": lambda epochs: optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=max(1, epochs // 3)),
     "none": lambda epochs: optuna.pruners.NopPruner(),
 }

@@ -15,6 +15,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from tianfeng.search.objective import ProxyObjective
+from tianfeng.search.progress import StudyProgress
 from tianfeng.search.registry import PRUNERS, SAMPLERS
 from tianfeng.search.space import SearchSpace, load_space
 from trainers.config import ConfigError
@@ -134,7 +135,8 @@ def _short(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None) -> None:
+def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
+               progress: StudyProgress | None = None) -> None:
     """One worker: run trials of the study until the budget or the timeout is reached."""
     from tianfeng.logs import setup_logging
 
@@ -156,8 +158,8 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None) ->
     if len(study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))) >= plan.trials:
         return
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
-    study.optimize(objective, timeout=plan.timeout_s, callbacks=[budget, _TrialLogger(space.objective.metric)],
-                   catch=(RuntimeError, ValueError))
+    callbacks = [budget, _TrialLogger(space.objective.metric)] + ([progress.update] if progress else [])
+    study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(RuntimeError, ValueError))
 
 
 def run_search(plan: SearchPlan, workers: int, *, resume: bool) -> optuna.Study:
@@ -167,9 +169,16 @@ def run_search(plan: SearchPlan, workers: int, *, resume: bool) -> optuna.Study:
     done = finished_count(study)
     log.info("study %s: %d of %d trials done; sampler %s, pruner %s, rung %s, %d worker(s)",
              plan.study, done, plan.trials, plan.sampler, plan.pruner, plan.rung, workers)
-    if workers <= 1:
-        run_worker(plan)
-        return study
+    with StudyProgress(plan.trials, space.objective.metric) as progress:
+        progress.update(study)
+        if workers <= 1:
+            run_worker(plan, progress=progress)
+        else:
+            _run_processes(plan, workers, study, progress)
+    return study
+
+
+def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress: StudyProgress) -> None:
     threads = max(1, (os.cpu_count() or 1) // workers)
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=run_worker, args=(plan, i + 1, threads), name=f"tianfeng-worker-{i + 1}")
@@ -177,8 +186,10 @@ def run_search(plan: SearchPlan, workers: int, *, resume: bool) -> optuna.Study:
     for p in procs:
         p.start()
     try:
-        for p in procs:
-            p.join()
+        while any(p.is_alive() for p in procs):
+            progress.update(study)
+            for p in procs:
+                p.join(timeout=1.0 / len(procs))
     except KeyboardInterrupt:
         for p in procs:
             p.terminate()
@@ -189,5 +200,4 @@ def run_search(plan: SearchPlan, workers: int, *, resume: bool) -> optuna.Study:
     if failed:
         log.warning("worker(s) %s exited abnormally; their running trials will be retried on --resume",
                     ", ".join(failed))
-    return study
 

@@ -1,0 +1,81 @@
+"""Promotion end to end on a real small study: dry run, a real run, resuming on re-promotion."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.search.test_study import plan_for
+from tianfeng.promote_command import promote
+from tianfeng.promotion.transfer import transfer
+from tianfeng.search.runner import run_search
+from tianfeng.search.space import load_space
+from tianfeng.store import RunStore
+from trainers.config import ConfigError
+
+
+@pytest.fixture
+def finished_study(tmp_path: Path, tiny_space_file: Path):
+    plan = plan_for(tmp_path, tiny_space_file, trials=3, study="p")
+    run_search(plan, workers=1, resume=False)
+    return plan
+
+
+def test_transfer_rules_are_explicit(tiny_space_file: Path) -> None:
+    space = load_space(tiny_space_file)
+    values = {"optimizer": "sgd", "base_lr": 0.4, "warmup_epochs": 1.0, "batch_size": 64, "momentum": 0.9}
+    full, changes = transfer(space, values, "proxy", batch_size=256, overrides=["optimizer.nesterov=true"])
+    by_key = {c.key: c for c in changes}
+    assert full.phases[0].batch_size == 256 and full.total_epochs == 3
+    assert by_key["phases.0.epochs"].proxy == 2 and by_key["phases.0.epochs"].full == 3
+    assert by_key["schedule.warmup_epochs"].full == pytest.approx(1.0)  # kept in epochs at full scale
+    assert by_key["model.width"].rule == "the full model width"
+    assert by_key["optimizer.nesterov"].rule == "--set override"
+    lr = by_key["peak LR (computed)"]
+    assert lr.full == pytest.approx(lr.proxy * 4)  # linear rule: 64 -> 256
+
+
+def test_promote_dry_run_then_real_run_then_resume(finished_study, tmp_path: Path) -> None:
+    plan = finished_study
+    runs_dir = tmp_path / "promoted"
+    dry = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True)
+    assert dry["config"]["model"]["width"] == 8 and not Path(dry["run_dir"]).exists()
+    assert RunStore(plan.storage).runs() == []
+
+    first = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
+    assert first["status"] == "completed" and first["resumed"] is False
+    rows = RunStore(plan.storage).runs("p")
+    assert len(rows) == 1 and rows[0]["status"] == "completed" and len(rows[0]["epochs"]) == 3
+    assert rows[0]["final_score"] == first["full_val_top1"] and rows[0]["proxy_score"] is not None
+    assert Path(rows[0]["checkpoint"]).exists()
+
+    again = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
+    assert again["resumed"] is True and again["run"] == first["run"]
+    assert again["full_val_top1"] == first["full_val_top1"]  # resumed the finished run, no retraining
+    assert len(RunStore(plan.storage).runs("p")) == 1
+
+
+def test_promote_rejects_unknown_and_pruned_trials(finished_study, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such trial"):
+        promote(finished_study.storage, "p", 99, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True)
+    with pytest.raises(ConfigError, match="no such study"):
+        promote(finished_study.storage, "nope", 0, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True)
+
+
+def test_cli_promote_and_runs(finished_study, tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "tianfeng.cli"]
+    out = subprocess.run([*base, "promote", "1", "--study", "p", "--storage", finished_study.storage,
+                          "--runs-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["status"] == "completed" and "proxy -> full transfer" in out.stderr
+    listed = subprocess.run([*base, "runs", "--storage", finished_study.storage, "--json"],
+                            capture_output=True, text=True, timeout=120)
+    rows = json.loads(listed.stdout)
+    assert [r["trial_number"] for r in rows] == [1]
+    bad = subprocess.run([*base, "promote", "42", "--study", "p", "--storage", finished_study.storage],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such trial" in bad.stderr

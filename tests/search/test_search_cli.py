@@ -1,0 +1,49 @@
+"""`tianfeng search` from the command line: the shipped space end to end, and bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def search(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tianfeng.cli", "search", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=600)
+
+
+@pytest.mark.slow
+def test_shipped_space_runs_and_prints_the_promote_command(tmp_path: Path) -> None:
+    out = search("--space", str(REPO / "search_spaces" / "large_batch.yaml"), "--trials", "5", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "enqueued 3 published recipes" in out.stderr
+    assert out.stderr.count("trial ") >= 5  # one line per trial
+    assert "study large_batch: 5 trials finished" in out.stdout
+    assert "tianfeng promote " in out.stdout and "--study large_batch" in out.stdout
+    assert (tmp_path / "tianfeng.db").exists()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--trials", "0"], "--trials: must be >= 1, got 0"),
+    (["--workers", "0"], "--workers: must be >= 1, got 0"),
+    (["--timeout", "ten minutes"], "--timeout: must look like 90s, 10m or 1h"),
+    (["--fidelity", "huge"], "--fidelity: must be one of proxy, medium, target"),
+])
+def test_bad_search_arguments(tmp_path: Path, args: list[str], expected: str) -> None:
+    out = search("--space", str(REPO / "search_spaces" / "large_batch.yaml"), *args, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert expected in out.stderr
+
+
+def test_missing_space_file(tmp_path: Path) -> None:
+    out = search("--space", "nope.yaml", cwd=tmp_path)
+    assert out.returncode == 2 and "nope.yaml: cannot read" in out.stderr
+
+
+def test_resume_without_study_is_an_error(tmp_path: Path) -> None:
+    out = search("--space", str(REPO / "search_spaces" / "large_batch.yaml"), "--resume", cwd=tmp_path)
+    assert out.returncode == 2 and "no such study" in out.stderr

@@ -1,0 +1,65 @@
+"""`tianfeng status`: the studies in a database, or one study's trials."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+from optuna.trial import TrialState
+from rich.console import Console
+from rich.table import Table
+
+from tianfeng.promote_command import load_study
+
+
+def _study_row(summary: optuna.study.StudySummary) -> dict:
+    return {"study": summary.study_name, "trials": summary.n_trials,
+            "best_value": summary.best_trial.value if summary.best_trial else None,
+            "best_trial": summary.best_trial.number if summary.best_trial else None,
+            "created": str(summary.datetime_start or "")}
+
+
+def _trial_row(t: optuna.trial.FrozenTrial) -> dict:
+    return {"trial": t.number, "state": t.state.name.lower(), "value": t.value,
+            "epochs_reported": max(t.intermediate_values) if t.intermediate_values else 0,
+            "prior": t.user_attrs.get("prior", ""), "params": t.params,
+            "seconds": (t.datetime_complete - t.datetime_start).total_seconds()
+            if t.datetime_complete and t.datetime_start else None}
+
+
+def run_status_command(args) -> int:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    console = Console()
+    if args.study is None and len(optuna.get_all_study_names(args.storage)) != 1:
+        rows = [_study_row(s) for s in optuna.get_all_study_summaries(args.storage, include_best_trial=True)]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        table = Table(title=f"studies in {args.storage}", title_justify="left")
+        for column in ("study", "trials", "best value", "best trial", "created"):
+            table.add_column(column)
+        for r in rows:
+            table.add_row(r["study"], str(r["trials"]), _fmt(r["best_value"]), str(r["best_trial"]), r["created"])
+        console.print(table)
+        return 0
+    study = load_study(args.storage, args.study)
+    trials = study.get_trials(deepcopy=False)
+    rows = [_trial_row(t) for t in trials]
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    counts = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
+    metric = study.user_attrs.get("metric", "value")
+    table = Table(title=f"study {study.study_name}: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n),
+                  title_justify="left")
+    for column in ("trial", "state", metric, "epochs", "prior", "params"):
+        table.add_column(column)
+    for r in rows:
+        params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["params"].items())
+        table.add_row(str(r["trial"]), r["state"], _fmt(r["value"]), str(r["epochs_reported"]), r["prior"], params)
+    console.print(table)
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
