@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "and the promote command to stdout.")
     add_search_arguments(search)
 
-    from tianfeng.search.runner import DEFAULT_STORAGE
+    from tianfeng.search_command import DEFAULT_STORAGE
 
     promote = sub.add_parser("promote", help="run a trial's recipe at full scale",
                              description="Transfer a trial's recipe from its proxy rung to the full-"

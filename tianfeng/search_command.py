@@ -6,11 +6,12 @@ import re
 import sys
 from pathlib import Path
 
-import optuna
-
-from tianfeng.search.runner import FINISHED, SearchPlan, run_search
-from tianfeng.search.space import load_space
 from trainers.config import ConfigError
+
+# Kept here, light, so `--help` does not import optuna and torch; registry.py checks they match.
+SAMPLER_NAMES = ("tpe", "cmaes", "random", "grid", "qmc")
+PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
+DEFAULT_STORAGE = "sqlite:///tianfeng.db"
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
 
@@ -26,6 +27,9 @@ def parse_duration(text: str | None) -> float | None:
 
 
 def run_search_command(args) -> int:
+    from tianfeng.search.runner import SearchPlan, run_search
+    from tianfeng.search.space import load_space
+
     space = load_space(args.space, data=args.data)
     rung = args.fidelity or space.search_fidelity
     if rung not in space.fidelities:
@@ -46,11 +50,17 @@ def run_search_command(args) -> int:
               f"  tianfeng search --space {args.space} --study {plan.study} --storage {plan.storage} --resume",
               file=sys.stderr)
         return 130
+    import optuna
+
     study = optuna.load_study(study_name=plan.study, storage=plan.storage)
     return print_summary(study, plan)
 
 
-def print_summary(study: optuna.Study, plan: SearchPlan) -> int:
+def print_summary(study, plan) -> int:
+    import optuna
+
+    from tianfeng.search.runner import FINISHED
+
     trials = study.get_trials(deepcopy=False)
     counts = {s.name.lower(): sum(t.state == s for t in trials) for s in optuna.trial.TrialState}
     done = [t for t in trials if t.state in FINISHED]
@@ -72,16 +82,13 @@ def print_summary(study: optuna.Study, plan: SearchPlan) -> int:
 
 
 def add_search_arguments(parser) -> None:
-    from tianfeng.search.registry import PRUNERS, SAMPLERS
-    from tianfeng.search.runner import DEFAULT_STORAGE
-
     parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
     parser.add_argument("--data", default=None, help="replace the space's data source (digits, synthetic, imagefolder:DIR)")
     parser.add_argument("--study", default=None, help="study name (default: the space's name)")
     parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL of the study database (default {DEFAULT_STORAGE}); "
                         "postgresql://... for many workers or machines")
-    parser.add_argument("--sampler", choices=sorted(SAMPLERS), default="tpe")
-    parser.add_argument("--pruner", choices=sorted(PRUNERS), default="asha")
+    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe")
+    parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha")
     parser.add_argument("--trials", type=int, default=30, help="the study's trial budget, counting trials already done (default 30)")
     parser.add_argument("--timeout", default=None, help="stop starting trials after this long: 90s, 10m, 1h")
     parser.add_argument("--workers", type=int, default=1, help="local worker processes sharing the study")

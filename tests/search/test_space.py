@@ -148,3 +148,10 @@ def test_expressions_evaluate_and_short_circuit() -> None:
     assert Expression("max(8, round(sqrt(y)))").evaluate({"y": 100}) == 10
     with pytest.raises(ExpressionError, match="too large"):
         Expression("10 ** 10 ** 10").evaluate({})
+
+
+def test_cli_names_match_the_registry() -> None:
+    from tianfeng.search.registry import PRUNERS, SAMPLERS
+    from tianfeng.search_command import PRUNER_NAMES, SAMPLER_NAMES
+
+    assert set(SAMPLERS) == set(SAMPLER_NAMES) and set(PRUNERS) == set(PRUNER_NAMES)

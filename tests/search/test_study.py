@@ -134,3 +134,17 @@ def test_killed_worker_loses_no_trial_and_the_stale_trial_is_retried(tmp_path: P
     assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
     assert retries[0].params == victim.params
     assert retries[0].user_attrs["run_dir"] == victim.user_attrs["run_dir"]  # resumed its checkpoint
+
+
+@pytest.mark.slow
+def test_four_workers_share_a_postgresql_study(tiny_space_file: Path, tmp_path: Path) -> None:
+    from tests.postgres import postgres_server
+
+    with postgres_server() as url:
+        plan = plan_for(tmp_path, tiny_space_file, trials=8, storage=url, study="pg")
+        run_search(plan, workers=4, resume=False)
+        trials = trials_of(plan)
+        states = [t.state for t in trials]
+        assert states.count(TrialState.COMPLETE) >= 8 and TrialState.FAIL not in states, states
+        assert len({t.number for t in trials}) == len(trials)
+        assert all(t.user_attrs.get("run_dir") for t in trials)

@@ -54,3 +54,4 @@ PRUNERS: dict[str, Callable[[int], optuna.pruners.BasePruner]] = {
     "median": lambda epochs: optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=max(1, epochs // 3)),
     "none": lambda epochs: optuna.pruners.NopPruner(),
 }
+

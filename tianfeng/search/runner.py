@@ -14,6 +14,7 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from tianfeng import search_command
 from tianfeng.search.objective import ProxyObjective
 from tianfeng.search.progress import StudyProgress
 from tianfeng.search.registry import PRUNERS, SAMPLERS
@@ -22,7 +23,7 @@ from trainers.config import ConfigError
 
 log = logging.getLogger("tianfeng.search")
 
-DEFAULT_STORAGE = "sqlite:///tianfeng.db"
+DEFAULT_STORAGE = search_command.DEFAULT_STORAGE
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
