@@ -63,6 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--storage", default=DEFAULT_STORAGE)
     runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    calibrate = sub.add_parser("calibrate", help="measure how well the proxies rank recipes",
+                               description="Promote the top-k and some random complete trials to full "
+                                           "fidelity and store the Spearman rank correlation between "
+                                           "their proxy and full scores in the study.")
+    calibrate.add_argument("--study", default=None)
+    calibrate.add_argument("--storage", default=DEFAULT_STORAGE)
+    calibrate.add_argument("--top-k", type=int, default=3, help="best trials to promote (default 3)")
+    calibrate.add_argument("--random", type=int, default=2, help="further random complete trials (default 2)")
+    calibrate.add_argument("--seed", type=int, default=0)
+    calibrate.add_argument("--runs-dir", type=Path, default=Path("runs"))
+
     status = sub.add_parser("status", help="show studies or one study's trials",
                             description="Without --study (and with several studies), list the studies in "
                                         "the database; otherwise list one study's trials.")
@@ -96,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
             from tianfeng.promote_command import run_promote_command
 
             return run_promote_command(args)
+        if args.command == "calibrate":
+            from tianfeng.calibrate_command import run_calibrate_command
+
+            return run_calibrate_command(args)
         if args.command == "status":
             from tianfeng.status_command import run_status_command
 

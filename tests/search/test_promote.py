@@ -79,3 +79,20 @@ def test_cli_promote_and_runs(finished_study, tmp_path: Path) -> None:
     bad = subprocess.run([*base, "promote", "42", "--study", "p", "--storage", finished_study.storage],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such trial" in bad.stderr
+
+
+def test_calibrate_stores_the_rank_correlation_of_a_real_study(tmp_path: Path, tiny_space_file: Path) -> None:
+    import optuna
+
+    from tianfeng.calibrate_command import calibrate
+
+    plan = plan_for(tmp_path, tiny_space_file, trials=5, study="cal")
+    run_search(plan, workers=1, resume=False)
+    result = calibrate(plan.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
+    assert len(result["pairs"]) == 4
+    assert -1.0 <= result["spearman_rho"] <= 1.0
+    stored = optuna.load_study(study_name="cal", storage=plan.storage).user_attrs["calibration"]
+    assert stored["spearman_rho"] == result["spearman_rho"]
+    rows = RunStore(plan.storage).runs("cal")
+    assert len(rows) == 4 and {r["kind"] for r in rows} == {"calibrate"}
+    assert all(r["status"] == "completed" for r in rows)

@@ -155,3 +155,18 @@ def test_cli_names_match_the_registry() -> None:
     from tianfeng.search_command import PRUNER_NAMES, SAMPLER_NAMES
 
     assert set(SAMPLERS) == set(SAMPLER_NAMES) and set(PRUNERS) == set(PRUNER_NAMES)
+
+
+def test_imagenet_space_checks_and_builds_its_rungs() -> None:
+    space = load_space(REPO / "search_spaces" / "imagenet_resnet50.yaml")
+    values = {"optimizer": "lars", "base_lr": 0.1, "trust_coefficient": 0.001, "weight_decay": 5e-5,
+              "warmup_epochs": 5.0, "warmup_shape": "linear", "batch_size": 32768, "label_smoothing": 0.1,
+              "decay": "poly", "stages": 3, "start_resolution": 128}
+    proxy = build_config(space, values, "proxy")
+    target = build_config(space, values, "target")
+    assert target.model.name == "resnet50" and target.total_epochs == 35
+    assert [p.resolution for p in target.phases] == [128, 176, 224]
+    assert [p.resolution for p in proxy.phases] == [64, 88, 112]
+    assert proxy.data.fraction == pytest.approx(0.1) and proxy.precision.mode == "bf16"
+    assert proxy.schedule.warmup_epochs == pytest.approx(5.0 * 5 / 35)
+    assert len(space.priors) == 4

@@ -1,0 +1,54 @@
+"""`tianfeng calibrate`: how well do the proxies rank recipes? Promote the top-k and a few random
+trials to full fidelity and store the Spearman rank correlation of proxy and full scores."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+
+from optuna.trial import TrialState
+from scipy.stats import spearmanr
+
+from tianfeng.promote_command import load_study, promote
+
+log = logging.getLogger("tianfeng.calibrate")
+
+
+def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int, seed: int,
+              runs_dir: Path) -> dict:
+    study = load_study(storage, study_name)
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    reverse = study.direction.name == "MAXIMIZE"
+    ranked = sorted(complete, key=lambda t: t.value, reverse=reverse)
+    chosen = ranked[:top_k]
+    rest = ranked[top_k:]
+    chosen += random.Random(seed).sample(rest, min(n_random, len(rest)))
+    if len(chosen) < 3:
+        from trainers.config import ConfigError
+
+        raise ConfigError("--study", study.study_name,
+                          f"has {len(complete)} complete trials; calibration needs at least 3")
+    pairs = []
+    for i, trial in enumerate(chosen, 1):
+        log.info("calibration run %d of %d: trial %d (proxy %.4g)", i, len(chosen), trial.number, trial.value)
+        out = promote(storage, study.study_name, trial.number, batch_size=None, overrides=[],
+                      runs_dir=runs_dir, dry_run=False, kind="calibrate")
+        score = next(v for k, v in out.items() if k.startswith("full_"))
+        seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
+        pairs.append({"trial": trial.number, "proxy": trial.value, "full": score, "proxy_s": seconds,
+                      "status": out["status"]})
+    usable = [p for p in pairs if p["full"] is not None]
+    rho = float(spearmanr([p["proxy"] for p in usable], [p["full"] for p in usable]).statistic)
+    result = {"study": study.study_name, "spearman_rho": rho, "pairs": pairs,
+              "top_k": top_k, "random": n_random, "seed": seed}
+    study.set_user_attr("calibration", result)
+    return result
+
+
+def run_calibrate_command(args) -> int:
+    result = calibrate(args.storage, args.study, top_k=args.top_k, n_random=args.random, seed=args.seed,
+                       runs_dir=args.runs_dir)
+    print(json.dumps(result, indent=2))
+    return 0
