@@ -27,7 +27,7 @@ def parse_duration(text: str | None) -> float | None:
 
 
 def run_search_command(args) -> int:
-    from tianfeng.search.runner import SearchPlan, run_search
+    from tianfeng.search.runner import SearchPlan, requeue_interrupted, run_search
     from tianfeng.search.space import load_space
 
     space = load_space(args.space, data=args.data)
@@ -46,7 +46,9 @@ def run_search_command(args) -> int:
     try:
         study = run_search(plan, args.workers, resume=args.resume)
     except KeyboardInterrupt:
-        print(f"tianfeng: interrupted; finished trials are saved in {plan.storage}. Continue with:\n"
+        requeued = requeue_interrupted(plan.storage, plan.study)
+        again = f"; trial(s) {', '.join(map(str, requeued))} will continue from their checkpoints" if requeued else ""
+        print(f"tianfeng: interrupted; finished trials are saved in {plan.storage}{again}. Continue with:\n"
               f"  tianfeng search --space {args.space} --study {plan.study} --storage {plan.storage} --resume",
               file=sys.stderr)
         return 130

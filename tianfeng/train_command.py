@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +16,8 @@ from trainers.engine import train
 def run_train(config_path: Path | None, overrides: list[str]) -> int:
     cfg = load_config(config_path or DEFAULT_RECIPE, overrides)
     result = train(cfg)
+    if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 speaks for the job
+        return 0 if result.status != "diverged" else 1
     final = asdict(result.final) if result.final else None
     print(json.dumps({"status": result.status, "run_dir": str(result.run_dir),
                       "precision": result.precision, "final": final}, indent=2))

@@ -148,3 +148,37 @@ def test_four_workers_share_a_postgresql_study(tiny_space_file: Path, tmp_path: 
         assert states.count(TrialState.COMPLETE) >= 8 and TrialState.FAIL not in states, states
         assert len({t.number for t in trials}) == len(trials)
         assert all(t.user_attrs.get("run_dir") for t in trials)
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_everything_and_resume_continues_the_cut_trial(tmp_path: Path, tiny_space: dict) -> None:
+    tiny_space["fidelities"]["proxy"] = {"epochs": 6}
+    tiny_space["base"]["checkpoint"] = {"every_steps": 2}
+    space_file = write_space(tmp_path, tiny_space)
+    db = f"sqlite:///{tmp_path / 'study.db'}"
+    common = ["--space", str(space_file), "--storage", db, "--study", "c", "--sampler", "random",
+              "--pruner", "none", "--trials", "3", "--runs-dir", str(tmp_path / "runs")]
+    proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    deadline, sent = time.time() + 180, False
+    while time.time() < deadline and not sent:
+        time.sleep(0.2)
+        try:
+            trials = optuna.load_study(study_name="c", storage=db).get_trials()
+        except (KeyError, ValueError):
+            continue
+        running = [t for t in trials if t.state == TrialState.RUNNING]
+        if running and (Path(running[0].user_attrs.get("run_dir", "/nonexistent")) / "checkpoints" / "last.pt").exists():
+            proc.send_signal(signal.SIGINT)
+            sent = True
+    assert sent
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert "will continue from their checkpoints" in err.decode() and "--resume" in err.decode()
+    waiting = [t for t in optuna.load_study(study_name="c", storage=db).get_trials() if t.state == TrialState.WAITING]
+    assert len(waiting) == 1
+    out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    trials = optuna.load_study(study_name="c", storage=db).get_trials()
+    resumed = next(t for t in trials if t.system_attrs.get("failed_trial") is not None)
+    assert resumed.state == TrialState.COMPLETE
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 3

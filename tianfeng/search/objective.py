@@ -79,7 +79,15 @@ class ProxyObjective:
             if m.epoch < cfg.total_epochs and trial.should_prune():
                 raise StopTraining("pruned", f"pruned at epoch {m.epoch} ({metric} {value:.4g})")
 
-        result = train(cfg, report)
+        try:
+            result = train(cfg, report)
+        except KeyboardInterrupt:
+            trial.set_user_attr("status", "interrupted")
+            raise
+        except Exception as exc:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
+            raise
         trial.set_user_attr("status", result.status)
         if result.status == "diverged":
             trial.set_user_attr("message", result.message)

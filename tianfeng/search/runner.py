@@ -127,9 +127,8 @@ class _TrialLogger:
             why = "diverged" if trial.user_attrs.get("status") == "diverged" else f"at epoch {last}"
             log.info("trial %d pruned %s  %.1fs  %s", trial.number, why, took, params)
         else:
-            reason = trial.system_attrs.get("fail_reason", "")
             log.warning("trial %d %s  %.1fs  %s  %s", trial.number, trial.state.name.lower(), took,
-                        params, reason.strip().splitlines()[-1] if reason else "")
+                        params, trial.user_attrs.get("error", ""))
 
 
 def _short(value: object) -> str:
@@ -202,3 +201,18 @@ def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress
         log.warning("worker(s) %s exited abnormally; their running trials will be retried on --resume",
                     ", ".join(failed))
 
+
+
+def requeue_interrupted(storage: str, study_name: str) -> list[int]:
+    """After Ctrl-C: queue the trials that were cut short again with the same parameters and run
+    directory, so `--resume` continues each from its last checkpoint. Returns their numbers."""
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.system_attrs.get("failed_trial") for t in trials}
+    cut = [t for t in trials if t.state == TrialState.FAIL and t.number not in retried
+           and t.user_attrs.get("status") == "interrupted"]
+    for t in cut:
+        study.add_trial(optuna.create_trial(state=TrialState.WAITING, params=t.params,
+                                            distributions=t.distributions, user_attrs=t.user_attrs,
+                                            system_attrs={"failed_trial": t.number}))
+    return [t.number for t in cut]
