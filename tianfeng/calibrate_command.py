@@ -51,4 +51,7 @@ def run_calibrate_command(args) -> int:
     result = calibrate(args.storage, args.study, top_k=args.top_k, n_random=args.random, seed=args.seed,
                        runs_dir=args.runs_dir)
     print(json.dumps(result, indent=2))
+    from tianfeng.search_command import write_report
+
+    write_report(args.storage, result["study"])
     return 0

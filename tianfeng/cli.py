@@ -74,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--seed", type=int, default=0)
     calibrate.add_argument("--runs-dir", type=Path, default=Path("runs"))
 
+    report = sub.add_parser("report", help="write a study's self-contained HTML report",
+                            description="Write one HTML file (plotly.js embedded, opens offline) with "
+                                        "what was searched, what won and why, proxy against full "
+                                        "scores and the promoted runs.")
+    report.add_argument("study", nargs="?", default=None, help="study name (default: the only study)")
+    report.add_argument("--storage", default=DEFAULT_STORAGE)
+    report.add_argument("-o", "--output", type=Path, default=None, help="default reports/<study>.html")
+
     status = sub.add_parser("status", help="show studies or one study's trials",
                             description="Without --study (and with several studies), list the studies in "
                                         "the database; otherwise list one study's trials.")
@@ -111,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             from tianfeng.calibrate_command import run_calibrate_command
 
             return run_calibrate_command(args)
+        if args.command == "report":
+            from tianfeng.report.build import run_report_command
+
+            return run_report_command(args)
         if args.command == "status":
             from tianfeng.status_command import run_status_command
 

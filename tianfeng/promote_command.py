@@ -126,6 +126,9 @@ def run_promote_command(args) -> int:
         print(f"# dry run: would train in {out['run_dir']}", file=sys.stderr)
         return 0
     print(json.dumps(out, indent=2))
+    from tianfeng.search_command import write_report
+
+    write_report(args.storage, out["study"])
     return 0 if out["status"] == "completed" else 1
 
 

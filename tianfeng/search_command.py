@@ -55,7 +55,20 @@ def run_search_command(args) -> int:
     import optuna
 
     study = optuna.load_study(study_name=plan.study, storage=plan.storage)
-    return print_summary(study, plan)
+    code = print_summary(study, plan)
+    write_report(plan.storage, plan.study)
+    return code
+
+
+def write_report(storage: str, study: str) -> None:
+    """The study's HTML report, rewritten after every command that changes the study."""
+    import logging
+
+    from tianfeng.report.build import build_report
+
+    path = build_report(storage, study)
+    print(f"report: {path}")
+    logging.getLogger("tianfeng").info("report written to %s", path)
 
 
 def print_summary(study, plan) -> int:

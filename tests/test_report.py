@@ -1,0 +1,75 @@
+"""The HTML report of a real small study, opened in real headless Chromium."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.search.test_study import plan_for
+from tianfeng.calibrate_command import calibrate
+from tianfeng.report.build import build_report
+from tianfeng.search.runner import run_search
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--virtual-time-budget=8000", "--enable-logging=stderr", "--v=0"]
+
+
+def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        raise FileNotFoundError("headless Chromium is not installed: run `bash scripts/setup.sh --dev` "
+                                "(it installs Debian's chromium package)")
+    return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.search.conftest import TINY_SPACE, write_space
+
+    tmp = tmp_path_factory.mktemp("report")
+    space = copy.deepcopy(TINY_SPACE)
+    space["priors"][0]["name"] = "<script>document.title='pwned'</script>"  # a user-supplied string
+    plan = plan_for(tmp, write_space(tmp, space), trials=6, study="rep")
+    run_search(plan, workers=1, resume=False)
+    calibrate(plan.storage, "rep", top_k=2, n_random=1, seed=0, runs_dir=tmp / "runs")
+    optuna.load_study(study_name="rep", storage=plan.storage).set_user_attr(
+        "data", "<script>alert('pwned')</script>")
+    return build_report(plan.storage, "rep", tmp / "rep.html")
+
+
+def test_report_is_self_contained_and_escapes_user_strings(report: Path) -> None:
+    html = report.read_text()
+    assert "<script>alert(" not in html and "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in html
+    assert "<script>document.title" not in html
+    assert not re.search(r"<script[^>]+src=", html)  # plotly.js is inlined, nothing loads from a network
+    assert report.stat().st_size < 10 * 2**20
+
+
+@pytest.mark.slow
+def test_every_figure_draws_in_headless_chromium(report: Path, tmp_path: Path) -> None:
+    dom = chromium("--dump-dom", report.as_uri(), profile=tmp_path / "p1")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    divs = re.findall(r'<div class="figure[^"]*" id="(fig-\d+)"', html)
+    assert len(divs) >= 8, divs  # history, timeline, curves, importances, parallel, slices, schedules, proxy/full
+    for fig_id in divs:
+        start = html.index(f'id="{fig_id}"')
+        end = html.find('<div class="figure', start + 10)
+        assert "<svg" in html[start:end if end > 0 else None], f"{fig_id} drew no SVG"
+    console_errors = [line for line in dom.stderr.splitlines()
+                      if "CONSOLE" in line and ("Error" in line or "Uncaught" in line)]
+    assert not console_errors, console_errors
+    assert "pwned" not in re.search(r"<title>(.*?)</title>", html).group(1)
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = chromium("--window-size=1300,6000", f"--screenshot={ARTIFACTS / 'study-report.png'}",
+                    report.as_uri(), profile=tmp_path / "p2")
+    assert shot.returncode == 0 and (ARTIFACTS / "study-report.png").stat().st_size > 50_000

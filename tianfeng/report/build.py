@@ -1,0 +1,112 @@
+"""`tianfeng report`: one self-contained HTML file per study (plotly.js embedded, no network)."""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from pathlib import Path
+
+import jinja2
+import optuna
+import yaml
+from optuna.trial import TrialState
+from plotly.offline import get_plotlyjs
+
+from reports import TEMPLATES
+from tianfeng import __version__
+from tianfeng.promote_command import load_study
+from tianfeng.report import figures
+from tianfeng.store import RunStore
+
+
+def _script_json(fig) -> str:
+    """Figure JSON safe inside <script>: no `</script>` or `<!--` can close or comment it out."""
+    return fig.to_json().replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
+    attrs = study.user_attrs
+    count = {s: sum(t.state == s for t in trials) for s in TrialState}
+    seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
+                  if t.datetime_complete and t.datetime_start)
+    calibration = attrs.get("calibration")
+    rows = [("data set", attrs.get("data", "-")), ("space file", attrs.get("space_path", "-")),
+            ("search rung", attrs.get("rung", "-")),
+            ("sampler / pruner", f"{attrs.get('sampler', '-')} / {attrs.get('pruner', '-')}"),
+            ("objective", f"{attrs.get('metric', 'value')} ({study.direction.name.lower()})"),
+            ("trials", f"{len(trials)}: {count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} "
+                       f"pruned, {count[TrialState.FAIL]} failed, {count[TrialState.RUNNING]} running"),
+            ("budget used", f"{seconds / 3600:.3f} trial-hours ({seconds:.0f} s of trial wall time)"),
+            ("created", attrs.get("created", "-"))]
+    if calibration:
+        rows.append(("proxy fidelity", f"Spearman rho {calibration['spearman_rho']:.3f} over "
+                                       f"{len(calibration['pairs'])} promoted trials"))
+    return rows
+
+
+def build_report(storage: str, study_name: str | None, output: Path | None = None) -> Path:
+    warnings.filterwarnings("ignore", module="optuna")  # importance estimates on few trials warn
+    study = load_study(storage, study_name)
+    trials = study.get_trials(deepcopy=False)
+    runs = RunStore(storage).runs(study.study_name)
+    metric = study.user_attrs.get("metric", "value")
+    complete = sorted([t for t in trials if t.state == TrialState.COMPLETE], key=lambda t: t.value,
+                      reverse=study.direction.name == "MAXIMIZE")
+    best = None
+    if complete:
+        b = complete[0]
+        best = {"number": b.number, "value": _fmt(b.value), "prior": b.user_attrs.get("prior", ""),
+                "params": [(k, _fmt(v)) for k, v in b.params.items()],
+                "config_yaml": yaml.safe_dump(b.user_attrs.get("config", {}), sort_keys=False)}
+    importance_fig, _ = figures.importances(study)
+    top_params = []
+    if importance_fig is not None:
+        top_params = list(importance_fig.data[0].y)[::-1][:4]
+    rho = (study.user_attrs.get("calibration") or {}).get("spearman_rho")
+    drawn = [
+        ("Optimisation history (best so far)", figures.history(study)),
+        ("Timeline of trials (complete, pruned, failed)", figures.timeline(study)),
+        ("Learning curves: intermediate values per epoch", figures.learning_curves(study)),
+        ("Parameter importances", (importance_fig, "not drawn: needs at least 3 complete trials")),
+        ("Parallel coordinates", figures.parallel(study)),
+        ("Slices of the top parameters", figures.slices(study, top_params)),
+        ("Schedules of the top trials", figures.schedules(complete[:3])),
+        ("Proxy against full fidelity", figures.proxy_vs_full(runs, rho)),
+        ("Promoted runs", figures.promoted_curves(runs, metric)),
+    ]
+    figs = [{"id": f"fig-{i}", "title": title, "json": _script_json(fig) if fig is not None else "",
+             "note": note} for i, (title, (fig, note)) in enumerate(drawn)]
+    params = sorted({k for t in trials for k in t.params})
+    columns = ["trial", "state", metric, "epochs", "seconds", "prior", *params]
+    rows = []
+    for t in trials:
+        seconds = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None
+        rows.append([t.number, t.state.name.lower(), _fmt(t.value),
+                     max(t.intermediate_values) if t.intermediate_values else 0, _fmt(seconds),
+                     t.user_attrs.get("prior", ""), *[_fmt(t.params.get(p)) for p in params]])
+    run_rows = [{**r, "proxy": _fmt(r["proxy_score"]), "full": _fmt(r["final_score"]),
+                 "throughput": _fmt(r["epochs"][-1]["samples_per_s"]) if r["epochs"] else "-"} for r in runs]
+    storage_flag = "" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
+    html = env.get_template("study.html.j2").render(
+        study=study.study_name, summary=_summary(study, trials), best=best, metric=metric,
+        promote_command=f"tianfeng promote {best['number']} --study {study.study_name}{storage_flag}" if best else "",
+        figures=figs, runs=run_rows, trial_columns=columns, trial_rows=rows, plotly_js=get_plotlyjs(),
+        version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
+    output = output or Path("reports") / f"{study.study_name}.html"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(html)
+    return output
+
+
+def run_report_command(args) -> int:
+    path = build_report(args.storage, args.study, args.output)
+    print(json.dumps({"report": str(path)}))
+    return 0
