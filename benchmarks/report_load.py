@@ -1,0 +1,68 @@
+"""Report of a 200-trial study: file size (target < 10 MB) and time for headless Chromium to
+load it and draw every figure (target < 3 s), against the same browser loading a blank page."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+from common import ROOT, print_table
+from search_overhead import empty_trainer
+
+from tianfeng.report.build import build_report
+from tianfeng.search.objective import ProxyObjective
+from tianfeng.search.runner import SearchPlan, open_study
+from tianfeng.search.space import load_space
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def load_seconds(url: str, profile: Path) -> float:
+    start = time.perf_counter()
+    out = subprocess.run([shutil.which("chromium"), *FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=120)
+    elapsed = time.perf_counter() - start
+    assert out.returncode == 0 and ("<svg" in out.stdout or "blank" in url), out.stderr[-500:]
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--trials", type=int, default=200)
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("tianfeng").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        space_path = ROOT / "search_spaces" / "large_batch.yaml"
+        plan = SearchPlan(space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/r.db",
+                          study="big", sampler="tpe", pruner="asha", seed=0, trials=args.trials,
+                          timeout_s=None, runs_root=str(tmp / "runs"), rung="proxy")
+        space = load_space(space_path)
+        study = open_study(plan, space, resume=False)
+        study.optimize(ProxyObjective(space, "big", tmp / "runs", "proxy", trainer=empty_trainer),
+                       n_trials=args.trials)
+        start = time.perf_counter()
+        report = build_report(plan.storage, "big", tmp / "big.html")
+        build_s = time.perf_counter() - start
+        blank = tmp / "blank.html"
+        blank.write_text("<!doctype html><title>blank</title>")
+        base = min(load_seconds(blank.as_uri(), tmp / f"p{i}") for i in range(3))
+        loaded = min(load_seconds(report.as_uri(), tmp / f"q{i}") for i in range(3))
+        size_mb = report.stat().st_size / 2**20
+    print_table(f"report of a {args.trials}-trial study (built in {build_s:.1f} s), best of 3 loads",
+                [("blank page", f"{base:.2f} s", "1.00"),
+                 ("study report (all figures drawn)", f"{loaded:.2f} s", f"{loaded / base:.2f}")],
+                headers=("page", "headless Chromium load", "ratio"))
+    print(f"\n  report size {size_mb:.1f} MB (target < 10 MB); load {loaded:.2f} s (target < 3 s)")
+
+
+if __name__ == "__main__":
+    main()
