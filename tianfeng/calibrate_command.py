@@ -50,8 +50,8 @@ def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int
 def run_calibrate_command(args) -> int:
     result = calibrate(args.storage, args.study, top_k=args.top_k, n_random=args.random, seed=args.seed,
                        runs_dir=args.runs_dir)
-    print(json.dumps(result, indent=2))
     from tianfeng.search_command import write_report
 
-    write_report(args.storage, result["study"])
+    result["report"] = str(write_report(args.storage, result["study"]))
+    print(json.dumps(result, indent=2))
     return 0

@@ -125,10 +125,10 @@ def run_promote_command(args) -> int:
         print(yaml.safe_dump(out["config"], sort_keys=False), end="")
         print(f"# dry run: would train in {out['run_dir']}", file=sys.stderr)
         return 0
-    print(json.dumps(out, indent=2))
     from tianfeng.search_command import write_report
 
-    write_report(args.storage, out["study"])
+    out["report"] = str(write_report(args.storage, out["study"]))
+    print(json.dumps(out, indent=2))
     return 0 if out["status"] == "completed" else 1
 
 

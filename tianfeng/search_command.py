@@ -56,19 +56,19 @@ def run_search_command(args) -> int:
 
     study = optuna.load_study(study_name=plan.study, storage=plan.storage)
     code = print_summary(study, plan)
-    write_report(plan.storage, plan.study)
+    print(f"report: {write_report(plan.storage, plan.study)}")
     return code
 
 
-def write_report(storage: str, study: str) -> None:
+def write_report(storage: str, study: str) -> Path:
     """The study's HTML report, rewritten after every command that changes the study."""
     import logging
 
     from tianfeng.report.build import build_report
 
     path = build_report(storage, study)
-    print(f"report: {path}")
     logging.getLogger("tianfeng").info("report written to %s", path)
+    return path
 
 
 def print_summary(study, plan) -> int:

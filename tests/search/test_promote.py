@@ -69,15 +69,18 @@ def test_promote_rejects_unknown_and_pruned_trials(finished_study, tmp_path: Pat
 def test_cli_promote_and_runs(finished_study, tmp_path: Path) -> None:
     base = [sys.executable, "-m", "tianfeng.cli"]
     out = subprocess.run([*base, "promote", "1", "--study", "p", "--storage", finished_study.storage,
-                          "--runs-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=300)
+                          "--runs-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["status"] == "completed" and "proxy -> full transfer" in out.stderr
+    result = json.loads(out.stdout)
+    assert result["status"] == "completed" and "proxy -> full transfer" in out.stderr
+    assert (tmp_path / result["report"]).exists()  # the study's report is rewritten after promote
     listed = subprocess.run([*base, "runs", "--storage", finished_study.storage, "--json"],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
     rows = json.loads(listed.stdout)
     assert [r["trial_number"] for r in rows] == [1]
     bad = subprocess.run([*base, "promote", "42", "--study", "p", "--storage", finished_study.storage],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such trial" in bad.stderr
 
 

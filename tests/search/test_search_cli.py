@@ -25,6 +25,7 @@ def test_shipped_space_runs_and_prints_the_promote_command(tmp_path: Path) -> No
     assert "study large_batch: 5 trials finished" in out.stdout
     assert "tianfeng promote " in out.stdout and "--study large_batch" in out.stdout
     assert (tmp_path / "tianfeng.db").exists()
+    assert (tmp_path / "reports" / "large_batch.html").exists() and "report: reports/large_batch.html" in out.stdout
 
 
 @pytest.mark.parametrize(("args", "expected"), [

@@ -104,7 +104,8 @@ def test_killed_worker_loses_no_trial_and_the_stale_trial_is_retried(tmp_path: P
     common = ["--space", str(space_file), "--storage", db, "--study", "k", "--sampler", "random",
               "--pruner", "none", "--trials", "4", "--runs-dir", str(tmp_path / "runs"),
               "--heartbeat-s", "1", "--grace-s", "3"]
-    proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(),
+                            cwd=tmp_path)
     deadline = time.time() + 180
     victim = None
     while time.time() < deadline and victim is None:
@@ -123,7 +124,7 @@ def test_killed_worker_loses_no_trial_and_the_stale_trial_is_retried(tmp_path: P
     completed_before = {t.number: t.value for t in optuna.load_study(study_name="k", storage=db).get_trials()
                         if t.state == TrialState.COMPLETE}
     time.sleep(4)  # past the grace period: the victim's heartbeat is stale
-    out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300)
+    out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     trials = optuna.load_study(study_name="k", storage=db).get_trials()
     by_number = {t.number: t for t in trials}
@@ -158,7 +159,8 @@ def test_ctrl_c_saves_everything_and_resume_continues_the_cut_trial(tmp_path: Pa
     db = f"sqlite:///{tmp_path / 'study.db'}"
     common = ["--space", str(space_file), "--storage", db, "--study", "c", "--sampler", "random",
               "--pruner", "none", "--trials", "3", "--runs-dir", str(tmp_path / "runs")]
-    proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(),
+                            cwd=tmp_path)
     deadline, sent = time.time() + 180, False
     while time.time() < deadline and not sent:
         time.sleep(0.2)
@@ -176,7 +178,7 @@ def test_ctrl_c_saves_everything_and_resume_continues_the_cut_trial(tmp_path: Pa
     assert "will continue from their checkpoints" in err.decode() and "--resume" in err.decode()
     waiting = [t for t in optuna.load_study(study_name="c", storage=db).get_trials() if t.state == TrialState.WAITING]
     assert len(waiting) == 1
-    out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300)
+    out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     trials = optuna.load_study(study_name="c", storage=db).get_trials()
     resumed = next(t for t in trials if t.system_attrs.get("failed_trial") is not None)
