@@ -127,6 +127,8 @@ class PrecisionConfig:
 class DistributedConfig:
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     bucket_mb: float = _bounded(25.0, gt=0.0)
+    hook: Literal["none", "hierarchical"] = "none"  # DDP communication hook
+    local_size: int = _bounded(0, ge=0)  # ranks per node; 0: torchrun's LOCAL_WORLD_SIZE
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,24 @@ def init(backend: str, device: torch.device) -> DistContext:
     return ctx
 
 
+def validate_world(cfg, ctx: DistContext) -> int:
+    """Checks that need the world size; returns the ranks per node."""
+    from trainers.config import ConfigError
+
+    for i, phase in enumerate(cfg.phases):
+        if phase.batch_size % ctx.world:
+            raise ConfigError("", f"phases.{i}.batch_size", f"must be divisible by the world size "
+                              f"({ctx.world} ranks), got {phase.batch_size}")
+    local = cfg.distributed.local_size or ctx.local_world
+    if ctx.world % local:
+        raise ConfigError("", "distributed.local_size", f"must divide the world size ({ctx.world}), got {local}")
+    if cfg.distributed.hook == "hierarchical" and ctx.world // local < 2:
+        raise ConfigError("", "distributed.hook", f"hierarchical needs at least 2 nodes, and this run is "
+                          f"1 node of {local} rank(s); set distributed.local_size below the world size "
+                          "to emulate nodes on one machine, or use hook: none")
+    return local
+
+
 def all_reduce_sum(values: list[float], device: torch.device, ctx: DistContext) -> list[float]:
     if not ctx.enabled:
         return values

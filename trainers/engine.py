@@ -19,6 +19,7 @@ from torch import nn
 
 from trainers import checkpoint
 from trainers import distributed as dist_utils
+from trainers.comm import hierarchical
 from trainers.config import ConfigError, RunConfig, config_to_dict
 from trainers.data.loaders import DataPipeline, build_pipeline
 from trainers.data.sources import open_source
@@ -125,6 +126,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     """Run `cfg` to the end (or until diverged, stopped by the callback, or `max_steps`)."""
     # --- set-up: process group, device, data, model, optimizer, precision ----------------------
     ctx = dist_utils.context_from_env()
+    local_size = dist_utils.validate_world(cfg, ctx)
     device = resolve_device(cfg.device, ctx.local_rank)
     ctx = dist_utils.init(cfg.distributed.backend, device)
     _seed_everything(cfg.seed)
@@ -153,10 +155,14 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
         train_model = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None,
             bucket_cap_mb=cfg.distributed.bucket_mb)
+    comm = None
+    if ctx.enabled and cfg.distributed.hook == "hierarchical":
+        comm = hierarchical.build_state(local_size)
+        train_model.register_comm_hook(comm, hierarchical.hierarchical_allreduce_hook)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)
     if ctx.is_main:
-        log.info("device %s, world %d, precision %s (%s)", device, ctx.world, precision.mode,
-                 precision.reason)
+        log.info("device %s, world %d (%d per node), precision %s (%s)", device, ctx.world, local_size,
+                 precision.mode, precision.reason)
         log.info("%s; %d training images of %d, %d classes, %d steps in %d epochs",
                  loader_reason, len(train_indices), len(source.train), source.num_classes,
                  plan.total_steps, plan.total_epochs)
@@ -273,6 +279,10 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                          plan.total_epochs, phase.resolution, phase.batch_size, lr,
                          metrics.train_loss, top1, top5, metrics.samples_per_s,
                          100 * metrics.data_wait_fraction)
+            if comm is not None and ctx.is_main:
+                steps = max(pos.global_step, 1)
+                log.info("comm per step and rank: %.0f B inter-node, %.0f B intra-node (payload)",
+                         comm.bytes.inter_payload / steps, comm.bytes.intra_payload / steps)
             if cfg.checkpoint.every_epochs and (pos.epoch % cfg.checkpoint.every_epochs == 0
                                                 or pos.epoch == plan.total_epochs):
                 save_checkpoint()

@@ -1,0 +1,58 @@
+"""Run under torchrun by test_hooks.py: the same model and batches through DDP with the flat
+allreduce hook and with the hierarchical hook; rank 0 writes gradients and byte counts."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainers.comm.hierarchical import (
+    FlatState,
+    NodeLayout,
+    build_state,
+    flat_allreduce_hook,
+    hierarchical_allreduce_hook,
+)
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 10))
+
+
+def grads(ddp: nn.Module, steps: int = 3) -> list[torch.Tensor]:
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for step in range(steps):
+        torch.manual_seed(100 * step + dist.get_rank())  # each rank its own data
+        x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,))
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return [p.grad.clone() for p in ddp.parameters()] + [p.detach().clone() for p in ddp.parameters()]
+
+
+def main() -> None:
+    out_path, local_size = sys.argv[1], int(sys.argv[2])
+    dist.init_process_group("gloo")
+    layout = NodeLayout(dist.get_world_size(), dist.get_rank(), local_size)
+    flat = nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.01)
+    flat_state = FlatState(layout)
+    flat.register_comm_hook(flat_state, flat_allreduce_hook)
+    hier = nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.01)
+    hier_state = build_state(local_size)
+    hier.register_comm_hook(hier_state, hierarchical_allreduce_hook)
+    a, b = grads(flat), grads(hier)
+    max_diff = max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
+    if dist.get_rank() == 0:
+        with open(out_path, "w") as f:
+            json.dump({"max_diff": max_diff, "flat": vars(flat_state.bytes), "hier": vars(hier_state.bytes),
+                       "nodes": layout.nodes}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
