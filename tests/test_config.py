@@ -63,6 +63,10 @@ BAD_INPUTS = [
     ("checkpoint: {every_steps: 2.5}", "checkpoint.every_steps", "must be an integer"),
     ("model: {name: resnet50}\nphases: [{epochs: 1, resolution: 16, batch_size: 8}]", "phases", "resnet50 needs a resolution >= 32"),
     ("- just\n- a list", "(top level)", "must be a mapping of sections"),
+    ("distributed: {hook: ring}", "distributed.hook", "must be one of none, hierarchical"),
+    ("distributed: {compression: zip}", "distributed.compression", "must be one of none, fp16, bf16, powersgd, topk"),
+    ("distributed: {hook: hierarchical, compression: powersgd}", "distributed.compression", "does not compose with hook: hierarchical"),
+    ("distributed: {topk_ratio: 0}", "distributed.topk_ratio", "must be > 0"),
 ]
 
 

@@ -129,6 +129,10 @@ class DistributedConfig:
     bucket_mb: float = _bounded(25.0, gt=0.0)
     hook: Literal["none", "hierarchical"] = "none"  # DDP communication hook
     local_size: int = _bounded(0, ge=0)  # ranks per node; 0: torchrun's LOCAL_WORLD_SIZE
+    compression: Literal["none", "fp16", "bf16", "powersgd", "topk"] = "none"
+    powersgd_rank: int = _bounded(4, ge=1)
+    powersgd_start_step: int = _bounded(10, ge=2)  # plain allreduce before this step
+    topk_ratio: float = _bounded(0.01, gt=0.0, le=1.0)
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,10 @@ def _validate_cross_fields(cfg: RunConfig, source: str) -> None:
     if cfg.data.loader == "dali" and not src.startswith("imagefolder:"):
         raise ConfigError(source, "data.loader", f"dali reads files: it needs an imagefolder:DIR "
                           f"source, got {src!r}; allowed here: auto, cache, torch")
+    if cfg.distributed.compression == "powersgd" and cfg.distributed.hook == "hierarchical":
+        raise ConfigError(source, "distributed.compression", "powersgd compresses whole gradient "
+                          "matrices and does not compose with hook: hierarchical; use fp16, bf16 or "
+                          "topk with it, or hook: none")
     milestones = cfg.schedule.step_milestones
     if cfg.schedule.decay == "step":
         if not milestones:

@@ -19,7 +19,7 @@ from torch import nn
 
 from trainers import checkpoint
 from trainers import distributed as dist_utils
-from trainers.comm import hierarchical
+from trainers.comm import compression, hierarchical
 from trainers.config import ConfigError, RunConfig, config_to_dict
 from trainers.data.loaders import DataPipeline, build_pipeline
 from trainers.data.sources import open_source
@@ -156,9 +156,18 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
             model, device_ids=[device.index] if device.type == "cuda" else None,
             bucket_cap_mb=cfg.distributed.bucket_mb)
     comm = None
-    if ctx.enabled and cfg.distributed.hook == "hierarchical":
-        comm = hierarchical.build_state(local_size)
-        train_model.register_comm_hook(comm, hierarchical.hierarchical_allreduce_hook)
+    if ctx.enabled and (cfg.distributed.hook != "none" or cfg.distributed.compression != "none"):
+        dcfg = cfg.distributed
+        hier = hierarchical.build_state(local_size) if dcfg.hook == "hierarchical" else None
+        if dcfg.compression == "none":
+            comm = hier
+            train_model.register_comm_hook(comm, hierarchical.hierarchical_allreduce_hook)
+        else:
+            layout = hierarchical.NodeLayout(ctx.world, ctx.rank, local_size)
+            comm = compression.build_state(dcfg.compression, layout, topk_ratio=dcfg.topk_ratio,
+                                           powersgd_rank=dcfg.powersgd_rank,
+                                           powersgd_start_step=dcfg.powersgd_start_step, hierarchical=hier)
+            train_model.register_comm_hook(comm, compression.compressed_allreduce_hook)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)
     if ctx.is_main:
         log.info("device %s, world %d (%d per node), precision %s (%s)", device, ctx.world, local_size,

@@ -40,3 +40,21 @@ def test_hierarchical_equals_flat_and_sends_a_local_size_share_across_nodes(tmp_
     assert hier["inter_payload"] * 2 == pytest.approx(flat["inter_payload"], rel=0.02)  # 1/local_size
     assert hier["inter_ring"] < flat["inter_ring"]
     assert flat["intra_payload"] == 0 and hier["intra_payload"] > 0
+
+
+@pytest.mark.slow
+def test_each_compression_hook_trains_and_sends_fewer_bytes(tmp_path: Path) -> None:
+    out = tmp_path / "compression.json"
+    run = torchrun(4, str(WORKER.with_name("compression_worker.py")), str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    r = json.loads(out.read_text())
+    flat = r["flat"]["inter_payload_per_step"]
+    for variant, result in r.items():
+        assert result["last"] < 0.7 * result["first"], (variant, result)  # every variant learns
+    assert r["fp16"]["inter_payload_per_step"] == pytest.approx(flat / 2, rel=0.01)
+    assert r["bf16"]["inter_payload_per_step"] == pytest.approx(flat / 2, rel=0.01)
+    assert r["topk"]["inter_payload_per_step"] < flat / 4  # 5% of entries, values + int32 indices, 4 ranks
+    assert r["powersgd"]["inter_payload_per_step"] < flat / 2  # rank 4 after two vanilla steps
+    # composed: the cast applies to the inter-node shard only, 1/local_size of the gradient
+    assert r["fp16+hier"]["inter_payload_per_step"] == pytest.approx(flat / 4, rel=0.02)
+    assert r["topk+hier"]["inter_payload_per_step"] < r["topk"]["inter_payload_per_step"]

@@ -20,13 +20,17 @@ class CommBytes:
     inter_ring: int = 0
     steps: int = 0
 
-    def add(self, nbytes: int, group_size: int, *, inter: bool, allreduce: bool) -> None:
+    def add(self, nbytes: int, group_size: int, *, inter: bool, allreduce: bool,
+            payload: int | None = None) -> None:
+        """`nbytes`: the collective's full buffer (an all-gather's output); `payload`: what this
+        rank hands in, when that is less (an all-gather's input)."""
         ring = (2 if allreduce else 1) * (group_size - 1) * nbytes // max(group_size, 1)
+        payload = nbytes if payload is None else payload
         if inter:
-            self.inter_payload += nbytes
+            self.inter_payload += payload
             self.inter_ring += ring
         else:
-            self.intra_payload += nbytes
+            self.intra_payload += payload
             self.intra_ring += ring
 
 
@@ -94,7 +98,7 @@ def hierarchical_allreduce_hook(state: HierarchicalState,
     dist.all_reduce(shard, group=state.cross_group)  # across nodes: 1/local of the gradient
     state.bytes.add(shard.numel() * size, nodes, inter=True, allreduce=True)
     dist.all_gather_into_tensor(padded, shard, group=state.node_group)  # inside the node
-    state.bytes.add(padded.numel() * size, local, inter=False, allreduce=False)
+    state.bytes.add(padded.numel() * size, local, inter=False, allreduce=False, payload=shard.numel() * size)
     buffer.copy_(padded[:n]).div_(state.layout.world)
     return _done(buffer)
 

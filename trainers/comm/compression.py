@@ -1,0 +1,91 @@
+"""Gradient compression hooks: fp16/bf16 casts and top-k sparsification with error feedback
+(ours), PowerSGD (torch's, rank r, error feedback, warm start). Casts and top-k compose with the
+hierarchical hook by compressing only the inter-node step, where bandwidth is scarce.
+
+No `from __future__ import annotations` here: DDP checks the hooks' annotations at run time."""
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
+
+from trainers.comm.hierarchical import CommBytes, HierarchicalState, NodeLayout, _done
+
+_CASTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class CompressionState:
+    kind: str  # fp16 | bf16 | topk | powersgd
+    layout: NodeLayout
+    topk_ratio: float = 0.01
+    hierarchical: HierarchicalState | None = None  # compress only the inter-node step
+    powersgd: PowerSGDState | None = None
+    bytes: CommBytes = field(default_factory=CommBytes)
+    residuals: dict[int, torch.Tensor] = field(default_factory=dict)  # top-k error feedback
+
+
+def build_state(kind: str, layout: NodeLayout, *, topk_ratio: float = 0.01, powersgd_rank: int = 4,
+                powersgd_start_step: int = 10, hierarchical: HierarchicalState | None = None) -> CompressionState:
+    state = CompressionState(kind, layout, topk_ratio, hierarchical)
+    if kind == "powersgd":
+        state.powersgd = PowerSGDState(
+            process_group=None, matrix_approximation_rank=powersgd_rank,
+            start_powerSGD_iter=max(2, powersgd_start_step), use_error_feedback=True, warm_start=True)
+    return state
+
+
+def _sum_compressed(state: CompressionState, tensor: torch.Tensor, group, group_size: int, key: int,
+                    inter: bool) -> torch.Tensor:
+    """Sum of `tensor` over `group`, sending it compressed; counts the bytes sent."""
+    if state.kind in _CASTS:
+        low = tensor.to(_CASTS[state.kind])
+        dist.all_reduce(low, group=group)
+        state.bytes.add(low.numel() * low.element_size(), group_size, inter=inter, allreduce=True)
+        return low.to(tensor.dtype)
+    # top-k: send the k largest entries of (gradient + what earlier steps left unsent)
+    residual = state.residuals.get(key)
+    acc = tensor + residual if residual is not None and residual.shape == tensor.shape else tensor.clone()
+    k = max(1, int(state.topk_ratio * acc.numel()))
+    index = acc.abs().topk(k).indices
+    values = acc[index]
+    acc[index] = 0
+    state.residuals[key] = acc
+    all_index = index.new_empty(k * group_size, dtype=torch.int32)
+    all_values = values.new_empty(k * group_size)
+    dist.all_gather_into_tensor(all_index, index.to(torch.int32), group=group)
+    dist.all_gather_into_tensor(all_values, values, group=group)
+    sent = k * (4 + values.element_size())  # int32 indices and the values
+    state.bytes.add(sent * group_size, group_size, inter=inter, allreduce=False, payload=sent)
+    return torch.zeros_like(tensor).index_add_(0, all_index.long(), all_values)
+
+
+def compressed_allreduce_hook(state: CompressionState,
+                              bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    buffer = bucket.buffer()
+    world = state.layout.world
+    if state.kind == "powersgd":
+        ps = state.powersgd
+        vanilla = ps.iter < ps.start_powerSGD_iter
+        before = ps.total_numel_after_compression
+        fut = powerSGD_hook(ps, bucket)
+        sent = buffer.numel() if vanilla else ps.total_numel_after_compression - before
+        state.bytes.add(sent * buffer.element_size(), world, inter=state.layout.nodes > 1, allreduce=True)
+        return fut
+    hier = state.hierarchical
+    if hier is None:
+        total = _sum_compressed(state, buffer, None, world, bucket.index(), inter=state.layout.nodes > 1)
+        return _done(buffer.copy_(total).div_(world))
+    local, n = hier.layout.local_size, buffer.numel()
+    shard_len = -(-n // local)
+    padded = buffer.new_zeros(shard_len * local)
+    padded[:n].copy_(buffer)
+    shard = buffer.new_empty(shard_len)
+    size = buffer.element_size()
+    dist.reduce_scatter_single(shard, padded, group=hier.node_group)
+    state.bytes.add(padded.numel() * size, local, inter=False, allreduce=False)
+    shard = _sum_compressed(state, shard, hier.cross_group, hier.layout.nodes, bucket.index(), inter=True)
+    dist.all_gather_into_tensor(padded, shard, group=hier.node_group)
+    state.bytes.add(padded.numel() * size, local, inter=False, allreduce=False, payload=shard.numel() * size)
+    return _done(buffer.copy_(padded[:n]).div_(world))
