@@ -1,0 +1,67 @@
+"""A killed rank ends the job cleanly; the restart (even at another world size) resumes from
+the last checkpoint without losing a completed epoch."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.distributed.test_hooks import REPO, free_port
+
+
+def launch(nproc: int, run_dir: Path) -> subprocess.Popen:
+    args = ["-m", "tianfeng.cli", "train", "--set", f"run_dir={run_dir}", "--set", "device=cpu",
+            "--set", "phases.0.epochs=4", "--set", "phases.0.resolution=8", "--set", "phases.0.batch_size=32",
+            "--set", "checkpoint.every_steps=5"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    if nproc == 1:
+        return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+                             f"--master-port={free_port()}", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+
+
+def rank_pids(job: subprocess.Popen) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+@pytest.mark.slow
+def test_killed_rank_fails_the_job_and_a_smaller_world_resumes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    job = launch(2, run_dir)
+    ckpt = run_dir / "checkpoints" / "last.pt"
+    deadline, killed_epoch = time.time() + 240, None
+    while time.time() < deadline:
+        time.sleep(0.2)
+        try:
+            position = torch.load(ckpt, weights_only=False)["position"]
+        except (FileNotFoundError, EOFError, RuntimeError):
+            continue
+        if position["epoch"] >= 2 and position["step"] > 0:  # two epochs done, the third under way
+            ranks = rank_pids(job)
+            assert len(ranks) == 2
+            os.kill(ranks[1], signal.SIGKILL)
+            killed_epoch = position["epoch"]
+            break
+    assert killed_epoch is not None, "no mid-epoch checkpoint appeared"
+    assert job.wait(timeout=120) != 0  # the whole job failed instead of hanging
+    epochs_done = len((run_dir / "metrics.jsonl").read_text().splitlines())
+    assert epochs_done >= 2
+
+    resumed = launch(1, run_dir)  # the restart runs on one process: world 2 -> 1
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err.decode()[-2000:]
+    assert "resumed from" in err.decode()
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2, 3, 4]  # no completed epoch lost or repeated
+    assert metrics[-1]["val_top1"] > 30
