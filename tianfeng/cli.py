@@ -82,6 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--storage", default=DEFAULT_STORAGE)
     report.add_argument("-o", "--output", type=Path, default=None, help="default reports/<study>.html")
 
+    launch = sub.add_parser("launch", help="write the launch plan of a multi-node run (or run it here on CPU)",
+                            description="Check that a run fits N nodes x G devices, then write per-node "
+                                        "torchrun commands (c10d rendezvous) and a Slurm sbatch script. "
+                                        "With --device cpu on this machine it runs the plan: N emulated "
+                                        "nodes of G gloo processes.")
+    launch.add_argument("--config", type=Path, required=True)
+    launch.add_argument("--nodes", type=int, required=True)
+    launch.add_argument("--gpus-per-node", type=int, required=True, help="processes per node (GPUs, or CPU ranks)")
+    launch.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    launch.add_argument("--master-addr", default="127.0.0.1", help="rendezvous host (the first node)")
+    launch.add_argument("--port", type=int, default=0, help="rendezvous port (default 29500, or a free one locally)")
+    launch.add_argument("--out", type=Path, default=None, help="where the plan goes (default <run_dir>/launch)")
+    launch.add_argument("--dry-run", action="store_true", help="print the plan only")
+
     status = sub.add_parser("status", help="show studies or one study's trials",
                             description="Without --study (and with several studies), list the studies in "
                                         "the database; otherwise list one study's trials.")
@@ -100,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         source = str(args.config) if args.config else "the embedded default recipe"
     elif args.command == "search":
         source = str(args.space)
+    elif args.command == "launch":
+        source = str(args.config)
     else:
         source = ""
     try:
@@ -123,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             from tianfeng.report.build import run_report_command
 
             return run_report_command(args)
+        if args.command == "launch":
+            from tianfeng.launch_command import run_launch_command
+
+            return run_launch_command(args)
         if args.command == "status":
             from tianfeng.status_command import run_status_command
 

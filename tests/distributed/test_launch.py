@@ -1,0 +1,66 @@
+"""`tianfeng launch`: plans, their checks, and a real 2-node x 2-process gloo run on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.distributed.test_hooks import REPO
+
+
+def config(tmp_path: Path, **changes) -> Path:
+    raw = {"name": "lt", "run_dir": str(tmp_path / "run"), "data": {"source": "digits"},
+           "model": {"width": 8, "stages": 2}, "phases": [{"epochs": 2, "resolution": 8, "batch_size": 64}],
+           "distributed": {"hook": "hierarchical", "compression": "fp16"}}
+    raw.update(changes)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def launch(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "tianfeng.cli", "launch", *args], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=REPO)
+
+
+def test_dry_run_prints_torchrun_and_slurm(tmp_path: Path) -> None:
+    big = config(tmp_path, phases=[{"epochs": 2, "resolution": 8, "batch_size": 1024}])
+    out = launch("--config", str(big), "--nodes", "16", "--gpus-per-node", "8",
+                 "--master-addr", "node-a", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "torchrun --nnodes=16 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=node-a:29500" in out.stdout
+    assert "--set device=cuda --set distributed.local_size=8" in out.stdout
+    assert "#SBATCH --nodes=16" in out.stdout and "#SBATCH --gpus-per-node=8" in out.stdout
+    assert "--rdzv-endpoint=$MASTER_ADDR:29500" in out.stdout
+    assert not (tmp_path / "run").exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize(("changes", "args", "expected"), [
+    ({"phases": [{"epochs": 1, "resolution": 8, "batch_size": 60}]}, ["--nodes", "2", "--gpus-per-node", "4"],
+     "phases.0.batch_size: must be divisible by nodes x GPUs (2 x 4 = 8), got 60"),
+    ({}, ["--nodes", "1", "--gpus-per-node", "4"], "distributed.hook: hierarchical needs --nodes >= 2"),
+    ({"distributed": {"local_size": 4}}, ["--nodes", "2", "--gpus-per-node", "2"],
+     "distributed.local_size: says 4 ranks per node but the launch has --gpus-per-node 2"),
+    ({}, ["--nodes", "0", "--gpus-per-node", "2"], "--nodes: must be >= 1, got 0"),
+])
+def test_bad_launches_are_one_line_with_exit_2(tmp_path: Path, changes: dict, args: list[str], expected: str) -> None:
+    out = launch("--config", str(config(tmp_path, **changes)), *args, "--dry-run")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert expected in out.stderr
+
+
+@pytest.mark.slow
+def test_two_emulated_nodes_of_two_gloo_processes_train(tmp_path: Path) -> None:
+    out = launch("--config", str(config(tmp_path)), "--nodes", "2", "--gpus-per-node", "2", "--device", "cpu")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "world 4 (2 per node)" in out.stderr and "B inter-node" in out.stderr
+    assert (tmp_path / "run" / "launch" / "node-1.sh").exists() and (tmp_path / "run" / "launch" / "sbatch.sh").exists()
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2]

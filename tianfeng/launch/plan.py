@@ -1,0 +1,83 @@
+"""Launch plans: the per-node `torchrun` commands (c10d rendezvous) and a Slurm batch script
+that start one run on N nodes x G devices, after checking the run fits that world."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainers.config import ConfigError, RunConfig
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    config_path: str
+    run_name: str
+    nodes: int
+    per_node: int
+    device: str  # cuda | cpu
+    master_addr: str
+    port: int
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.per_node
+
+    def train_args(self) -> list[str]:
+        return ["-m", "tianfeng.cli", "train", "--config", self.config_path, "--set", f"device={self.device}",
+                "--set", f"distributed.local_size={self.per_node}"]
+
+    def torchrun_args(self) -> list[str]:
+        # the same command on every node: c10d rendezvous assigns node ranks (ranks stay
+        # contiguous per node, which the hierarchical hook's node groups rely on)
+        return ["torchrun", f"--nnodes={self.nodes}", f"--nproc-per-node={self.per_node}",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint={self.master_addr}:{self.port}",
+                f"--rdzv-id={self.run_name}", *self.train_args()]
+
+    def node_command(self) -> str:
+        return shlex.join(self.torchrun_args())
+
+    def sbatch(self) -> str:
+        gpus = f"#SBATCH --gpus-per-node={self.per_node}\n" if self.device == "cuda" else ""
+        args = self.torchrun_args()
+        args[args.index(f"--rdzv-endpoint={self.master_addr}:{self.port}")] = \
+            f"--rdzv-endpoint=$MASTER_ADDR:{self.port}"
+        command = " ".join(a if a.startswith("--rdzv-endpoint=$") else shlex.quote(a) for a in args)
+        return (f"#!/bin/bash\n#SBATCH --job-name={self.run_name}\n#SBATCH --nodes={self.nodes}\n"
+                f"#SBATCH --ntasks-per-node=1\n{gpus}#SBATCH --exclusive\n"
+                "set -euo pipefail\n"
+                "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
+                f"srun bash -c '{command}'\n")
+
+
+def check_fits(cfg: RunConfig, nodes: int, per_node: int, source: str) -> None:
+    """The checks a launch makes before anything starts: one line each, naming the key."""
+    if nodes < 1:
+        raise ConfigError("--nodes", "", f"must be >= 1, got {nodes}")
+    if per_node < 1:
+        raise ConfigError("--gpus-per-node", "", f"must be >= 1, got {per_node}")
+    world = nodes * per_node
+    for i, phase in enumerate(cfg.phases):
+        if phase.batch_size % world:
+            raise ConfigError(source, f"phases.{i}.batch_size", f"must be divisible by nodes x GPUs "
+                              f"({nodes} x {per_node} = {world}), got {phase.batch_size}")
+    if cfg.distributed.local_size and cfg.distributed.local_size != per_node:
+        raise ConfigError(source, "distributed.local_size", f"says {cfg.distributed.local_size} ranks per "
+                          f"node but the launch has --gpus-per-node {per_node}")
+    if cfg.distributed.hook == "hierarchical" and nodes < 2:
+        raise ConfigError(source, "distributed.hook", "hierarchical needs --nodes >= 2")
+
+
+def write_plan(plan: LaunchPlan, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for node in range(plan.nodes):
+        path = out_dir / f"node-{node}.sh"
+        path.write_text(f"#!/bin/bash\n# node {node} of {plan.nodes}: run on that node\n{plan.node_command()}\n")
+        path.chmod(0o755)
+        paths.append(path)
+    sbatch = out_dir / "sbatch.sh"
+    sbatch.write_text(plan.sbatch())
+    paths.append(sbatch)
+    return paths
