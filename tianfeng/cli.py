@@ -96,6 +96,24 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--out", type=Path, default=None, help="where the plan goes (default <run_dir>/launch)")
     launch.add_argument("--dry-run", action="store_true", help="print the plan only")
 
+    plan = sub.add_parser("plan", help="predict step time and scaling efficiency at many GPUs",
+                          description="Alpha-beta communication cost model: predicted step time, samples/s "
+                                      "and scaling efficiency of a run for flat, hierarchical and "
+                                      "compressed gradient exchange at several GPU counts.")
+    plan.add_argument("--config", type=Path, required=True)
+    plan.add_argument("--gpus", type=int, required=True)
+    plan.add_argument("--gpus-per-node", type=int, default=8)
+    plan.add_argument("--classes", type=int, default=1000, help="classes of the model's head (default 1000)")
+    plan.add_argument("--gpu-images-per-s", type=float, default=1250.0,
+                      help="training images/s of one GPU on this model (default 1250: V100, fp16, ResNet-50)")
+    plan.add_argument("--compute-ms", type=float, default=None, help="compute time per step instead (measured)")
+    plan.add_argument("--intra-gbps", type=float, default=800.0, help="inside a node (default NVLink, 800)")
+    plan.add_argument("--intra-latency-us", type=float, default=5.0)
+    plan.add_argument("--inter-gbps", type=float, default=25.0, help="between nodes (default 25 Gbit/s Ethernet)")
+    plan.add_argument("--inter-latency-us", type=float, default=15.0)
+    plan.add_argument("--overlap", type=float, default=0.7, help="share of compute that hides communication")
+    plan.add_argument("--json", action="store_true")
+
     status = sub.add_parser("status", help="show studies or one study's trials",
                             description="Without --study (and with several studies), list the studies in "
                                         "the database; otherwise list one study's trials.")
@@ -114,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         source = str(args.config) if args.config else "the embedded default recipe"
     elif args.command == "search":
         source = str(args.space)
-    elif args.command == "launch":
+    elif args.command in ("launch", "plan"):
         source = str(args.config)
     else:
         source = ""
@@ -143,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             from tianfeng.launch_command import run_launch_command
 
             return run_launch_command(args)
+        if args.command == "plan":
+            from tianfeng.plan_command import run_plan_command
+
+            return run_plan_command(args)
         if args.command == "status":
             from tianfeng.status_command import run_status_command
 
