@@ -67,6 +67,8 @@ BAD_INPUTS = [
     ("distributed: {compression: zip}", "distributed.compression", "must be one of none, fp16, bf16, powersgd, topk"),
     ("distributed: {hook: hierarchical, compression: powersgd}", "distributed.compression", "does not compose with hook: hierarchical"),
     ("distributed: {topk_ratio: 0}", "distributed.topk_ratio", "must be > 0"),
+    ("distributed: {bucket_mb: huge}", "distributed.bucket_mb", "must be a number or must be one of auto; got 'huge'"),
+    ("distributed: {bucket_mb: -2}", "distributed.bucket_mb", "must be > 0, got -2"),
 ]
 
 

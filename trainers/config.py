@@ -126,7 +126,7 @@ class PrecisionConfig:
 @dataclass(frozen=True)
 class DistributedConfig:
     backend: Literal["auto", "nccl", "gloo"] = "auto"
-    bucket_mb: float = _bounded(25.0, gt=0.0)
+    bucket_mb: float | Literal["auto"] = _bounded(25.0, gt=0.0)  # auto: time a few at start-up
     hook: Literal["none", "hierarchical"] = "none"  # DDP communication hook
     local_size: int = _bounded(0, ge=0)  # ranks per node; 0: torchrun's LOCAL_WORLD_SIZE
     compression: Literal["none", "fp16", "bf16", "powersgd", "topk"] = "none"
@@ -190,8 +190,14 @@ def _convert(value: Any, tp: Any, path: str, source: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(value, inner, path, source)
+        options = [a for a in args if a is not type(None)]
+        errors = []
+        for option in options:  # e.g. `float | Literal["auto"]`: a number or the word auto
+            try:
+                return _convert(value, option, path, source)
+            except ConfigError as exc:
+                errors.append(exc.message.split(";")[0])
+        raise ConfigError(source, path, f"{' or '.join(errors)}; got {value!r}")
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, list | tuple):
@@ -221,7 +227,7 @@ def _convert(value: Any, tp: Any, path: str, source: str) -> Any:
 
 
 def _check_bounds(value: Any, meta: typing.Mapping[str, Any], path: str, source: str) -> None:
-    if value is None or not meta:
+    if value is None or not meta or isinstance(value, str):
         return
     checks = [("gt", lambda v, b: v > b, ">"), ("ge", lambda v, b: v >= b, ">="),
               ("lt", lambda v, b: v < b, "<"), ("le", lambda v, b: v <= b, "<=")]

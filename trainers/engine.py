@@ -19,7 +19,7 @@ from torch import nn
 
 from trainers import checkpoint
 from trainers import distributed as dist_utils
-from trainers.comm import compression, hierarchical
+from trainers.comm import compression, fusion, hierarchical
 from trainers.config import ConfigError, RunConfig, config_to_dict
 from trainers.data.loaders import DataPipeline, build_pipeline
 from trainers.data.sources import open_source
@@ -95,6 +95,43 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
+def _wrap_distributed(model: nn.Module, cfg: RunConfig, ctx: dist_utils.DistContext,
+                      device: torch.device, local_size: int, data: DataPipeline, plan: PhasePlan,
+                      loss_fn: nn.Module) -> tuple[nn.Module, object]:
+    """DDP with the configured bucket size (or the fastest of a few, for `auto`) and comm hook."""
+    if not ctx.enabled:
+        return model, None
+    dcfg = cfg.distributed
+    hier = hierarchical.build_state(local_size) if dcfg.hook == "hierarchical" else None
+    comm = hier
+    if dcfg.compression != "none":
+        layout = hierarchical.NodeLayout(ctx.world, ctx.rank, local_size)
+        comm = compression.build_state(dcfg.compression, layout, topk_ratio=dcfg.topk_ratio,
+                                       powersgd_rank=dcfg.powersgd_rank,
+                                       powersgd_start_step=dcfg.powersgd_start_step, hierarchical=hier)
+
+    def wrap(bucket_mb: float) -> nn.Module:
+        ddp = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=bucket_mb)
+        if dcfg.compression != "none":
+            ddp.register_comm_hook(comm, compression.compressed_allreduce_hook)
+        elif hier is not None:
+            ddp.register_comm_hook(hier, hierarchical.hierarchical_allreduce_hook)
+        return ddp
+
+    bucket_mb = dcfg.bucket_mb
+    if bucket_mb == "auto":
+        first = plan.phases[0]
+        batch = next(iter(data.train_batches(0, first.resolution, first.batch_size)))
+        bucket_mb, timings = fusion.choose_bucket_mb(model, wrap, batch, loss_fn)
+        if ctx.is_main:
+            log.info("bucket_mb auto: %s -> %g MB", ", ".join(f"{mb:g} MB {1000 * s:.1f} ms"
+                                                            for mb, s in timings.items()), bucket_mb)
+        if comm is not None:  # the timing steps are not part of the run's traffic
+            comm.bytes = type(comm.bytes)()
+    return wrap(bucket_mb), comm
+
+
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -150,25 +187,8 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(model, cfg.optimizer)
     precision = build_precision(cfg.precision, device)
-    train_model: nn.Module = model
-    if ctx.enabled:
-        train_model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None,
-            bucket_cap_mb=cfg.distributed.bucket_mb)
-    comm = None
-    if ctx.enabled and (cfg.distributed.hook != "none" or cfg.distributed.compression != "none"):
-        dcfg = cfg.distributed
-        hier = hierarchical.build_state(local_size) if dcfg.hook == "hierarchical" else None
-        if dcfg.compression == "none":
-            comm = hier
-            train_model.register_comm_hook(comm, hierarchical.hierarchical_allreduce_hook)
-        else:
-            layout = hierarchical.NodeLayout(ctx.world, ctx.rank, local_size)
-            comm = compression.build_state(dcfg.compression, layout, topk_ratio=dcfg.topk_ratio,
-                                           powersgd_rank=dcfg.powersgd_rank,
-                                           powersgd_start_step=dcfg.powersgd_start_step, hierarchical=hier)
-            train_model.register_comm_hook(comm, compression.compressed_allreduce_hook)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)
+    train_model, comm = _wrap_distributed(model, cfg, ctx, device, local_size, data, plan, loss_fn)
     if ctx.is_main:
         log.info("device %s, world %d (%d per node), precision %s (%s)", device, ctx.world, local_size,
                  precision.mode, precision.reason)

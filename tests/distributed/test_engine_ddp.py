@@ -15,7 +15,7 @@ from trainers.distributed import DistContext, validate_world
 from trainers.engine import train
 
 
-def run_cli(nproc: int, run_dir: Path, *sets: str) -> list[dict]:
+def run_cli(nproc: int, run_dir: Path, *sets: str, log: list[str] | None = None) -> list[dict]:
     args = ["-m", "tianfeng.cli", "train", "--set", f"run_dir={run_dir}", "--set", "device=cpu",
             "--set", "phases.0.epochs=2", "--set", "phases.0.resolution=8", "--set", "phases.0.batch_size=64",
             "--set", "data.augment=none"]
@@ -24,13 +24,19 @@ def run_cli(nproc: int, run_dir: Path, *sets: str) -> list[dict]:
     out = torchrun(nproc, *args) if nproc > 1 else None
     if out is not None:
         assert out.returncode == 0, out.stderr[-3000:]
+        if log is not None:
+            log.append(out.stderr)
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow
 def test_hierarchical_hook_trains_like_flat_allreduce(tmp_path: Path) -> None:
     flat = run_cli(4, tmp_path / "flat")
-    hier = run_cli(4, tmp_path / "hier", "distributed.hook=hierarchical", "distributed.local_size=2")
+    log: list[str] = []
+    hier = run_cli(4, tmp_path / "hier", "distributed.hook=hierarchical", "distributed.local_size=2",
+                   "distributed.bucket_mb=auto", log=log)
+    # adaptive fusion timed every candidate and chose one; timing did not train the model
+    assert "bucket_mb auto: 1 MB" in log[0] and "100 MB" in log[0] and "-> " in log[0]
     for a, b in zip(flat, hier, strict=True):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
         assert a["val_top1"] == pytest.approx(b["val_top1"], abs=0.5)

@@ -1,0 +1,43 @@
+"""Adaptive gradient fusion: time a few DDP bucket sizes on real training steps at start-up
+and keep the fastest (every rank agrees: the slowest rank's time counts)."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+CANDIDATE_MB = (1.0, 5.0, 25.0, 100.0)
+
+
+def choose_bucket_mb(model: nn.Module, wrap: Callable[[float], nn.Module], batch: tuple[torch.Tensor, torch.Tensor],
+                     loss_fn: Callable, steps: int = 3) -> tuple[float, dict[float, float]]:
+    """(fastest bucket size in MB, seconds per step for each candidate). The model's weights and
+    BatchNorm statistics are restored afterwards: timing does not train."""
+    saved = copy.deepcopy(model.state_dict())
+    x, y = batch
+    timings: dict[float, float] = {}
+    for mb in CANDIDATE_MB:
+        ddp = wrap(mb)
+        start = 0.0
+        for i in range(steps + 1):
+            if i == 1:  # the first step builds DDP's buckets and warms up kernels
+                if x.is_cuda:
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+            loss_fn(ddp(x), y).backward()
+            model.zero_grad(set_to_none=True)
+        if x.is_cuda:
+            torch.cuda.synchronize()
+        seconds = torch.tensor([(time.perf_counter() - start) / steps], dtype=torch.float64)
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        timings[mb] = seconds.item()
+        del ddp
+        gc.collect()  # drop the candidate's reducer and its autograd hooks before the next one
+    model.load_state_dict(saved)
+    return min(timings, key=timings.get), timings
