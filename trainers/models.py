@@ -12,11 +12,12 @@ def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Modul
     return [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(cout)]
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
+class _Residual(nn.Module):
+    """relu(body(x) + shortcut(x)); the shortcut projects when the shape changes."""
+
+    def __init__(self, body: nn.Sequential, cin: int, cout: int, stride: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(*_conv_bn(cin, cout, 3, stride), nn.ReLU(inplace=True),
-                                  *_conv_bn(cout, cout, 3))
+        self.body = body
         self.shortcut = (nn.Identity() if stride == 1 and cin == cout
                          else nn.Sequential(*_conv_bn(cin, cout, 1, stride)))
 
@@ -28,25 +29,21 @@ class BasicBlock(nn.Module):
         return torch.relu(self.body(x) + self.shortcut(x))
 
 
-class Bottleneck(nn.Module):
+class BasicBlock(_Residual):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__(nn.Sequential(*_conv_bn(cin, cout, 3, stride), nn.ReLU(inplace=True),
+                                       *_conv_bn(cout, cout, 3)), cin, cout, stride)
+
+
+class Bottleneck(_Residual):
     expansion = 4
 
     def __init__(self, cin: int, width: int, stride: int) -> None:
-        super().__init__()
         cout = width * self.expansion
         # stride on the 3x3 conv ("ResNet v1.5"), as in the large-batch ImageNet records
-        self.body = nn.Sequential(*_conv_bn(cin, width, 1), nn.ReLU(inplace=True),
-                                  *_conv_bn(width, width, 3, stride), nn.ReLU(inplace=True),
-                                  *_conv_bn(width, cout, 1))
-        self.shortcut = (nn.Identity() if stride == 1 and cin == cout
-                         else nn.Sequential(*_conv_bn(cin, cout, 1, stride)))
-
-    @property
-    def last_bn(self) -> nn.BatchNorm2d:
-        return self.body[-1]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.body(x) + self.shortcut(x))
+        super().__init__(nn.Sequential(*_conv_bn(cin, width, 1), nn.ReLU(inplace=True),
+                                       *_conv_bn(width, width, 3, stride), nn.ReLU(inplace=True),
+                                       *_conv_bn(width, cout, 1)), cin, cout, stride)
 
 
 class ResNet(nn.Module):
@@ -74,7 +71,7 @@ def _init_weights(model: ResNet, zero_init_residual: bool) -> None:
     if zero_init_residual:
         # each block starts as the identity, which keeps early large-LR steps stable
         for m in model.modules():
-            if isinstance(m, BasicBlock | Bottleneck):
+            if isinstance(m, _Residual):
                 nn.init.zeros_(m.last_bn.weight)
 
 

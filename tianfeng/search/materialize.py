@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tianfeng.search.expressions import ExpressionError
-from tianfeng.search.space import Fidelity, PhasesTemplate, SearchSpace, round_resolution
+from tianfeng.search.space import Fidelity, Parameter, PhasesTemplate, SearchSpace, round_resolution
 from trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
 
 
@@ -17,6 +18,16 @@ def is_active(param, values: dict[str, Any]) -> bool:
         return bool(param.when.evaluate(values))
     except ExpressionError:  # it reads a parameter that is itself inactive
         return False
+
+
+def sample_active(space: SearchSpace, choose: Callable[[Parameter], Any]) -> dict[str, Any]:
+    """Values for every active parameter, in file order (a condition reads those above it);
+    fixed parameters take their value, the others whatever `choose` returns."""
+    values: dict[str, Any] = {}
+    for p in space.parameters:
+        if is_active(p, values):
+            values[p.name] = p.value if p.type == "fixed" else choose(p)
+    return values
 
 
 def _set_path(tree: dict[str, Any], key_path: str, value: Any) -> None:

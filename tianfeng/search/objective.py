@@ -11,8 +11,8 @@ from typing import Any
 
 import optuna
 
-from tianfeng.search.materialize import build_config, is_active
-from tianfeng.search.space import SearchSpace
+from tianfeng.search.materialize import build_config, sample_active
+from tianfeng.search.space import Parameter, SearchSpace
 from trainers.config import config_to_dict
 from trainers.engine import EpochMetrics, RunResult, StopTraining, train
 
@@ -20,21 +20,16 @@ log = logging.getLogger("tianfeng.search")
 
 
 def suggest(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
-    """Sample every active parameter in file order (conditions read the ones above them)."""
-    values: dict[str, Any] = {}
-    for p in space.parameters:
-        if not is_active(p, values):
-            continue
-        if p.type == "fixed":
-            values[p.name] = p.value
-        elif p.type == "categorical":
-            values[p.name] = trial.suggest_categorical(p.name, list(p.choices))
-        elif p.type == "int":
-            values[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), log=p.log,
-                                               step=int(p.step or 1))
-        else:
-            values[p.name] = trial.suggest_float(p.name, p.low, p.high, log=p.log, step=p.step)
-    return values
+    """Let Optuna sample every active parameter of the space."""
+
+    def choose(p: Parameter) -> Any:
+        if p.type == "categorical":
+            return trial.suggest_categorical(p.name, list(p.choices))
+        if p.type == "int":
+            return trial.suggest_int(p.name, int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
+        return trial.suggest_float(p.name, p.low, p.high, log=p.log, step=p.step)
+
+    return sample_active(space, choose)
 
 
 def objective_value(space: SearchSpace, epochs: list[EpochMetrics]) -> float:

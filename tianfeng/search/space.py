@@ -10,6 +10,7 @@ an optional `phases` template (schedule-valued parameters: stages, resolutions, 
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -394,19 +395,10 @@ def _domain(p: Parameter) -> str:
 def _check_builds(space: SearchSpace) -> None:
     """Build the config of the lowest and highest corner at every rung, so errors that only a
     combination reveals (a batch above the data size, warm-up beyond the epochs) show at load."""
-    from tianfeng.search.materialize import build_config, is_active
+    from tianfeng.search.materialize import build_config, sample_active
 
     for corner in ("low", "high"):
-        values: dict[str, Any] = {}
-        for p in space.parameters:
-            if not is_active(p, values):
-                continue
-            if p.type == "fixed":
-                values[p.name] = p.value
-            elif p.type == "categorical":
-                values[p.name] = p.choices[0] if corner == "low" else p.choices[-1]
-            else:
-                values[p.name] = p.low if corner == "low" else p.high
+        values = sample_active(space, functools.partial(_corner_value, low=corner == "low"))
         for rung in space.fidelities:
             try:
                 build_config(space, values, rung)
@@ -414,6 +406,12 @@ def _check_builds(space: SearchSpace) -> None:
                 detail = str(exc.with_source(space.path)) if isinstance(exc, ConfigError) else str(exc)
                 raise ConfigError(space.path, f"fidelities.{rung}",
                                   f"the {corner} corner of the space gives a bad run: {detail}") from None
+
+
+def _corner_value(p: Parameter, *, low: bool) -> Any:
+    if p.type == "categorical":
+        return p.choices[0] if low else p.choices[-1]
+    return p.low if low else p.high
 
 
 def _unknown(name: str, names: set[str]) -> str:
