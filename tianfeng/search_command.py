@@ -27,6 +27,13 @@ def parse_duration(text: str | None) -> float | None:
 
 
 def run_search_command(args) -> int:
+    # flags first: they need nothing loaded, so a typo fails at once
+    if args.trials < 1:
+        raise ConfigError("--trials", "", f"must be >= 1, got {args.trials}")
+    if args.workers < 1:
+        raise ConfigError("--workers", "", f"must be >= 1, got {args.workers}")
+    timeout_s = parse_duration(args.timeout)
+
     from tianfeng.search.runner import SearchPlan, requeue_interrupted, run_search
     from tianfeng.search.space import load_space
 
@@ -34,13 +41,9 @@ def run_search_command(args) -> int:
     rung = args.fidelity or space.search_fidelity
     if rung not in space.fidelities:
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(space.fidelities)}; got {rung!r}")
-    if args.trials < 1:
-        raise ConfigError("--trials", "", f"must be >= 1, got {args.trials}")
-    if args.workers < 1:
-        raise ConfigError("--workers", "", f"must be >= 1, got {args.workers}")
     plan = SearchPlan(space_path=str(args.space), data=args.data, storage=args.storage,
                       study=args.study or space.name, sampler=args.sampler, pruner=args.pruner,
-                      seed=args.seed, trials=args.trials, timeout_s=parse_duration(args.timeout),
+                      seed=args.seed, trials=args.trials, timeout_s=timeout_s,
                       runs_root=str(args.runs_dir), rung=rung, heartbeat_s=args.heartbeat_s,
                       grace_s=args.grace_s, verbose=args.verbose)
     try:
