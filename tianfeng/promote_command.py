@@ -19,7 +19,7 @@ from rich.table import Table
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.search.space import SearchSpace, parse_space
 from tianfeng.store import RunStore
-from trainers.config import ConfigError, RunConfig, config_to_dict
+from trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
 from trainers.engine import EpochMetrics, train
 
 log = logging.getLogger("tianfeng.promote")
@@ -83,8 +83,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides)
     digest = config_hash(full)
     run_dir = runs_dir / study.study_name / f"{kind}-trial-{trial_number}-{digest}"
-    full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides,
-                             name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
+    full = with_changes(full, name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
     print_changes(changes, Console(stderr=True))
     config_yaml = yaml.safe_dump(config_to_dict(full), sort_keys=False)
     if dry_run:
