@@ -41,7 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
                                         "and the promote command to stdout.")
     add_search_arguments(search)
 
+    from tianfeng.scale_command import add_scale_arguments
     from tianfeng.search_command import DEFAULT_STORAGE
+
+    scale = sub.add_parser("scale", help="best accuracy against batch size: a search per batch size",
+                           description="For each batch size (increasing), search the space with the batch "
+                                       "pinned, warm-started from the previous size's best trials; run the "
+                                       "naive baseline (the smallest batch's winner with linear LR scaling) "
+                                       "beside it; store the curve, print it and write its HTML report.")
+    add_scale_arguments(scale)
 
     promote = sub.add_parser("promote", help="run a trial's recipe at full scale",
                              description="Transfer a trial's recipe from its proxy rung to the full-"
@@ -81,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("study", nargs="?", default=None, help="study name (default: the only study)")
     report.add_argument("--storage", default=DEFAULT_STORAGE)
     report.add_argument("-o", "--output", type=Path, default=None, help="default reports/<study>.html")
+    report.add_argument("--scale", default=None, metavar="NAME",
+                        help="write the report of a batch-scaling study (tianfeng scale) instead")
 
     launch = sub.add_parser("launch", help="write the launch plan of a multi-node run (or run it here on CPU)",
                             description="Check that a run fits N nodes x G devices, then write per-node "
@@ -130,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.debug)
     if args.command == "train":
         source = str(args.config) if args.config else "the embedded default recipe"
-    elif args.command == "search":
+    elif args.command in ("search", "scale"):
         source = str(args.space)
     elif args.command in ("launch", "plan"):
         source = str(args.config)
@@ -145,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
             from tianfeng.search_command import run_search_command
 
             return run_search_command(args)
+        if args.command == "scale":
+            from tianfeng.scale_command import run_scale_command
+
+            return run_scale_command(args)
         if args.command == "promote":
             from tianfeng.promote_command import run_promote_command
 

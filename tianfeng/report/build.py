@@ -13,14 +13,14 @@ import yaml
 from optuna.trial import TrialState
 from plotly.offline import get_plotlyjs
 
-from reports import TEMPLATES
 from tianfeng import __version__
 from tianfeng.promote_command import load_study
 from tianfeng.report import figures
+from tianfeng.report.templates import TEMPLATES
 from tianfeng.store import RunStore
 
 
-def _script_json(fig) -> str:
+def script_json(fig) -> str:
     """Figure JSON safe inside <script>: no `</script>` or `<!--` can close or comment it out."""
     return fig.to_json().replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
@@ -81,7 +81,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
         ("Proxy against full fidelity", figures.proxy_vs_full(runs, rho)),
         ("Promoted runs", figures.promoted_curves(runs, metric)),
     ]
-    figs = [{"id": f"fig-{i}", "title": title, "json": _script_json(fig) if fig is not None else "",
+    figs = [{"id": f"fig-{i}", "title": title, "json": script_json(fig) if fig is not None else "",
              "note": note} for i, (title, (fig, note)) in enumerate(drawn)]
     params = sorted({k for t in trials for k in t.params})
     columns = ["trial", "state", metric, "epochs", "seconds", "prior", *params]
@@ -107,6 +107,11 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
 
 
 def run_report_command(args) -> int:
-    path = build_report(args.storage, args.study, args.output)
+    if args.scale is not None:
+        from tianfeng.report.scale import build_scale_report
+
+        path = build_scale_report(args.storage, args.scale, args.output)
+    else:
+        path = build_report(args.storage, args.study, args.output)
     print(json.dumps({"report": str(path)}))
     return 0

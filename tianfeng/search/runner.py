@@ -7,8 +7,9 @@ import multiprocessing
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
@@ -55,6 +56,25 @@ class SearchPlan:
     heartbeat_s: int = 10
     grace_s: int = 60
     verbose: bool = False
+    # set by `tianfeng scale`: every run at this global batch, extra `set:` entries (key ->
+    # expression), whether to enqueue the space's priors, named parameter sets to enqueue
+    # first (warm start), and extra study attributes
+    batch_size: int | None = None
+    set_overrides: dict[str, str] = field(default_factory=dict)
+    priors: bool = True
+    warm_start: tuple[tuple[str, dict[str, Any]], ...] = ()
+    study_attrs: dict[str, Any] = field(default_factory=dict)
+    epoch_budget: int | None = None  # training epochs summed over trials (pruned ones count what they ran)
+
+
+def plan_space(plan: SearchPlan) -> SearchSpace:
+    """The space a plan searches: the file's, pinned and adjusted as the plan says."""
+    space = load_space(plan.space_path, data=plan.data)
+    if plan.batch_size is None and not plan.set_overrides and plan.priors:
+        return space
+    from tianfeng.scale.space import at_batch
+
+    return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)
 
 
 def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool) -> optuna.Study:
@@ -74,17 +94,25 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool) -> optuna.
                  "data": plan.data or space.base.data.source, "rung": plan.rung,
                  "sampler": plan.sampler, "pruner": plan.pruner,
                  "metric": space.objective.metric, "runs_root": plan.runs_root,
-                 "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+                 "created": time.strftime("%Y-%m-%d %H:%M:%S"), **plan.study_attrs}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
+        for label, params in plan.warm_start:
+            study.enqueue_trial(params, user_attrs={"warm_start": label})
         if plan.sampler == "grid" and space.priors:
             log.info("grid sampler: the priors are not enqueued (the grid covers the space itself)")
-        for prior in space.priors if plan.sampler != "grid" else ():
+        warm = {_params_key(params) for _, params in plan.warm_start}
+        priors = [p for p in space.priors if _params_key(p.params) not in warm] if plan.sampler != "grid" else []
+        for prior in priors:
             study.enqueue_trial(prior.params, user_attrs={"prior": prior.name})
-        if space.priors and plan.sampler != "grid":
-            log.info("enqueued %d published recipes as the first trials: %s", len(space.priors),
-                     ", ".join(p.name for p in space.priors))
+        if priors:
+            log.info("enqueued %d published recipes as the first trials: %s", len(priors),
+                     ", ".join(p.name for p in priors))
     return study
+
+
+def _params_key(params: dict[str, Any]) -> str:
+    return repr(sorted(params.items()))
 
 
 def _rung_epochs(space: SearchSpace, rung: str) -> int:
@@ -96,15 +124,29 @@ def finished_count(study: optuna.Study) -> int:
 
 
 class _Budget:
-    """Stops a worker once the study holds `trials` finished or running trials (all workers)."""
+    """Stops a worker once the study holds `trials` finished or running trials (all workers), or
+    once another full trial of `trial_epochs` would take the study past `epochs` training epochs."""
 
-    def __init__(self, trials: int) -> None:
-        self.trials = trials
+    def __init__(self, trials: int, epochs: int | None = None, trial_epochs: int = 1) -> None:
+        self.trials, self.epochs, self.trial_epochs = trials, epochs, trial_epochs
+
+    def exhausted(self, study: optuna.Study) -> bool:
+        trials = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
+        if len(trials) >= self.trials:
+            return True
+        if self.epochs is None:
+            return False
+        return epochs_spent(trials, self.trial_epochs) + self.trial_epochs > self.epochs
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        states = (*FINISHED, TrialState.RUNNING)
-        if len(study.get_trials(deepcopy=False, states=states)) >= self.trials:
+        if self.exhausted(study):
             study.stop()
+
+
+def epochs_spent(trials: list[optuna.trial.FrozenTrial], trial_epochs: int) -> int:
+    """Epochs trained by finished trials, plus a full trial's for each one still running."""
+    return sum(trial_epochs if t.state == TrialState.RUNNING else max(t.intermediate_values, default=0)
+               for t in trials)
 
 
 class _TrialLogger:
@@ -149,13 +191,13 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
 
         torch.set_num_threads(threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space = load_space(plan.space_path, data=plan.data)
+    space = plan_space(plan)
     storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
     study = optuna.load_study(study_name=plan.study, storage=storage,
                               sampler=SAMPLERS[plan.sampler](space, plan.seed + worker),
                               pruner=PRUNERS[plan.pruner](_rung_epochs(space, plan.rung)))
-    budget = _Budget(plan.trials)
-    if len(study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))) >= plan.trials:
+    budget = _Budget(plan.trials, plan.epoch_budget, _rung_epochs(space, plan.rung))
+    if budget.exhausted(study):
         return
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
     callbacks = [budget, _TrialLogger(space.objective.metric)] + ([progress.update] if progress else [])
@@ -164,7 +206,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
 
 def run_search(plan: SearchPlan, workers: int, *, resume: bool) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space = load_space(plan.space_path, data=plan.data)
+    space = plan_space(plan)
     study = open_study(plan, space, resume=resume)
     done = finished_count(study)
     log.info("study %s: %d of %d trials done; sampler %s, pruner %s, rung %s, %d worker(s)",

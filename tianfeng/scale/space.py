@@ -1,0 +1,54 @@
+"""A search space pinned to one global batch size (and, for the naive baseline, to linear LR
+scaling): the batch parameter becomes fixed, priors lose their batch value."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tianfeng.search.expressions import Expression
+from tianfeng.search.space import Parameter, Prior, SearchSpace
+from trainers.config import ConfigError, config_from_dict, config_to_dict
+
+
+def batch_parameter(space: SearchSpace) -> str | None:
+    """The parameter the phases template reads its batch size from, if it reads exactly one."""
+    if space.phases is None:
+        return None
+    names = space.phases.batch_size.names
+    return next(iter(names)) if len(names) == 1 else None
+
+
+def at_batch(space: SearchSpace, batch: int | None, *, assignments: dict[str, str] | None = None,
+             priors: bool = True) -> SearchSpace:
+    """`space` with every run's last-phase global batch equal to `batch` (None: unchanged).
+    `assignments` adds or replaces `set:` entries (config key path -> expression text)."""
+    if batch is not None and batch < 1:
+        raise ConfigError("--batch-sizes", "", f"batch sizes must be >= 1, got {batch}")
+    pinned = batch_parameter(space) if batch is not None else None
+    parameters = tuple(Parameter(p.name, "fixed", value=batch, when=p.when) if p.name == pinned else p
+                       for p in space.parameters)
+    phases, base = space.phases, space.base
+    if batch is None:
+        pass
+    elif phases is not None:
+        phases = dataclasses.replace(phases, batch_size=Expression(str(batch)))
+    else:  # no template: scale the base phases so the last one has `batch`
+        raw = config_to_dict(base)
+        factor = batch / raw["phases"][-1]["batch_size"]
+        for phase in raw["phases"]:
+            phase["batch_size"] = max(1, round(phase["batch_size"] * factor))
+        base = config_from_dict(raw, space.path)
+    sets = dict(space.assignments)
+    for key, text in (assignments or {}).items():
+        sets[key] = Expression(text)
+    kept: list[Prior] = []
+    if priors:
+        seen: set[str] = set()
+        for prior in space.priors:
+            params = {k: v for k, v in prior.params.items() if k != pinned}
+            key = repr(sorted(params.items()))
+            if key not in seen:  # priors that differed only in batch size are one trial now
+                seen.add(key)
+                kept.append(Prior(prior.name, params))
+    return dataclasses.replace(space, base=base, parameters=parameters, phases=phases,
+                               assignments=sets, priors=tuple(kept))

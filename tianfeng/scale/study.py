@@ -1,0 +1,186 @@
+"""Running a batch-scaling study: for each batch size in increasing order, a search warm-started
+from the previous size's best trials, then the naive baseline (the smallest batch's winner with
+linear LR scaling and nothing else changed); each point is stored as soon as it is known."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tianfeng.promotion.transfer import peak_lr
+from tianfeng.scale.results import ScalePoint, ScaleStore
+from tianfeng.scale.space import batch_parameter
+from tianfeng.search.runner import SearchPlan, plan_space, run_search
+from trainers.config import ConfigError, config_from_dict
+
+log = logging.getLogger("tianfeng.scale")
+
+NAIVE_RULE = {"schedule.scaling_rule": "'linear'"}
+
+
+@dataclass(frozen=True)
+class ScalePlan:
+    search: SearchPlan  # the template of every batch size's search (study and batch filled in)
+    name: str
+    batch_sizes: tuple[int, ...]
+    workers: int = 1
+    warm_start_k: int = 3
+    tolerance: float = 1.0  # "within 1 point" of the smallest batch, in the metric's units
+
+
+def search_study(name: str, batch: int) -> str:
+    return f"{name}-b{batch}"
+
+
+def naive_study(name: str, batch: int) -> str:
+    return f"{name}-b{batch}-naive"
+
+
+def study_names(plan: ScalePlan) -> list[str]:
+    names = [search_study(plan.name, b) for b in plan.batch_sizes]
+    return names + [naive_study(plan.name, b) for b in plan.batch_sizes[1:]]
+
+
+def _ranked(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+    return sorted(done, key=lambda t: t.value, reverse=study.direction.name == "MAXIMIZE")
+
+
+def recipe(trial: optuna.trial.FrozenTrial | None) -> dict[str, Any]:
+    """The recipe a trial ran, in the terms large-batch papers use."""
+    if trial is None or "config" not in trial.user_attrs:
+        return {}
+    cfg = config_from_dict(trial.user_attrs["config"], f"trial {trial.number}")
+    out: dict[str, Any] = {
+        "trial": trial.number, "optimizer": cfg.optimizer.name, "lr": cfg.optimizer.lr,
+        "peak_lr": peak_lr(cfg), "scaling_rule": cfg.schedule.scaling_rule,
+        "warmup_epochs": cfg.schedule.warmup_epochs, "warmup_shape": cfg.schedule.warmup_shape,
+        "weight_decay": cfg.optimizer.weight_decay, "label_smoothing": cfg.optimizer.label_smoothing,
+        "phases": [[p.epochs, p.resolution, p.batch_size] for p in cfg.phases], "params": dict(trial.params)}
+    if cfg.optimizer.name == "lars":
+        out["trust_coefficient"] = cfg.optimizer.lars.trust_coefficient
+    for key in ("prior", "warm_start"):
+        if key in trial.user_attrs:
+            out[key] = trial.user_attrs[key]
+    return out
+
+
+def _warm_start(previous: optuna.Study | None, pinned: str | None, k: int) -> tuple[tuple[str, dict], ...]:
+    """The previous batch size's best `k` trials, its batch parameter dropped: the LR parameter is
+    per reference batch, so the run's LR follows the space's scaling rule to the new batch."""
+    if previous is None or k < 1:
+        return ()
+    seen: set[str] = set()
+    out = []
+    batch = previous.user_attrs.get("batch_size")
+    for t in _ranked(previous):
+        params = {n: v for n, v in t.params.items() if n != pinned}
+        key = repr(sorted(params.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append((f"b{batch} trial #{t.number}", params))
+        if len(out) == k:
+            break
+    return tuple(out)
+
+
+def _durations(trials: list[optuna.trial.FrozenTrial]) -> tuple[float, float]:
+    def took(t: optuna.trial.FrozenTrial) -> float:
+        if t.datetime_complete and t.datetime_start:
+            return (t.datetime_complete - t.datetime_start).total_seconds()
+        return 0.0
+
+    return (sum(took(t) for t in trials), sum(took(t) for t in trials if t.state == TrialState.PRUNED))
+
+
+def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int]) -> list[ScalePoint]:
+    storage = plan.search.storage
+    existing = set(optuna.get_all_study_names(storage)) & set(study_names(plan))
+    if existing and not resume:
+        raise ConfigError("--name", plan.name, f"studies {', '.join(sorted(existing))} already exist in "
+                          f"{storage}; pass --resume to continue them or choose another --name")
+    space = plan_space(plan.search)
+    pinned = batch_parameter(space)
+    store = ScaleStore(storage)
+    settings = {"space": plan.search.space_path, "data": plan.search.data or space.base.data.source,
+                "rung": plan.search.rung, "metric": space.objective.metric,
+                "direction": space.objective.direction, "batch_sizes": list(plan.batch_sizes),
+                "trials_per_batch": plan.search.trials, "timeout_s": plan.search.timeout_s,
+                "epoch_budget": plan.search.epoch_budget, "tolerance": plan.tolerance,
+                "sampler": plan.search.sampler, "pruner": plan.search.pruner, "storage": storage}
+    points: list[ScalePoint] = []
+    previous: optuna.Study | None = None
+    reference: optuna.trial.FrozenTrial | None = None
+    for batch in plan.batch_sizes:
+        started = time.perf_counter()
+        name = search_study(plan.name, batch)
+        warm = _warm_start(previous, pinned, plan.warm_start_k)
+        search = dataclasses.replace(plan.search, study=name, batch_size=batch, warm_start=warm,
+                                     study_attrs={"scale": plan.name, "batch_size": batch, "role": "search"})
+        log.info("batch %d: searching study %s%s", batch, name,
+                 f", warm-started from {', '.join(w[0] for w in warm)}" if warm else "")
+        study = run_search(search, plan.workers, resume=name in existing)
+        study = optuna.load_study(study_name=name, storage=storage)
+        ranked = _ranked(study)
+        best = ranked[0] if ranked else None
+        naive_name, naive_trial, naive_state = None, None, "reference"
+        if reference is None:
+            if best is None:
+                raise RuntimeError(f"no trial completed at the smallest batch {batch} (study {name}): "
+                                   "nothing to scale from; raise the budget")
+            reference = best
+        else:
+            naive_name = naive_study(plan.name, batch)
+            naive_params = {n: v for n, v in reference.params.items() if n != pinned}
+            naive = dataclasses.replace(
+                plan.search, study=naive_name, batch_size=batch, sampler="random", pruner="none", trials=1,
+                timeout_s=None, epoch_budget=None, priors=False, set_overrides=NAIVE_RULE,
+                warm_start=((f"naive: b{plan.batch_sizes[0]} trial #{reference.number}, linear LR scaling",
+                             naive_params),),
+                study_attrs={"scale": plan.name, "batch_size": batch, "role": "naive"})
+            log.info("batch %d: naive baseline (batch %d winner, linear LR scaling) in study %s",
+                     batch, plan.batch_sizes[0], naive_name)
+            run_search(naive, 1, resume=naive_name in existing)
+            naive_trial = optuna.load_study(study_name=naive_name, storage=storage).get_trials(deepcopy=False)[-1]
+            naive_state = (naive_trial.user_attrs.get("status", naive_trial.state.name.lower())
+                           if naive_trial.state != TrialState.COMPLETE else "complete")
+        trials = study.get_trials(deepcopy=False)
+        trial_s, pruned_s = _durations(trials)
+        point = ScalePoint(
+            batch_size=batch, study=name, searched_value=best.value if best else None,
+            searched_trial=best.number if best else None, searched_recipe=recipe(best),
+            naive_study=naive_name,
+            naive_value=(best.value if best else None) if naive_name is None else naive_trial.value,
+            naive_status=naive_state, naive_recipe=recipe(best if naive_name is None else naive_trial),
+            trials=len(trials), complete=sum(t.state == TrialState.COMPLETE for t in trials),
+            pruned=sum(t.state == TrialState.PRUNED for t in trials),
+            warm_started=sum("warm_start" in t.user_attrs for t in trials),
+            wall_s=time.perf_counter() - started, trial_s=trial_s, pruned_s=pruned_s,
+            steps_per_epoch=steps_per_epoch.get(batch, 0), epochs_per_trial=_epochs(space, plan.search.rung))
+        store.save(plan.name, point, settings)
+        points.append(point)
+        previous = study
+    return points
+
+
+def _epochs(space, rung: str) -> int:
+    return space.fidelities[rung].epochs or space.base.total_epochs
+
+
+def largest_within(points: list[ScalePoint], tolerance: float, *, naive: bool, maximize: bool = True) -> int | None:
+    """The largest batch whose value stays within `tolerance` of the smallest batch's searched value."""
+    if not points or points[0].searched_value is None:
+        return None
+    ref = points[0].searched_value
+    best = None
+    for p in points:
+        value = p.naive_value if naive else p.searched_value
+        if value is not None and (value >= ref - tolerance if maximize else value <= ref + tolerance):
+            best = p.batch_size
+    return best

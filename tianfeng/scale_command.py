@@ -1,0 +1,134 @@
+"""`tianfeng scale`: how far can the batch grow before accuracy drops, and with which recipe?"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from trainers.config import ConfigError
+
+_BUDGET = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|trials?|epochs?)$")
+BUDGET_FORMS = "a time (600s, 10m, 1h), a trial count (12trials) or training epochs (72epochs)"
+
+
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.lstrip("-").isdigit():
+            raise ConfigError("--batch-sizes", "", f"must be comma-separated integers such as 64,256,1024; got {part!r}")
+        sizes.append(int(part))
+    if any(b < 1 for b in sizes):
+        raise ConfigError("--batch-sizes", "", f"must all be positive; got {text}")
+    if len(sizes) < 2:
+        raise ConfigError("--batch-sizes", "", f"a curve needs at least two batch sizes; got {text}")
+    if any(later <= earlier for earlier, later in zip(sizes, sizes[1:], strict=False)):
+        raise ConfigError("--batch-sizes", "", f"must be strictly increasing; got {text}")
+    return tuple(sizes)
+
+
+def parse_budget(text: str) -> dict[str, float | int | None]:
+    """-> {"trials", "timeout_s", "epochs"}: exactly one of them set."""
+    match = _BUDGET.match(text.strip())
+    if not match:
+        raise ConfigError("--budget-per-batch", "", f"must be {BUDGET_FORMS}; got {text!r}")
+    amount, unit = float(match.group(1)), match.group(2)
+    if amount <= 0:
+        raise ConfigError("--budget-per-batch", "", f"allows no trial: {text!r}; it must be > 0")
+    if unit.startswith("trial") or unit.startswith("epoch"):
+        if not amount.is_integer():
+            raise ConfigError("--budget-per-batch", "", f"a count of {unit} must be whole; got {text!r}")
+        key = "trials" if unit.startswith("trial") else "epochs"
+        return {"trials": None, "timeout_s": None, "epochs": None, key: int(amount)}
+    return {"trials": None, "epochs": None, "timeout_s": amount * {"s": 1, "m": 60, "h": 3600}[unit]}
+
+
+def training_set_size(space, rung: str) -> tuple[int, str]:
+    """Training images a trial at `rung` sees, and a description for errors."""
+    import numpy as np
+
+    from trainers.data.sources import open_source
+    from trainers.data.subset import stratified_subset
+
+    base = space.base
+    fraction = base.data.fraction * space.fidelities[rung].data_fraction
+    source = open_source(base.data.source, synthetic_images=base.data.synthetic_images,
+                         synthetic_classes=base.data.synthetic_classes)
+    n = len(stratified_subset(np.asarray(source.train.labels), fraction, base.seed))
+    return n, f"{base.data.source} at data fraction {fraction:g}"
+
+
+def run_scale_command(args) -> int:
+    batch_sizes = parse_batch_sizes(args.batch_sizes)
+    budget = parse_budget(args.budget_per_batch)
+    if args.workers < 1:
+        raise ConfigError("--workers", "", f"must be >= 1, got {args.workers}")
+    if args.warm_start < 0:
+        raise ConfigError("--warm-start", "", f"must be >= 0, got {args.warm_start}")
+
+    from tianfeng.scale.study import ScalePlan, run_scale
+    from tianfeng.search.runner import SearchPlan
+    from tianfeng.search.space import load_space
+
+    space = load_space(args.space, data=args.data)
+    rung = args.fidelity or space.search_fidelity
+    if rung not in space.fidelities:
+        raise ConfigError("--fidelity", "", f"must be one of {', '.join(space.fidelities)}; got {rung!r}")
+    size, described = training_set_size(space, rung)
+    too_big = [b for b in batch_sizes if b > size]
+    if too_big:
+        raise ConfigError("--batch-sizes", "", f"{too_big[0]} is larger than the training set "
+                          f"({size} images of {described})")
+    trial_epochs = space.fidelities[rung].epochs or space.base.total_epochs
+    if budget["epochs"] is not None and budget["epochs"] < trial_epochs:
+        raise ConfigError("--budget-per-batch", "", f"{args.budget_per_batch} allows no trial: one trial at "
+                          f"rung {rung} trains {trial_epochs} epochs")
+    name = args.name or f"{space.name}-scale"
+    search = SearchPlan(space_path=str(args.space), data=args.data, storage=args.storage, study=name,
+                        sampler=args.sampler, pruner=args.pruner, seed=args.seed,
+                        trials=budget["trials"] or 10**6, timeout_s=budget["timeout_s"],
+                        epoch_budget=budget["epochs"], runs_root=str(args.runs_dir), rung=rung,
+                        verbose=args.verbose)
+    plan = ScalePlan(search=search, name=name, batch_sizes=batch_sizes, workers=args.workers,
+                     warm_start_k=args.warm_start, tolerance=args.tolerance)
+    steps = {b: size // b for b in batch_sizes}
+    try:
+        points = run_scale(plan, resume=args.resume, steps_per_epoch=steps)
+    except KeyboardInterrupt:
+        print(f"tianfeng: interrupted; finished trials and batch sizes are saved in {args.storage}. "
+              f"Continue with the same command and --resume", file=sys.stderr)
+        return 130
+    from tianfeng.report.scale import build_scale_report
+    from tianfeng.scale.table import print_curve
+
+    print_curve(points, plan.tolerance, space.objective.metric, space.objective.direction == "maximize")
+    print(f"report: {build_scale_report(args.storage, name, args.output)}")
+    return 0
+
+
+def add_scale_arguments(parser) -> None:
+    from tianfeng.search_command import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES
+
+    parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
+    parser.add_argument("--batch-sizes", required=True, help="increasing global batch sizes, e.g. 64,256,1024,2048")
+    parser.add_argument("--budget-per-batch", default="10trials",
+                        help=f"search budget of each batch size: {BUDGET_FORMS} (default 10trials); every "
+                             "trial trains the same epochs at every batch size")
+    parser.add_argument("--data", default=None, help="replace the space's data source (digits, imagefolder:DIR)")
+    parser.add_argument("--name", default=None, help="name of the scale study; its searches are NAME-b<batch> "
+                                                      "(default <space name>-scale)")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL (default {DEFAULT_STORAGE})")
+    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe")
+    parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha")
+    parser.add_argument("--workers", type=int, default=1, help="local worker processes per search")
+    parser.add_argument("--fidelity", default=None, help="the rung trials run at (default: the space's search_fidelity)")
+    parser.add_argument("--warm-start", type=int, default=3,
+                        help="best trials of the previous batch size enqueued first (default 3)")
+    parser.add_argument("--tolerance", type=float, default=1.0,
+                        help="how far below the smallest batch's value still counts as kept (default 1 point)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted scale study")
+    parser.add_argument("--verbose", action="store_true", help="also log every epoch of every trial")
+    parser.add_argument("-o", "--output", type=Path, default=None, help="report path (default reports/<name>.html)")
