@@ -33,6 +33,11 @@ def run_search_command(args) -> int:
     if args.workers < 1:
         raise ConfigError("--workers", "", f"must be >= 1, got {args.workers}")
     timeout_s = parse_duration(args.timeout)
+    if args.backend == "ray" and args.workers != 1:
+        raise ConfigError("--workers", "", "is for the optuna backend; with --backend ray, Ray runs as many "
+                          "trials at once as --cpus-per-trial and --gpus-per-trial allow")
+    if args.backend == "optuna" and any(v is not None for v in (args.address, args.cpus_per_trial, args.gpus_per_trial)):
+        raise ConfigError("--backend", "", "--address, --cpus-per-trial and --gpus-per-trial need --backend ray")
 
     from tianfeng.search.runner import SearchPlan, requeue_interrupted, run_search
     from tianfeng.search.space import load_space
@@ -47,7 +52,14 @@ def run_search_command(args) -> int:
                       runs_root=str(args.runs_dir), rung=rung, heartbeat_s=args.heartbeat_s,
                       grace_s=args.grace_s, verbose=args.verbose)
     try:
-        study = run_search(plan, args.workers, resume=args.resume)
+        if args.backend == "ray":
+            from tianfeng.search.ray_backend import RayOptions, run_ray_search
+
+            options = RayOptions(address=args.address, cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
+                                 gpus_per_trial=0.0 if args.gpus_per_trial is None else args.gpus_per_trial)
+            study = run_ray_search(plan, options, resume=args.resume)
+        else:
+            study = run_search(plan, args.workers, resume=args.resume)
     except KeyboardInterrupt:
         requeued = requeue_interrupted(plan.storage, plan.study)
         again = f"; trial(s) {', '.join(map(str, requeued))} will continue from their checkpoints" if requeued else ""
@@ -110,6 +122,13 @@ def add_search_arguments(parser) -> None:
     parser.add_argument("--trials", type=int, default=30, help="the study's trial budget, counting trials already done (default 30)")
     parser.add_argument("--timeout", default=None, help="stop starting trials after this long: 90s, 10m, 1h")
     parser.add_argument("--workers", type=int, default=1, help="local worker processes sharing the study")
+    parser.add_argument("--backend", choices=("optuna", "ray"), default="optuna",
+                        help="optuna: local worker processes (default); ray: Ray Tune places the trials "
+                             "(local or a cluster) and prunes with its own ASHA; both record in the study")
+    parser.add_argument("--address", default=None,
+                        help="with --backend ray: auto or HOST:PORT of a running Ray cluster (default: start one here)")
+    parser.add_argument("--cpus-per-trial", type=float, default=None, help="with --backend ray (default 1)")
+    parser.add_argument("--gpus-per-trial", type=float, default=None, help="with --backend ray (default 0)")
     parser.add_argument("--fidelity", default=None, help="the rung trials run at (default: the space's search_fidelity)")
     parser.add_argument("--resume", action="store_true", help="continue an existing study")
     parser.add_argument("--seed", type=int, default=0)

@@ -6,6 +6,7 @@ import logging
 import math
 import shutil
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import optuna
 
 from tianfeng.search.materialize import build_config, sample_active
 from tianfeng.search.space import Parameter, SearchSpace
-from trainers.config import config_to_dict
+from trainers.config import RunConfig, config_to_dict
 from trainers.engine import EpochMetrics, RunResult, StopTraining, train
 
 log = logging.getLogger("tianfeng.search")
@@ -32,8 +33,8 @@ def suggest(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
     return sample_active(space, choose)
 
 
-def objective_value(space: SearchSpace, epochs: list[EpochMetrics]) -> float:
-    values = [getattr(m, space.objective.metric) for m in epochs]
+def objective_value(space: SearchSpace, values: list[float]) -> float:
+    """The trial's score from its per-epoch values of the objective's metric."""
     if space.objective.at == "final":
         return values[-1]
     return max(values) if space.objective.direction == "maximize" else min(values)
@@ -52,6 +53,27 @@ def trial_run_dir(runs_root: Path, study: str, trial: optuna.Trial) -> Path:
     return path
 
 
+def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs_root: Path,
+                  rung: str) -> RunConfig:
+    """Sample the trial's values and build its proxy run; the trial records values, rung, run
+    directory and resolved config, whichever backend then runs it."""
+    values = suggest(trial, space)
+    run_dir = trial_run_dir(runs_root, study_name, trial)
+    cfg = build_config(space, values, rung, name=f"{study_name}-{run_dir.name}", run_dir=str(run_dir))
+    trial.set_user_attr("values", values)
+    trial.set_user_attr("fidelity", rung)
+    trial.set_user_attr("run_dir", str(run_dir))
+    trial.set_user_attr("config", config_to_dict(cfg))
+    return cfg
+
+
+def record_final(trial: optuna.Trial, space: SearchSpace, final: dict[str, Any]) -> None:
+    """The last epoch's metrics and the objective's constraints (0 = satisfied)."""
+    trial.set_user_attr("final", final)
+    for i, constraint in enumerate(space.objective.constraints):
+        trial.set_constraint(f"c{i}", 0.0 if bool(constraint.evaluate(final)) else 1.0)
+
+
 class ProxyObjective:
     """`trainer` is the engine's `train`; the overhead benchmark swaps in one that does nothing."""
 
@@ -61,14 +83,7 @@ class ProxyObjective:
         self.trainer = trainer
 
     def __call__(self, trial: optuna.Trial) -> float:
-        values = suggest(trial, self.space)
-        run_dir = trial_run_dir(self.runs_root, self.study_name, trial)
-        cfg = build_config(self.space, values, self.rung, name=f"{self.study_name}-{run_dir.name}",
-                           run_dir=str(run_dir))
-        trial.set_user_attr("values", values)
-        trial.set_user_attr("fidelity", self.rung)
-        trial.set_user_attr("run_dir", str(run_dir))
-        trial.set_user_attr("config", config_to_dict(cfg))
+        cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung)
         metric = self.space.objective.metric
 
         def report(m: EpochMetrics) -> None:
@@ -94,12 +109,8 @@ class ProxyObjective:
             raise optuna.TrialPruned(f"diverged: {result.message}")
         if result.status == "pruned":
             raise optuna.TrialPruned(result.message)
-        final = result.final
-        trial.set_user_attr("final", {k: getattr(final, k) for k in final.__dataclass_fields__})
-        for i, constraint in enumerate(self.space.objective.constraints):
-            ok = bool(constraint.evaluate({k: getattr(final, k) for k in final.__dataclass_fields__}))
-            trial.set_constraint(f"c{i}", 0.0 if ok else 1.0)
-        value = objective_value(self.space, result.epochs)
+        record_final(trial, self.space, asdict(result.final))
+        value = objective_value(self.space, [getattr(m, metric) for m in result.epochs])
         if not math.isfinite(value):
             raise optuna.TrialPruned(f"{metric} is {value}")
         return value

@@ -1,0 +1,72 @@
+"""`tianfeng search --backend ray`: a real local Ray cluster runs the trials, Ray's ASHA stops
+losers, and every trial lands in the same Optuna study as with the local backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.search.conftest import write_space
+
+
+def tianfeng(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tianfeng.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=600)
+
+
+@pytest.mark.slow
+def test_ray_backend_end_to_end(tmp_path: Path, tiny_space: dict) -> None:
+    space = write_space(tmp_path, tiny_space)
+    out = tianfeng("search", "--space", str(space), "--backend", "ray", "--trials", "5",
+                   "--cpus-per-trial", "1", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "on Ray (2 CPUs, 0 GPUs; up to 2 trials at once)" in out.stderr
+    assert "study tiny: 5 trials finished" in out.stdout
+
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'tianfeng.db'}")
+    trials = study.get_trials()
+    assert len(trials) == 5 and all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+    assert trials[0].user_attrs["prior"] == "goyal" and trials[0].params["base_lr"] == 0.4
+    for t in trials:
+        assert t.user_attrs["backend"] == "ray" and t.user_attrs["fidelity"] == "proxy"
+        run_dir = Path(t.user_attrs["run_dir"])
+        # the engine ran on a Ray worker and wrote its run where the driver said
+        assert run_dir.is_absolute() and (run_dir / "metrics.jsonl").exists()
+        epochs = (run_dir / "metrics.jsonl").read_text().splitlines()
+        assert t.intermediate_values and max(t.intermediate_values) == len(epochs)
+        if t.state == TrialState.COMPLETE:
+            assert max(t.intermediate_values) == 2 and t.value == t.intermediate_values[2]
+            assert t.user_attrs["status"] == "completed" and t.user_attrs["final"]["epoch"] == 2
+        else:
+            assert max(t.intermediate_values) < 2 and t.user_attrs["status"] == "pruned"
+    assert (tmp_path / "reports" / "tiny.html").exists()
+
+    # promote does not care which backend ran the trial
+    best = study.best_trial.number
+    promoted = tianfeng("promote", str(best), "--study", "tiny", "--dry-run", cwd=tmp_path)
+    assert promoted.returncode == 0, promoted.stderr
+    assert "batch_size" in promoted.stdout
+
+
+def test_ray_backend_refuses_resources_the_cluster_lacks(tmp_path: Path, tiny_space: dict) -> None:
+    out = tianfeng("search", "--space", str(write_space(tmp_path, tiny_space)), "--backend", "ray",
+                   "--gpus-per-trial", "1", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "--gpus-per-trial: a trial asks for 1 GPUs but the Ray cluster (local) has 0" in out.stderr
+    assert not (tmp_path / "tianfeng.db").exists()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--cpus-per-trial", "2"], "--backend: --address, --cpus-per-trial and --gpus-per-trial need --backend ray"),
+    (["--backend", "ray", "--workers", "2"], "--workers: is for the optuna backend"),
+    (["--backend", "ray", "--cpus-per-trial", "0"], "--cpus-per-trial: must be > 0, got 0"),
+])
+def test_bad_ray_flags(tmp_path: Path, tiny_space: dict, args: list[str], expected: str) -> None:
+    out = tianfeng("search", "--space", str(write_space(tmp_path, tiny_space)), *args, cwd=tmp_path)
+    assert out.returncode == 2 and expected in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip().count("\n") == 0

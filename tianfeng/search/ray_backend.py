@@ -1,0 +1,243 @@
+"""The Ray Tune backend: Ray places the trials (local processes or a multi-machine cluster, with
+CPUs and GPUs per trial) and stops losers with its own ASHA; the Optuna study stays the record.
+
+The driver asks the study for each trial (so samplers, priors, warm starts and the trial budget
+behave as with the local backend), builds and records its proxy run, and tells the study every
+epoch and the outcome. A trial runs the same engine on a Ray worker and reports each epoch
+through `ray.tune.report`. Reports and `tianfeng promote` therefore do not see which backend ran.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from ray.tune.search import Searcher
+
+from tianfeng.search.objective import objective_value, prepare_trial, record_final
+from tianfeng.search.progress import StudyProgress
+from tianfeng.search.runner import (
+    SearchPlan,
+    _Budget,
+    _rung_epochs,
+    _TrialLogger,
+    open_study,
+    plan_space,
+)
+from tianfeng.search.space import SearchSpace
+from trainers.config import ConfigError, config_to_dict
+
+log = logging.getLogger("tianfeng.search")
+
+RAY_PRUNERS = {"asha": "ASHA (Ray AsyncHyperBandScheduler, one bracket)",
+               "sh": "ASHA (asynchronous successive halving)",
+               "hyperband": "Ray AsyncHyperBandScheduler, three brackets",
+               "median": "Ray MedianStoppingRule", "none": "Ray FIFOScheduler"}
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    address: str | None = None  # None starts a local Ray; "auto" or HOST:PORT joins a cluster
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+
+
+def ray_trial(config: dict[str, Any]) -> None:
+    """One trial on a Ray worker: the engine's proxy run, each epoch reported to Tune."""
+    import torch
+    from ray import tune
+
+    from trainers.config import config_from_dict
+    from trainers.engine import train
+
+    torch.set_num_threads(max(1, int(config["threads"])))
+    cfg = config_from_dict(config["run_config"], f"trial {config['trial_number']}")
+    last: dict[str, Any] = {}
+
+    def report(m) -> None:
+        last.update(asdict(m), status="running")
+        tune.report(dict(last))
+
+    result = train(cfg, report)
+    if result.status != "completed":  # diverged: one last report says so
+        worst = -math.inf if config["maximize"] else math.inf
+        epoch = last.get("epoch", 0)
+        tune.report({**last, config["metric"]: worst, "epoch": epoch, "status": result.status,
+                     "message": result.message})
+
+
+class StudySearcher(Searcher):
+    """A Ray Tune searcher backed by an Optuna study through ask and tell."""
+
+    def __init__(self, study: optuna.Study, space: SearchSpace, plan: SearchPlan, threads: int,
+                 progress: StudyProgress | None = None) -> None:
+        super().__init__()
+        self.study, self.space, self.plan, self.threads, self.progress = study, space, plan, threads, progress
+        self.budget = _Budget(plan.trials, plan.epoch_budget, _rung_epochs(space, plan.rung))
+        self.total_epochs = _rung_epochs(space, plan.rung)
+        self.log_trial = _TrialLogger(space.objective.metric)
+        self.trials: dict[str, optuna.Trial] = {}
+        self.values: dict[str, dict[int, float]] = {}  # epoch -> value, per Ray trial
+        self.runs_root = Path(plan.runs_root).resolve()  # workers run elsewhere
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its searcher into the experiment directory; the study (a database
+        # connection) and the live progress view stay behind and are reopened if it is restored
+        return {k: v for k, v in self.__dict__.items() if k not in ("study", "progress", "trials")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.study = optuna.load_study(study_name=self.plan.study, storage=self.plan.storage)
+        self.progress, self.trials = None, {}
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        return True  # metric and mode come from the space
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if self.budget.exhausted(self.study):
+            return Searcher.FINISHED
+        trial = self.study.ask()
+        cfg = prepare_trial(trial, self.space, self.plan.study, self.runs_root, self.plan.rung)
+        trial.set_user_attr("backend", "ray")
+        self.trials[trial_id], self.values[trial_id] = trial, {}
+        return {"run_config": config_to_dict(cfg), "trial_number": trial.number, "threads": self.threads,
+                "metric": self.space.objective.metric,
+                "maximize": self.space.objective.direction == "maximize"}
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        trial, values = self.trials.get(trial_id), self.values.get(trial_id)
+        value = result.get(self.space.objective.metric)
+        if trial is None or result.get("status") != "running" or value is None or not math.isfinite(value):
+            return
+        epoch = int(result["epoch"])
+        if epoch not in values:
+            trial.report(float(value), epoch)
+            values[epoch] = float(value)
+
+    def save(self, checkpoint_path: str) -> None:
+        pass  # the study is the record; nothing to save beside it
+
+    def restore(self, checkpoint_path: str) -> None:
+        pass
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id not in self.trials:
+            return
+        result = result or {}
+        self.on_trial_result(trial_id, result)  # a result that stopped the trial skips on_trial_result
+        trial, values = self.trials.pop(trial_id), list(self.values.pop(trial_id).values())
+        status = result.get("status", "failed" if error else "running")
+        epochs = int(result.get("epoch", 0))
+        if error:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("error", "the trial raised on its Ray worker; see error.txt in "
+                                         f"{Path(self.plan.runs_root).resolve() / 'ray' / self.plan.study}")
+            self.study.tell(trial, state=TrialState.FAIL)
+        elif status == "diverged":
+            trial.set_user_attr("status", "diverged")
+            trial.set_user_attr("message", result.get("message", ""))
+            self.study.tell(trial, state=TrialState.PRUNED)
+        elif epochs < self.total_epochs:  # Ray's scheduler stopped it
+            trial.set_user_attr("status", "pruned")
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            trial.set_user_attr("status", "completed")
+            final = {k: result[k] for k in self.space_metrics() if k in result}
+            record_final(trial, self.space, final)
+            value = objective_value(self.space, values)
+            self.study.tell(trial, value if math.isfinite(value) else None,
+                            state=TrialState.COMPLETE if math.isfinite(value) else TrialState.PRUNED)
+        frozen = next(t for t in self.study.get_trials(deepcopy=False) if t.number == trial.number)
+        self.log_trial(self.study, frozen)
+        if self.progress is not None:
+            self.progress.update(self.study)
+
+    @staticmethod
+    def space_metrics() -> tuple[str, ...]:
+        from trainers.engine import EpochMetrics
+
+        return tuple(EpochMetrics.__dataclass_fields__)
+
+
+def _scheduler(pruner: str, epochs: int):
+    from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, MedianStoppingRule
+
+    first_rung = max(1, epochs // 3)
+    if pruner in ("asha", "sh", "hyperband"):
+        return AsyncHyperBandScheduler(time_attr="epoch", max_t=epochs, grace_period=first_rung,
+                                       reduction_factor=3, brackets=3 if pruner == "hyperband" else 1)
+    if pruner == "median":
+        return MedianStoppingRule(time_attr="epoch", grace_period=first_rung, min_samples_required=3)
+    return FIFOScheduler()
+
+
+def connect(options: RayOptions) -> dict[str, float]:
+    """Start or join Ray and check that one trial's resources exist; returns the cluster's."""
+    import ray
+
+    if options.cpus_per_trial <= 0:
+        raise ConfigError("--cpus-per-trial", "", f"must be > 0, got {options.cpus_per_trial:g}")
+    if options.gpus_per_trial < 0:
+        raise ConfigError("--gpus-per-trial", "", f"must be >= 0, got {options.gpus_per_trial:g}")
+    if not ray.is_initialized():
+        # trials keep the driver's working directory (relative data paths) and decode cache
+        env = {"RAY_CHDIR_TO_TRIAL_DIR": "0"} | {k: v for k, v in os.environ.items() if k.startswith("TIANFENG_")}
+        kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
+                                  "log_to_driver": False, "runtime_env": {"env_vars": env}}
+        if options.address is None:
+            kwargs["object_store_memory"] = 256 * 2**20  # trials pass configs and metrics only
+        try:
+            ray.init(address=options.address, **kwargs)
+        except (ConnectionError, RuntimeError) as exc:
+            raise ConfigError("--address", "", f"cannot join the Ray cluster at {options.address!r}: "
+                              f"{str(exc).splitlines()[0]}") from None
+    resources = ray.cluster_resources()
+    for flag, key, wanted in (("--cpus-per-trial", "CPU", options.cpus_per_trial),
+                              ("--gpus-per-trial", "GPU", options.gpus_per_trial)):
+        have = resources.get(key, 0.0)
+        if wanted > have:
+            raise ConfigError(flag, "", f"a trial asks for {wanted:g} {key}s but the Ray cluster "
+                                        f"({options.address or 'local'}) has {have:g}")
+    return resources
+
+
+def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = plan_space(plan)
+    resources = connect(options)
+    from ray import tune
+
+    if not plan.verbose:
+        logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
+    study = open_study(plan, space, resume=resume)
+    epochs = _rung_epochs(space, plan.rung)
+    done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+    concurrent = int(resources.get("CPU", 1) // options.cpus_per_trial)
+    if options.gpus_per_trial:
+        concurrent = min(concurrent, int(resources.get("GPU", 0) // options.gpus_per_trial))
+    log.info("study %s on Ray (%g CPUs, %g GPUs; up to %d trials at once): %d of %d trials done; "
+             "sampler %s, scheduler %s, rung %s", plan.study, resources.get("CPU", 0),
+             resources.get("GPU", 0), concurrent, done, plan.trials, plan.sampler,
+             RAY_PRUNERS[plan.pruner], plan.rung)
+    threads = max(1, int(options.cpus_per_trial))
+    storage_path = Path(plan.runs_root).resolve() / "ray"
+    with StudyProgress(plan.trials, space.objective.metric) as progress:
+        searcher = StudySearcher(study, space, plan, threads, progress)
+        trainable = tune.with_resources(ray_trial, {"cpu": options.cpus_per_trial,
+                                                    "gpu": options.gpus_per_trial})
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=searcher, scheduler=_scheduler(plan.pruner, epochs),
+                metric=space.objective.metric, mode="max" if space.objective.direction == "maximize" else "min",
+                num_samples=max(1, plan.trials - done), time_budget_s=plan.timeout_s, reuse_actors=True),
+            run_config=tune.RunConfig(name=plan.study, storage_path=str(storage_path), verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=0)))
+        tuner.fit()
+    return study
