@@ -13,7 +13,7 @@ from pathlib import Path
 
 import optuna
 from common import ROOT, print_table
-from search_overhead import empty_trainer
+from null_trainer import empty_trainer
 
 from tianfeng.report.build import build_report
 from tianfeng.search.objective import ProxyObjective

@@ -73,3 +73,33 @@ def test_every_figure_draws_in_headless_chromium(report: Path, tmp_path: Path) -
     shot = chromium("--window-size=1300,6000", f"--screenshot={ARTIFACTS / 'study-report.png'}",
                     report.as_uri(), profile=tmp_path / "p2")
     assert shot.returncode == 0 and (ARTIFACTS / "study-report.png").stat().st_size > 50_000
+
+
+def test_report_embeds_the_basic_plotly_bundle(report: Path) -> None:
+    """setup.sh installs plotly.js's basic bundle; every figure here is scatter or bar, so the
+    report embeds it (a quarter of the full bundle) rather than the full one."""
+    from plotly.offline import get_plotlyjs_version
+
+    from tianfeng.report.plotlyjs import basic_bundle_path
+
+    assert basic_bundle_path().is_file(), f"{basic_bundle_path()} missing: run scripts/setup.sh (needs npm)"
+    html = report.read_text()
+    assert f"plotly.js (basic - minified) v{get_plotlyjs_version()}" in html
+    assert len(html) < 3 * 2**20  # the full bundle alone is 4.6 MB
+
+
+def test_a_figure_outside_the_basic_bundle_gets_the_full_one(tmp_path: Path, monkeypatch) -> None:
+    import plotly.graph_objects as go
+    from plotly.offline import get_plotlyjs
+
+    from tianfeng.report import plotlyjs
+
+    basic = plotlyjs.bundle_for([go.Figure(go.Scatter(x=[1], y=[1])), None])
+    assert len(basic) < len(get_plotlyjs()) / 2
+    assert plotlyjs.bundle_for([go.Figure(go.Heatmap(z=[[1]]))]) == get_plotlyjs()
+    monkeypatch.setenv("TIANFENG_PLOTLYJS_BASIC", str(tmp_path / "missing.js"))
+    plotlyjs._basic_bundle.cache_clear()
+    try:
+        assert plotlyjs.bundle_for([go.Figure(go.Scatter(x=[1], y=[1]))]) == get_plotlyjs()
+    finally:
+        plotlyjs._basic_bundle.cache_clear()

@@ -11,11 +11,11 @@ import jinja2
 import optuna
 import yaml
 from optuna.trial import TrialState
-from plotly.offline import get_plotlyjs
 
 from tianfeng import __version__
 from tianfeng.promote_command import load_study
 from tianfeng.report import figures
+from tianfeng.report.plotlyjs import bundle_for
 from tianfeng.report.templates import TEMPLATES
 from tianfeng.store import RunStore
 
@@ -98,7 +98,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     html = env.get_template("study.html.j2").render(
         study=study.study_name, summary=_summary(study, trials), best=best, metric=metric,
         promote_command=f"tianfeng promote {best['number']} --study {study.study_name}{storage_flag}" if best else "",
-        figures=figs, runs=run_rows, trial_columns=columns, trial_rows=rows, plotly_js=get_plotlyjs(),
+        figures=figs, runs=run_rows, trial_columns=columns, trial_rows=rows, plotly_js=bundle_for([fig for _title, (fig, _note) in drawn]),
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
     output = output or Path("reports") / f"{study.study_name}.html"
     output.parent.mkdir(parents=True, exist_ok=True)

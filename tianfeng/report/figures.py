@@ -31,8 +31,37 @@ def timeline(study: optuna.Study) -> Figure:
     return _optuna(ov.plot_timeline, study)
 
 
+def _joined(series: list[tuple[int, list[float], list[float]]]) -> tuple[list, list, list]:
+    """Many lines as one trace, broken by None: hundreds of trials draw as fast as one."""
+    xs: list = []
+    ys: list = []
+    text: list = []
+    for number, x, y in series:
+        xs += [*x, None]
+        ys += [*y, None]
+        text += [f"trial {number}"] * len(x) + [None]
+    return xs, ys, text
+
+
 def learning_curves(study: optuna.Study) -> Figure:
-    return _optuna(ov.plot_intermediate_values, study)
+    """Every trial's per-epoch values: complete trials in one trace, pruned ones in another."""
+    groups = {TrialState.COMPLETE: ("complete", "#1a7f37"), TrialState.PRUNED: ("pruned", "#c4a000"),
+              TrialState.FAIL: ("failed", "#cf222e"), TrialState.RUNNING: ("running", "#0969da")}
+    fig = go.Figure()
+    for state, (label, colour) in groups.items():
+        series = [(t.number, sorted(t.intermediate_values), [t.intermediate_values[e] for e in
+                                                              sorted(t.intermediate_values)])
+                  for t in study.get_trials(deepcopy=False, states=(state,)) if t.intermediate_values]
+        if series:
+            xs, ys, text = _joined(series)
+            fig.add_trace(go.Scatter(x=xs, y=ys, text=text, mode="lines+markers", name=f"{label} ({len(series)})",
+                                     line={"color": colour, "width": 1}, marker={"size": 4}, opacity=0.6,
+                                     hovertemplate="%{text}<br>epoch %{x}: %{y:.4g}<extra></extra>"))
+    if not fig.data:
+        return None, "not drawn: no trial has reported an epoch"
+    fig.update_layout(title="Intermediate values per epoch (what the pruner saw)", xaxis_title="epoch",
+                      yaxis_title=study.user_attrs.get("metric", "value"))
+    return fig, ""
 
 
 def importances(study: optuna.Study) -> Figure:
@@ -42,8 +71,63 @@ def importances(study: optuna.Study) -> Figure:
     return _optuna(ov.plot_param_importances, study)
 
 
+def _axis_position(trial: optuna.trial.FrozenTrial, name: str) -> float | None:
+    """A parameter's value placed on [0, 1] of its distribution (log scale where sampled so)."""
+    if name not in trial.params:
+        return None
+    dist, value = trial.distributions[name], trial.params[name]
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        return dist.choices.index(value) / max(1, len(dist.choices) - 1)
+    low, high = dist.low, dist.high
+    if getattr(dist, "log", False):
+        low, high, value = math.log(low), math.log(high), math.log(value)
+    return (value - low) / (high - low) if high > low else 0.5
+
+
+def _axis_ends(trials: list[optuna.trial.FrozenTrial], name: str) -> tuple[str, str]:
+    dist = next(t.distributions[name] for t in trials if name in t.distributions)
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        return str(dist.choices[0]), str(dist.choices[-1])
+    return f"{dist.low:.3g}", f"{dist.high:.3g}"
+
+
 def parallel(study: optuna.Study) -> Figure:
-    return _optuna(ov.plot_parallel_coordinate, study)
+    """Parallel coordinates drawn with lines (no parcoords trace, so the small plotly.js bundle
+    draws it): one axis per parameter on its sampled scale, then the objective; trials coloured
+    by quartile of their value, the best quartile darkest and on top."""
+    complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+    if len(complete) < 2:
+        return None, "not drawn: needs at least 2 complete trials"
+    names = sorted({n for t in complete for n in t.params})
+    values = sorted(t.value for t in complete)
+    low, high = values[0], values[-1]
+    maximize = study.direction.name == "MAXIMIZE"
+    ranked = sorted(complete, key=lambda t: t.value, reverse=not maximize)  # worst first
+    quarters = [ranked[i * len(ranked) // 4:(i + 1) * len(ranked) // 4] for i in range(4)]
+    colours = ["#c6dbef", "#6baed6", "#2171b5", "#08306b"]
+    fig = go.Figure()
+    for i, group in enumerate(quarters):
+        if not group:
+            continue
+        series = []
+        for t in group:
+            ys = [_axis_position(t, n) for n in names] + [(t.value - low) / (high - low) if high > low else 0.5]
+            series.append((t.number, list(range(len(ys))), ys))
+        xs, ys, text = _joined(series)
+        fig.add_trace(go.Scatter(x=xs, y=ys, text=text, mode="lines", line={"color": colours[i], "width": 1.5},
+                                 name=f"quartile {i + 1} of {len(complete)}" + (" (best)" if i == 3 else ""),
+                                 connectgaps=False, hovertemplate="%{text}<extra></extra>"))
+    metric = study.user_attrs.get("metric", "value")
+    ends = [_axis_ends(complete, n) for n in names] + [(f"{low:.4g}", f"{high:.4g}")]
+    for x, (bottom, top) in enumerate(ends):
+        fig.add_annotation(x=x, y=-0.06, text=bottom, showarrow=False, font={"size": 10})
+        fig.add_annotation(x=x, y=1.06, text=top, showarrow=False, font={"size": 10})
+        fig.add_shape(type="line", x0=x, x1=x, y0=0, y1=1, line={"color": "#888", "width": 1})
+    fig.update_layout(title="Parallel coordinates of the complete trials", showlegend=True,
+                      xaxis={"tickvals": list(range(len(names) + 1)), "ticktext": [*names, metric],
+                             "showgrid": False, "zeroline": False},
+                      yaxis={"visible": False, "range": [-0.12, 1.12]})
+    return fig, ""
 
 
 def slices(study: optuna.Study, params: list[str]) -> Figure:

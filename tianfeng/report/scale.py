@@ -8,10 +8,10 @@ from pathlib import Path
 
 import jinja2
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 
 from tianfeng import __version__
 from tianfeng.report.build import script_json
+from tianfeng.report.plotlyjs import bundle_for
 from tianfeng.report.templates import TEMPLATES
 from tianfeng.scale.results import ScalePoint, ScaleStore
 from tianfeng.scale.table import describe, fmt_value, headline
@@ -97,7 +97,7 @@ def build_scale_report(storage: str, name: str, output: Path | None = None) -> P
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     html = env.get_template("scale.html.j2").render(
         name=name, summary=summary, metric=metric, headline=headline(points, tolerance, maximize),
-        figures=figs, columns=columns, rows=rows, plotly_js=get_plotlyjs(),
+        figures=figs, columns=columns, rows=rows, plotly_js=bundle_for([fig for _title, fig in drawn]),
         storage_flag="" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}",
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
     output = output or Path("reports") / f"{name}.html"

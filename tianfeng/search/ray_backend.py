@@ -46,16 +46,20 @@ class RayOptions:
     address: str | None = None  # None starts a local Ray; "auto" or HOST:PORT joins a cluster
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
+    trainer: str = "trainers.engine:train"  # module:function the workers run (benchmarks swap it)
 
 
 def ray_trial(config: dict[str, Any]) -> None:
     """One trial on a Ray worker: the engine's proxy run, each epoch reported to Tune."""
+    import importlib
+
     import torch
     from ray import tune
 
     from trainers.config import config_from_dict
-    from trainers.engine import train
 
+    module, function = config["trainer"].split(":")
+    train = getattr(importlib.import_module(module), function)
     torch.set_num_threads(max(1, int(config["threads"])))
     cfg = config_from_dict(config["run_config"], f"trial {config['trial_number']}")
     last: dict[str, Any] = {}
@@ -75,10 +79,11 @@ def ray_trial(config: dict[str, Any]) -> None:
 class StudySearcher(Searcher):
     """A Ray Tune searcher backed by an Optuna study through ask and tell."""
 
-    def __init__(self, study: optuna.Study, space: SearchSpace, plan: SearchPlan, threads: int,
+    def __init__(self, study: optuna.Study, space: SearchSpace, plan: SearchPlan, options: RayOptions,
                  progress: StudyProgress | None = None) -> None:
         super().__init__()
-        self.study, self.space, self.plan, self.threads, self.progress = study, space, plan, threads, progress
+        self.study, self.space, self.plan, self.progress = study, space, plan, progress
+        self.threads, self.trainer = max(1, int(options.cpus_per_trial)), options.trainer
         self.budget = _Budget(plan.trials, plan.epoch_budget, _rung_epochs(space, plan.rung))
         self.total_epochs = _rung_epochs(space, plan.rung)
         self.log_trial = _TrialLogger(space.objective.metric)
@@ -107,6 +112,7 @@ class StudySearcher(Searcher):
         trial.set_user_attr("backend", "ray")
         self.trials[trial_id], self.values[trial_id] = trial, {}
         return {"run_config": config_to_dict(cfg), "trial_number": trial.number, "threads": self.threads,
+                "trainer": self.trainer,
                 "metric": self.space.objective.metric,
                 "maximize": self.space.objective.direction == "maximize"}
 
@@ -225,10 +231,9 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
              "sampler %s, scheduler %s, rung %s", plan.study, resources.get("CPU", 0),
              resources.get("GPU", 0), concurrent, done, plan.trials, plan.sampler,
              RAY_PRUNERS[plan.pruner], plan.rung)
-    threads = max(1, int(options.cpus_per_trial))
     storage_path = Path(plan.runs_root).resolve() / "ray"
     with StudyProgress(plan.trials, space.objective.metric) as progress:
-        searcher = StudySearcher(study, space, plan, threads, progress)
+        searcher = StudySearcher(study, space, plan, options, progress)
         trainable = tune.with_resources(ray_trial, {"cpu": options.cpus_per_trial,
                                                     "gpu": options.gpus_per_trial})
         tuner = tune.Tuner(

@@ -1,0 +1,20 @@
+"""A trainer that trains nothing: one epoch of zeros per configured epoch, for measuring what the
+search platform itself costs per trial. Importable on its own (Ray workers load it by name)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainers.engine import EpochMetrics, RunResult
+
+
+def empty_trainer(cfg, callback) -> RunResult:
+    epochs = []
+    for e in range(1, cfg.total_epochs + 1):
+        m = EpochMetrics(epoch=e, phase=0, resolution=cfg.phases[0].resolution,
+                         batch_size=cfg.phases[0].batch_size, lr=0.0, train_loss=0.0, val_loss=0.0,
+                         val_top1=float(e), val_top5=0.0, samples_per_s=0.0, data_wait_fraction=0.0,
+                         skipped_steps=0, elapsed_s=0.0)
+        callback(m)
+        epochs.append(m)
+    return RunResult("completed", epochs, Path(cfg.resolved_run_dir), "fp32")
