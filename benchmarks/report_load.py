@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import shutil
 import subprocess
 import tempfile
@@ -24,12 +25,19 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def load_seconds(url: str, profile: Path) -> float:
+def load_seconds(url: str, profile: Path, height: int = 900) -> float:
+    """Chromium start to DOM dump, the window `height` px tall: figures are drawn as they come
+    into view, so 900 px is the report opening and 20,000 px draws every figure."""
     start = time.perf_counter()
-    out = subprocess.run([shutil.which("chromium"), *FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run([shutil.which("chromium"), *FLAGS, f"--window-size=1300,{height}",
+                          f"--user-data-dir={profile}", "--dump-dom", url], capture_output=True, text=True, timeout=120)
     elapsed = time.perf_counter() - start
-    assert out.returncode == 0 and ("<svg" in out.stdout or "blank" in url), out.stderr[-500:]
+    assert out.returncode == 0, out.stderr[-500:]
+    if "blank" not in url:  # the first figure drew; in the tall window, every one
+        html = out.stdout
+        ids = re.findall(r'<div class="figure[^"]*" id="(fig-\d+)"', html)
+        drawn = [i for i in ids if "<svg" in html[html.index(f'id="{i}"'):].split("<h2>")[0]]
+        assert drawn == ids if height > 900 else drawn[:1] == ids[:1], (drawn, ids)
     return elapsed
 
 
@@ -56,12 +64,16 @@ def main() -> None:
         blank.write_text("<!doctype html><title>blank</title>")
         base = min(load_seconds(blank.as_uri(), tmp / f"p{i}") for i in range(3))
         loaded = min(load_seconds(report.as_uri(), tmp / f"q{i}") for i in range(3))
+        everything = min(load_seconds(report.as_uri(), tmp / f"r{i}", height=20000) for i in range(3))
         size_mb = report.stat().st_size / 2**20
     print_table(f"report of a {args.trials}-trial study (built in {build_s:.1f} s), best of 3 loads",
                 [("blank page", f"{base:.2f} s", "1.00"),
-                 ("study report (all figures drawn)", f"{loaded:.2f} s", f"{loaded / base:.2f}")],
+                 ("study report opened (first screen's figures drawn)", f"{loaded:.2f} s", f"{loaded / base:.2f}"),
+                 ("study report, every figure drawn (20,000 px window)", f"{everything:.2f} s",
+                  f"{everything / base:.2f}")],
                 headers=("page", "headless Chromium load", "ratio"))
-    print(f"\n  report size {size_mb:.1f} MB (target < 10 MB); load {loaded:.2f} s (target < 3 s)")
+    print(f"\n  report size {size_mb:.1f} MB (target < 10 MB); opens in {loaded:.2f} s (target < 3 s), "
+          f"every figure drawn in {everything:.2f} s")
 
 
 if __name__ == "__main__":

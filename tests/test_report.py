@@ -56,7 +56,8 @@ def test_report_is_self_contained_and_escapes_user_strings(report: Path) -> None
 
 @pytest.mark.slow
 def test_every_figure_draws_in_headless_chromium(report: Path, tmp_path: Path) -> None:
-    dom = chromium("--dump-dom", report.as_uri(), profile=tmp_path / "p1")
+    # a window tall enough to hold every figure: each is drawn when it comes into view
+    dom = chromium("--window-size=1300,20000", "--dump-dom", report.as_uri(), profile=tmp_path / "p1")
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     divs = re.findall(r'<div class="figure[^"]*" id="(fig-\d+)"', html)
@@ -69,6 +70,10 @@ def test_every_figure_draws_in_headless_chromium(report: Path, tmp_path: Path) -
                       if "CONSOLE" in line and ("Error" in line or "Uncaught" in line)]
     assert not console_errors, console_errors
     assert "pwned" not in re.search(r"<title>(.*?)</title>", html).group(1)
+    # in a normal window only the figures near the first screen are drawn at load
+    first = chromium("--window-size=1300,900", "--dump-dom", report.as_uri(), profile=tmp_path / "p3")
+    drawn = [i for i in divs if "<svg" in first.stdout[first.stdout.index(f'id="{i}"'):][:3000]]
+    assert drawn and drawn[0] == "fig-0" and divs[-1] not in drawn, drawn
     ARTIFACTS.mkdir(exist_ok=True)
     shot = chromium("--window-size=1300,6000", f"--screenshot={ARTIFACTS / 'study-report.png'}",
                     report.as_uri(), profile=tmp_path / "p2")

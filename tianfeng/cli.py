@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="override a value of the full run config (repeatable)")
     promote.add_argument("--runs-dir", type=Path, default=Path("runs"))
     promote.add_argument("--dry-run", action="store_true", help="print the full config and the transfer; do not train")
+    promote.add_argument("--nodes", type=int, default=None,
+                         help="run through a launch plan on N nodes (torchrun per node, Slurm script); needs --gpus-per-node")
+    promote.add_argument("--gpus-per-node", type=int, default=None, help="processes per node (GPUs, or CPU ranks)")
+    promote.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                         help="with --nodes: cuda writes the plan for a cluster; cpu runs it here as emulated nodes")
+    promote.add_argument("--master-addr", default="127.0.0.1", help="with --nodes: rendezvous host (the first node)")
 
     runs = sub.add_parser("runs", help="list promoted runs", description="List the promoted runs recorded in a study database.")
     runs.add_argument("--study", default=None)

@@ -3,19 +3,11 @@ machine, run it for real as N emulated nodes of G gloo processes each."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
 
+from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from trainers.config import load_config
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_launch_command(args) -> int:
@@ -24,7 +16,7 @@ def run_launch_command(args) -> int:
     local = args.device == "cpu" and args.master_addr == "127.0.0.1"
     plan = LaunchPlan(config_path=str(args.config), run_name=cfg.name, nodes=args.nodes,
                       per_node=args.gpus_per_node, device=args.device, master_addr=args.master_addr,
-                      port=args.port or (_free_port() if local else 29500))
+                      port=args.port or (free_port() if local else 29500))
     if args.dry_run:
         print(f"# on each of the {plan.nodes} nodes\n{plan.node_command()}")
         print(f"# Slurm\n{plan.sbatch()}", end="")
@@ -36,9 +28,4 @@ def run_launch_command(args) -> int:
         print(f"tianfeng: plan written; run node-<i>.sh on each node or `sbatch {out_dir}/sbatch.sh`",
               file=sys.stderr)
         return 0
-    # one machine: start every node's torchrun here, as separate node agents meeting at c10d
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run"]
-    procs = [subprocess.Popen(torchrun + plan.torchrun_args()[1:], env=env) for _ in range(plan.nodes)]
-    codes = [p.wait() for p in procs]
-    return 0 if all(c == 0 for c in codes) else 1
+    return run_here(plan)

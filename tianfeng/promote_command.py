@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import optuna
@@ -16,6 +16,8 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
+from tianfeng.launch.local import free_port, run_here
+from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.search.space import SearchSpace, parse_space
 from tianfeng.store import RunStore
@@ -73,8 +75,18 @@ def print_changes(changes: list[Change], console: Console) -> None:
     console.print(table)
 
 
+@dataclass(frozen=True)
+class Launch:
+    """Where a promoted run goes: N nodes x G devices through a launch plan."""
+    nodes: int
+    per_node: int
+    device: str = "cuda"  # cpu: the plan runs here, as emulated nodes of gloo processes
+    master_addr: str = "127.0.0.1"
+
+
 def promote(storage: str, study_name: str | None, trial_number: int, *, batch_size: int | None,
-            overrides: list[str], runs_dir: Path, dry_run: bool, kind: str = "promote") -> dict:
+            overrides: list[str], runs_dir: Path, dry_run: bool, kind: str = "promote",
+            launch: Launch | None = None) -> dict:
     study = load_study(storage, study_name)
     space = study_space(study)
     trial = complete_trial(study, trial_number)
@@ -86,9 +98,10 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     full = with_changes(full, name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
     print_changes(changes, Console(stderr=True))
     config_yaml = yaml.safe_dump(config_to_dict(full), sort_keys=False)
+    plan = _write_launch_plan(full, config_yaml, launch, run_dir) if launch else None
     if dry_run:
         return {"dry_run": True, "study": study.study_name, "trial": trial_number, "run_dir": str(run_dir),
-                "config": config_to_dict(full)}
+                "config": config_to_dict(full), "launch": plan and str(run_dir / "launch")}
     store = RunStore(storage)
     run_id, resumed = store.open_run(study=study.study_name, trial_number=trial_number, config_hash=digest,
                                      kind=kind, run_dir=str(run_dir), config_yaml=config_yaml,
@@ -103,26 +116,77 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
 
     epochs_so_far = store.runs(study.study_name)
     epochs_so_far = next(r["epochs"] for r in epochs_so_far if r["id"] == run_id)
+    metric = study.user_attrs.get("metric", "val_top1")
+    out = {"run": run_id, "study": study.study_name, "trial": trial_number, "resumed": resumed,
+           "run_dir": str(run_dir), "proxy_score": trial.value}
+    if plan is not None:
+        return out | _run_plan(plan, launch, run_dir, store, run_id, metric)
     try:
         result = train(full, record)
     except BaseException:
         store.update(run_id, status="failed")
         raise
-    metric = study.user_attrs.get("metric", "val_top1")
     score = getattr(result.final, metric) if result.final else None
     store.update(run_id, status=result.status, final_score=score, epochs=[asdict(m) for m in result.epochs],
                  checkpoint=str(full.resolved_checkpoint_dir / "last.pt"))
-    return {"run": run_id, "study": study.study_name, "trial": trial_number, "status": result.status,
-            "resumed": resumed, "run_dir": str(run_dir), "proxy_score": trial.value,
-            f"full_{metric}": score}
+    return out | {"status": result.status, f"full_{metric}": score}
+
+
+def _write_launch_plan(full: RunConfig, config_yaml: str, launch: Launch, run_dir: Path) -> LaunchPlan:
+    check_fits(full, launch.nodes, launch.per_node, "promoted config")
+    launch_dir = run_dir / "launch"
+    launch_dir.mkdir(parents=True, exist_ok=True)
+    (launch_dir / "config.yaml").write_text(config_yaml)
+    local = launch.device == "cpu" and launch.master_addr == "127.0.0.1"
+    plan = LaunchPlan(config_path=str((launch_dir / "config.yaml").resolve()), run_name=full.name,
+                      nodes=launch.nodes, per_node=launch.per_node, device=launch.device,
+                      master_addr=launch.master_addr, port=free_port() if local else 29500)
+    for path in write_plan(plan, launch_dir):
+        log.info("launch plan: %s", path)
+    return plan
+
+
+def _run_plan(plan: LaunchPlan, launch: Launch, run_dir: Path, store: RunStore, run_id: int,
+              metric: str) -> dict:
+    """Run the plan here (CPU, one machine) or leave it for the cluster; a run whose result is
+    already in its directory (the cluster finished it) is collected instead."""
+    if not (run_dir / "result.json").exists():
+        if launch.device != "cpu" or launch.master_addr != "127.0.0.1":
+            store.update(run_id, status="planned")
+            print(f"tianfeng: launch plan in {run_dir / 'launch'}: run node-<i>.sh on each node or "
+                  f"`sbatch {run_dir / 'launch' / 'sbatch.sh'}`; promote again to collect the result",
+                  file=sys.stderr)
+            return {"status": "planned", "launch": str(run_dir / "launch")}
+        log.info("running the plan here: %d emulated nodes x %d gloo processes", plan.nodes, plan.per_node)
+        if run_here(plan) != 0:
+            store.update(run_id, status="failed")
+            return {"status": "failed", f"full_{metric}": None}
+    return _collect(run_dir, store, run_id, metric)
+
+
+def _collect(run_dir: Path, store: RunStore, run_id: int, metric: str) -> dict:
+    result = json.loads((run_dir / "result.json").read_text())
+    metrics = run_dir / "metrics.jsonl"
+    epochs = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    score = result["final"][metric] if result.get("final") else None
+    store.update(run_id, status=result["status"], final_score=score, epochs=epochs,
+                 checkpoint=str(run_dir / "checkpoints" / "last.pt"))
+    return {"status": result["status"], f"full_{metric}": score, "launch": str(run_dir / "launch")}
 
 
 def run_promote_command(args) -> int:
+    if (args.nodes is None) != (args.gpus_per_node is None):
+        raise ConfigError("--nodes", "", "give --nodes and --gpus-per-node together")
+    launch = Launch(args.nodes, args.gpus_per_node, args.device, args.master_addr) if args.nodes else None
     out = promote(args.storage, args.study, args.trial, batch_size=args.batch_size,
-                  overrides=args.overrides, runs_dir=args.runs_dir, dry_run=args.dry_run)
+                  overrides=args.overrides, runs_dir=args.runs_dir, dry_run=args.dry_run, launch=launch)
     if args.dry_run:
         print(yaml.safe_dump(out["config"], sort_keys=False), end="")
-        print(f"# dry run: would train in {out['run_dir']}", file=sys.stderr)
+        where = f"; launch plan in {out['launch']}" if out["launch"] else ""
+        print(f"# dry run: would train in {out['run_dir']}{where}", file=sys.stderr)
+        return 0
+    if out["status"] == "planned":
+        print(json.dumps(out, indent=2))
         return 0
     from tianfeng.search_command import write_report
 

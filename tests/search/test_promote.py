@@ -99,3 +99,39 @@ def test_calibrate_stores_the_rank_correlation_of_a_real_study(tmp_path: Path, t
     rows = RunStore(plan.storage).runs("cal")
     assert len(rows) == 4 and {r["kind"] for r in rows} == {"calibrate"}
     assert all(r["status"] == "completed" for r in rows)
+
+
+@pytest.mark.slow
+def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
+    """--nodes 2 --gpus-per-node 1: the plan is written; on CPU it runs here as two emulated nodes
+    (torchrun + gloo) and the run is collected into the store; for GPUs it is left planned."""
+    from tianfeng.promote_command import Launch
+
+    plan = finished_study
+    runs_dir = tmp_path / "promoted"
+    dry = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True,
+                  launch=Launch(nodes=2, per_node=1, device="cuda"))
+    launch_dir = Path(dry["launch"])
+    assert sorted(p.name for p in launch_dir.iterdir()) == ["config.yaml", "node-0.sh", "node-1.sh", "sbatch.sh"]
+    assert "--nnodes=2" in (launch_dir / "node-0.sh").read_text()
+    assert "#SBATCH --gpus-per-node=1" in (launch_dir / "sbatch.sh").read_text()
+
+    planned = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False,
+                      launch=Launch(nodes=2, per_node=1, device="cuda"))
+    assert planned["status"] == "planned" and RunStore(plan.storage).runs("p")[0]["status"] == "planned"
+
+    ran = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False,
+                  launch=Launch(nodes=2, per_node=1, device="cpu"))
+    assert ran["status"] == "completed", ran
+    row = next(r for r in RunStore(plan.storage).runs("p") if r["id"] == ran["run"])
+    assert row["status"] == "completed" and len(row["epochs"]) == 3 and row["final_score"] == ran["full_val_top1"]
+    result = json.loads((Path(ran["run_dir"]) / "result.json").read_text())
+    assert result["final"]["val_top1"] == ran["full_val_top1"]
+
+
+def test_promote_plan_must_fit_the_world(finished_study, tmp_path: Path) -> None:
+    from tianfeng.promote_command import Launch
+
+    with pytest.raises(ConfigError, match=r"must be divisible by nodes x GPUs \(3 x 1 = 3\)"):
+        promote(finished_study.storage, "p", 0, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True,
+                launch=Launch(nodes=3, per_node=1))

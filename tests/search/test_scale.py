@@ -80,6 +80,13 @@ def test_scale_study_end_to_end(tmp_path: Path, tiny_space: dict) -> None:
     html = report.read_text()
     assert "Best val_top1 against batch size" in html and "naive linear scaling" in html
     assert "winning peak LR" in html and "curve-b128" in html
+    from tests.test_report import chromium
+
+    dom = chromium("--window-size=1300,8000", "--dump-dom", report.as_uri(), profile=tmp_path / "chromium")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for fig_id in ("scale-fig-0", "scale-fig-1"):  # both figures drew
+        start = dom.stdout.index(f'id="{fig_id}"')
+        assert "<svg" in dom.stdout[start:start + 20000], f"{fig_id} drew no SVG"
 
     # the same command again refuses to overwrite; --resume continues (the budget is spent)
     again = scale("--space", str(space), "--batch-sizes", "64,128", "--name", "curve", cwd=tmp_path)

@@ -31,7 +31,8 @@ def accuracy_figure(points: list[ScalePoint], metric: str, tolerance: float) -> 
                                  line={"dash": "dot", "color": "grey"},
                                  name=f"batch {batches[0]} minus {tolerance:g}"))
     fig.update_layout(title=f"Best {metric} against global batch size", yaxis_title=metric,
-                      xaxis={"title": "global batch size", "type": "log", "tickvals": batches})
+                      xaxis={"title": "global batch size", "type": "log", "tickvals": batches},
+                      legend={"orientation": "h", "y": -0.25})
     return fig
 
 
@@ -51,7 +52,9 @@ def recipe_figure(points: list[ScalePoint]) -> go.Figure | None:
     fig.update_layout(title="The winning recipe against batch size",
                       xaxis={"title": "global batch size", "type": "log", "tickvals": batches},
                       yaxis={"title": "peak learning rate", "type": "log"},
-                      yaxis2={"title": "warm-up epochs", "overlaying": "y", "side": "right", "rangemode": "tozero"})
+                      yaxis2={"title": "warm-up epochs", "overlaying": "y", "side": "right", "type": "linear",
+                              "rangemode": "tozero"},
+                      legend={"orientation": "h", "y": -0.25})
     return fig
 
 

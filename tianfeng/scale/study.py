@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from tianfeng.promotion.transfer import peak_lr
 from tianfeng.scale.results import ScalePoint, ScaleStore
 from tianfeng.scale.space import batch_parameter
-from tianfeng.search.runner import SearchPlan, plan_space, run_search
+from tianfeng.search.runner import SearchPlan, plan_space, run_search, rung_epochs
 from trainers.config import ConfigError, config_from_dict
 
 log = logging.getLogger("tianfeng.scale")
@@ -121,7 +121,10 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
         started = time.perf_counter()
         name = search_study(plan.name, batch)
         warm = _warm_start(previous, pinned, plan.warm_start_k)
+        # each batch size's sampler gets its own seed: the same seed would replay the previous
+        # study's random start-up trials, which the warm start already summarises
         search = dataclasses.replace(plan.search, study=name, batch_size=batch, warm_start=warm,
+                                     seed=plan.search.seed + plan.batch_sizes.index(batch),
                                      study_attrs={"scale": plan.name, "batch_size": batch, "role": "search"})
         log.info("batch %d: searching study %s%s", batch, name,
                  f", warm-started from {', '.join(w[0] for w in warm)}" if warm else "")
@@ -162,15 +165,11 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
             pruned=sum(t.state == TrialState.PRUNED for t in trials),
             warm_started=sum("warm_start" in t.user_attrs for t in trials),
             wall_s=time.perf_counter() - started, trial_s=trial_s, pruned_s=pruned_s,
-            steps_per_epoch=steps_per_epoch.get(batch, 0), epochs_per_trial=_epochs(space, plan.search.rung))
+            steps_per_epoch=steps_per_epoch.get(batch, 0), epochs_per_trial=rung_epochs(space, plan.search.rung))
         store.save(plan.name, point, settings)
         points.append(point)
         previous = study
     return points
-
-
-def _epochs(space, rung: str) -> int:
-    return space.fidelities[rung].epochs or space.base.total_epochs
 
 
 def largest_within(points: list[ScalePoint], tolerance: float, *, naive: bool, maximize: bool = True) -> int | None:

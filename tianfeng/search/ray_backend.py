@@ -9,9 +9,11 @@ through `ray.tune.report`. Reports and `tianfeng promote` therefore do not see w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,13 @@ from ray.tune.search import Searcher
 from tianfeng.search.objective import objective_value, prepare_trial, record_final
 from tianfeng.search.progress import StudyProgress
 from tianfeng.search.runner import (
+    Budget,
     SearchPlan,
-    _Budget,
-    _rung_epochs,
-    _TrialLogger,
+    TrialLogger,
     open_study,
     plan_space,
+    requeue_interrupted,
+    rung_epochs,
 )
 from tianfeng.search.space import SearchSpace
 from trainers.config import ConfigError, config_to_dict
@@ -84,9 +87,9 @@ class StudySearcher(Searcher):
         super().__init__()
         self.study, self.space, self.plan, self.progress = study, space, plan, progress
         self.threads, self.trainer = max(1, int(options.cpus_per_trial)), options.trainer
-        self.budget = _Budget(plan.trials, plan.epoch_budget, _rung_epochs(space, plan.rung))
-        self.total_epochs = _rung_epochs(space, plan.rung)
-        self.log_trial = _TrialLogger(space.objective.metric)
+        self.budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
+        self.total_epochs = rung_epochs(space, plan.rung)
+        self.log_trial = TrialLogger(space.objective.metric)
         self.trials: dict[str, optuna.Trial] = {}
         self.values: dict[str, dict[int, float]] = {}  # epoch -> value, per Ray trial
         self.runs_root = Path(plan.runs_root).resolve()  # workers run elsewhere
@@ -164,6 +167,17 @@ class StudySearcher(Searcher):
         if self.progress is not None:
             self.progress.update(self.study)
 
+    def close_unfinished(self) -> list[int]:
+        """Trials Ray never finished (Ctrl-C, time budget): failed with status `interrupted`, so
+        `--resume` queues them again from their checkpoints. Asked trials have no heartbeat."""
+        numbers = []
+        for trial in self.trials.values():
+            trial.set_user_attr("status", "interrupted")
+            self.study.tell(trial, state=TrialState.FAIL)
+            numbers.append(trial.number)
+        self.trials.clear()
+        return numbers
+
     @staticmethod
     def space_metrics() -> tuple[str, ...]:
         from trainers.engine import EpochMetrics
@@ -221,8 +235,8 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
 
     if not plan.verbose:
         logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
-    study = open_study(plan, space, resume=resume)
-    epochs = _rung_epochs(space, plan.rung)
+    study = open_study(plan, space, resume=resume, heartbeat=False)
+    epochs = rung_epochs(space, plan.rung)
     done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
     concurrent = int(resources.get("CPU", 1) // options.cpus_per_trial)
     if options.gpus_per_trial:
@@ -244,5 +258,13 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
                 num_samples=max(1, plan.trials - done), time_budget_s=plan.timeout_s, reuse_actors=True),
             run_config=tune.RunConfig(name=plan.study, storage_path=str(storage_path), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=0)))
-        tuner.fit()
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # Tune's own tables are logs, not results
+                tuner.fit()
+        finally:
+            cut = searcher.close_unfinished()
+            requeue_interrupted(plan.storage, plan.study)
+            if cut:
+                log.warning("trial(s) %s did not finish under Ray; --resume runs them again",
+                            ", ".join(map(str, cut)))
     return study

@@ -28,11 +28,14 @@ DEFAULT_STORAGE = search_command.DEFAULT_STORAGE
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
-def open_storage(url: str, heartbeat_s: int = 10, grace_s: int = 60) -> RDBStorage:
+def open_storage(url: str, heartbeat_s: int | None = 10, grace_s: int = 60) -> RDBStorage:
     """Optuna's RDB storage with heartbeats: a trial whose worker died goes stale after `grace_s`
-    and is queued again with the same parameters (up to twice), resuming its checkpoint."""
+    and is queued again with the same parameters (up to twice), resuming its checkpoint.
+    `heartbeat_s=None` for ask-and-tell drivers (the Ray backend), which Optuna cannot heartbeat."""
     engine_kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    if heartbeat_s is None:
+        return RDBStorage(url, engine_kwargs=engine_kwargs)
     return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
                       grace_period=grace_s,
                       heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
@@ -77,8 +80,8 @@ def plan_space(plan: SearchPlan) -> SearchSpace:
     return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)
 
 
-def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool) -> optuna.Study:
-    storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
+def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True) -> optuna.Study:
+    storage = open_storage(plan.storage, plan.heartbeat_s if heartbeat else None, plan.grace_s)
     exists = plan.study in optuna.get_all_study_names(storage)
     if exists and not resume:
         raise ConfigError("--study", plan.study, f"already exists in {plan.storage}; pass --resume to "
@@ -88,7 +91,7 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool) -> optuna.
     study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
                                 direction=space.objective.direction,
                                 sampler=SAMPLERS[plan.sampler](space, plan.seed),
-                                pruner=PRUNERS[plan.pruner](_rung_epochs(space, plan.rung)))
+                                pruner=PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
     if not exists:
         attrs = {"kind": "search", "space_path": space.path, "space_yaml": Path(space.path).read_text(),
                  "data": plan.data or space.base.data.source, "rung": plan.rung,
@@ -101,8 +104,10 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool) -> optuna.
             study.enqueue_trial(params, user_attrs={"warm_start": label})
         if plan.sampler == "grid" and space.priors:
             log.info("grid sampler: the priors are not enqueued (the grid covers the space itself)")
-        warm = {_params_key(params) for _, params in plan.warm_start}
-        priors = [p for p in space.priors if _params_key(p.params) not in warm] if plan.sampler != "grid" else []
+        # a prior the warm start already holds (same values for every key the prior names) is dropped
+        warm = [params for _, params in plan.warm_start]
+        priors = [p for p in space.priors if not any(all(w.get(k) == v for k, v in p.params.items()) for w in warm)]
+        priors = priors if plan.sampler != "grid" else []
         for prior in priors:
             study.enqueue_trial(prior.params, user_attrs={"prior": prior.name})
         if priors:
@@ -111,11 +116,7 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool) -> optuna.
     return study
 
 
-def _params_key(params: dict[str, Any]) -> str:
-    return repr(sorted(params.items()))
-
-
-def _rung_epochs(space: SearchSpace, rung: str) -> int:
+def rung_epochs(space: SearchSpace, rung: str) -> int:
     return space.fidelities[rung].epochs or space.base.total_epochs
 
 
@@ -123,7 +124,7 @@ def finished_count(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
-class _Budget:
+class Budget:
     """Stops a worker once the study holds `trials` finished or running trials (all workers), or
     once another full trial of `trial_epochs` would take the study past `epochs` training epochs."""
 
@@ -149,7 +150,7 @@ def epochs_spent(trials: list[optuna.trial.FrozenTrial], trial_epochs: int) -> i
                for t in trials)
 
 
-class _TrialLogger:
+class TrialLogger:
     def __init__(self, metric: str) -> None:
         self.metric = metric
 
@@ -195,12 +196,12 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
     study = optuna.load_study(study_name=plan.study, storage=storage,
                               sampler=SAMPLERS[plan.sampler](space, plan.seed + worker),
-                              pruner=PRUNERS[plan.pruner](_rung_epochs(space, plan.rung)))
-    budget = _Budget(plan.trials, plan.epoch_budget, _rung_epochs(space, plan.rung))
+                              pruner=PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
+    budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
     if budget.exhausted(study):
         return
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
-    callbacks = [budget, _TrialLogger(space.objective.metric)] + ([progress.update] if progress else [])
+    callbacks = [budget, TrialLogger(space.objective.metric)] + ([progress.update] if progress else [])
     study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(RuntimeError, ValueError))
 
 

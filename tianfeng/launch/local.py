@@ -1,0 +1,26 @@
+"""Running a launch plan on this one machine: every node's torchrun started here, meeting at a
+c10d rendezvous on localhost, as N emulated nodes of G gloo processes (CPU)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+from tianfeng.launch.plan import LaunchPlan
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_here(plan: LaunchPlan) -> int:
+    """Exit code 0 when every node agent succeeded."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    procs = [subprocess.Popen(torchrun + plan.torchrun_args()[1:], env=env) for _ in range(plan.nodes)]
+    codes = [p.wait() for p in procs]
+    return 0 if all(c == 0 for c in codes) else 1
