@@ -138,6 +138,25 @@ def test_resumed_epoch_starts_at_the_saved_step(small_imagefolder: Path) -> None
     torch.testing.assert_close(tail[0][0], full[2][0])
 
 
+def test_dali_shards_split_an_epoch_between_ranks(small_imagefolder: Path) -> None:
+    """At world 2 each rank's DALI reader reads its own half of the images: the decoded images
+    of the two ranks' epochs are disjoint and together are the whole training set."""
+    import hashlib
+
+    src = imagefolder_source(str(small_imagefolder))
+    seen = []
+    for rank in range(2):
+        _, pipe = _batches("dali", small_imagefolder, rank=rank, world=2)
+        iterator = pipe._iterator(16, 25)  # the reader's raw decoded images, before augmentation
+        digests = set()
+        for _ in range(len(src.train) // 50):
+            images, _labels = pipe._next(iterator)
+            digests |= {hashlib.sha1(img.cpu().numpy().tobytes()).hexdigest() for img in images}
+        seen.append(digests)
+    assert len(seen[0]) == len(seen[1]) == len(src.train) // 2
+    assert not seen[0] & seen[1]
+
+
 def test_dali_cpu_pipeline_decodes_real_jpegs(small_imagefolder: Path) -> None:
     batches, pipe = _batches("dali", small_imagefolder)
     assert type(pipe).__name__ == "DaliPipeline"

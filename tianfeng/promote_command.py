@@ -93,7 +93,8 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     values = trial.user_attrs.get("values") or trial.params
     proxy_rung = trial.user_attrs.get("fidelity", space.search_fidelity)
     full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides)
-    digest = config_hash(full)
+    # a run on another world is another run: its own directory, checkpoints and record
+    digest = config_hash(full) + (f"-{launch.nodes}x{launch.per_node}" if launch else "")
     run_dir = runs_dir / study.study_name / f"{kind}-trial-{trial_number}-{digest}"
     full = with_changes(full, name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
     print_changes(changes, Console(stderr=True))

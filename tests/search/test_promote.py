@@ -125,6 +125,9 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
     assert ran["status"] == "completed", ran
     row = next(r for r in RunStore(plan.storage).runs("p") if r["id"] == ran["run"])
     assert row["status"] == "completed" and len(row["epochs"]) == 3 and row["final_score"] == ran["full_val_top1"]
+    assert ran["run"] == planned["run"] and ran["run_dir"].endswith("-2x1")
+    single = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True)
+    assert single["run_dir"] != ran["run_dir"]  # one process is another run than 2 nodes x 1
     result = json.loads((Path(ran["run_dir"]) / "result.json").read_text())
     assert result["final"]["val_top1"] == ran["full_val_top1"]
 
