@@ -126,8 +126,18 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
     row = next(r for r in RunStore(plan.storage).runs("p") if r["id"] == ran["run"])
     assert row["status"] == "completed" and len(row["epochs"]) == 3 and row["final_score"] == ran["full_val_top1"]
     assert ran["run"] == planned["run"] and ran["run_dir"].endswith("-2x1")
-    single = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True)
+    single = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
     assert single["run_dir"] != ran["run_dir"]  # one process is another run than 2 nodes x 1
+
+    # the report sets the measured scaling beside the cost model's prediction
+    from tianfeng.report.build import build_report
+    from tianfeng.report.scaling import scaling_rows
+
+    rows = scaling_rows(RunStore(plan.storage).runs("p"))
+    assert len(rows) == 1 and rows[0]["layout"] == "2 x 1" and rows[0]["variant"] == "flat"
+    assert rows[0]["efficiency"] > 0 and 0 < rows[0]["predicted"] <= 1
+    html = build_report(plan.storage, "p", tmp_path / "p.html").read_text()
+    assert "Scaling of distributed runs" in html and "2 x 1" in html
     result = json.loads((Path(ran["run_dir"]) / "result.json").read_text())
     assert result["final"]["val_top1"] == ran["full_val_top1"]
 

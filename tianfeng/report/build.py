@@ -93,12 +93,17 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
                      t.user_attrs.get("prior", ""), *[_fmt(t.params.get(p)) for p in params]])
     run_rows = [{**r, "proxy": _fmt(r["proxy_score"]), "full": _fmt(r["final_score"]),
                  "throughput": _fmt(r["epochs"][-1]["samples_per_s"]) if r["epochs"] else "-"} for r in runs]
+    from tianfeng.report.scaling import scaling_rows
+
+    scaling = [{**r, **{k: _fmt(r[k]) for k in ("single", "measured", "predicted_samples")},
+                "efficiency": f"{100 * r['efficiency']:.0f}%", "predicted": f"{100 * r['predicted']:.0f}%"}
+               for r in scaling_rows(runs)]
     storage_flag = "" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}"
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     html = env.get_template("study.html.j2").render(
         study=study.study_name, summary=_summary(study, trials), best=best, metric=metric,
         promote_command=f"tianfeng promote {best['number']} --study {study.study_name}{storage_flag}" if best else "",
-        figures=figs, runs=run_rows, trial_columns=columns, trial_rows=rows, plotly_js=bundle_for([fig for _title, (fig, _note) in drawn]),
+        figures=figs, runs=run_rows, scaling=scaling, trial_columns=columns, trial_rows=rows, plotly_js=bundle_for([fig for _title, (fig, _note) in drawn]),
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
     output = output or Path("reports") / f"{study.study_name}.html"
     output.parent.mkdir(parents=True, exist_ok=True)
