@@ -52,6 +52,19 @@ def test_report_is_self_contained_and_escapes_user_strings(report: Path) -> None
     assert "<script>document.title" not in html
     assert not re.search(r"<script[^>]+src=", html)  # plotly.js is inlined, nothing loads from a network
     assert report.stat().st_size < 10 * 2**20
+    assert re.search(r"\d\.\d{3} core-hours", html)
+
+
+def test_timeline_has_a_row_per_worker(report: Path) -> None:
+    import socket
+
+    from tianfeng.report.figures import timeline
+
+    study = optuna.load_study(study_name="rep", storage=f"sqlite:///{report.parent / 'study.db'}")
+    fig, _ = timeline(study)
+    rows = {y for trace in fig.data for y in trace.y}
+    assert len(rows) == 1 and next(iter(rows)).startswith(socket.gethostname() + ":")
+    assert sum(len(trace.y) for trace in fig.data) == len(study.trials)
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ losers, and every trial lands in the same Optuna study as with the local backend
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,7 @@ def test_ray_backend_end_to_end(tmp_path: Path, tiny_space: dict) -> None:
     assert trials[0].user_attrs["prior"] == "goyal" and trials[0].params["base_lr"] == 0.4
     for t in trials:
         assert t.user_attrs["backend"] == "ray" and t.user_attrs["fidelity"] == "proxy"
+        assert t.user_attrs["worker"].startswith(socket.gethostname() + ":") and t.user_attrs["cores"] == 1
         run_dir = Path(t.user_attrs["run_dir"])
         # the engine ran on a Ray worker and wrote its run where the driver said
         assert run_dir.is_absolute() and (run_dir / "metrics.jsonl").exists()

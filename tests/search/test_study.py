@@ -89,6 +89,9 @@ def test_four_workers_share_a_sqlite_study(tmp_path: Path, tiny_space_file: Path
     states = [t.state for t in trials]
     assert states.count(TrialState.COMPLETE) >= 8 and TrialState.FAIL not in states, states
     assert len({t.number for t in trials}) == len(trials)
+    # each worker process records itself (the report's timeline has a row per worker) and its cores
+    assert len({t.user_attrs["worker"] for t in trials}) >= 2
+    assert all(t.user_attrs["cores"] == 1 for t in trials)  # 2 cores split over 4 workers
 
 
 def _cli(*args: str) -> list[str]:

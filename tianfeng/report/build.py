@@ -36,6 +36,8 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
     count = {s: sum(t.state == s for t in trials) for s in TrialState}
     seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
                   if t.datetime_complete and t.datetime_start)
+    core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get("cores", 1))
+                 for t in trials if t.datetime_complete and t.datetime_start)
     calibration = attrs.get("calibration")
     rows = [("data set", attrs.get("data", "-")), ("space file", attrs.get("space_path", "-")),
             ("search rung", attrs.get("rung", "-")),
@@ -43,7 +45,8 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
             ("objective", f"{attrs.get('metric', 'value')} ({study.direction.name.lower()})"),
             ("trials", f"{len(trials)}: {count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} "
                        f"pruned, {count[TrialState.FAIL]} failed, {count[TrialState.RUNNING]} running"),
-            ("budget used", f"{seconds / 3600:.3f} trial-hours ({seconds:.0f} s of trial wall time)"),
+            ("budget used", f"{seconds / 3600:.3f} trial-hours, {core_s / 3600:.3f} core-hours "
+                            f"({seconds:.0f} s of trial wall time)"),
             ("created", attrs.get("created", "-"))]
     if calibration:
         rows.append(("proxy fidelity", f"Spearman rho {calibration['spearman_rho']:.3f} over "
@@ -72,7 +75,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     rho = (study.user_attrs.get("calibration") or {}).get("spearman_rho")
     drawn = [
         ("Optimisation history (best so far)", figures.history(study)),
-        ("Timeline of trials (complete, pruned, failed)", figures.timeline(study)),
+        ("Timeline of trials per worker (complete, pruned, failed)", figures.timeline(study)),
         ("Learning curves: intermediate values per epoch", figures.learning_curves(study)),
         ("Parameter importances", (importance_fig, "not drawn: needs at least 3 complete trials")),
         ("Parallel coordinates", figures.parallel(study)),

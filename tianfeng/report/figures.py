@@ -28,7 +28,28 @@ def history(study: optuna.Study) -> Figure:
 
 
 def timeline(study: optuna.Study) -> Figure:
-    return _optuna(ov.plot_timeline, study)
+    """Trials as bars in time, one row per worker (host:pid, or Ray's), coloured by state."""
+    colours = {TrialState.COMPLETE: "#1a7f37", TrialState.PRUNED: "#c4a000", TrialState.FAIL: "#cf222e",
+               TrialState.RUNNING: "#0969da"}
+    trials = [t for t in study.get_trials(deepcopy=False) if t.datetime_start]
+    if not trials:
+        return None, "not drawn: no trial has started"
+    now = max(t.datetime_complete or t.datetime_start for t in trials)
+    fig = go.Figure()
+    for state, colour in colours.items():
+        group = [t for t in trials if t.state == state]
+        if not group:
+            continue
+        fig.add_trace(go.Bar(
+            orientation="h", name=state.name.lower(), marker_color=colour,
+            y=[t.user_attrs.get("worker", "unknown") for t in group],
+            base=[t.datetime_start.isoformat() for t in group],
+            x=[max(1.0, ((t.datetime_complete or now) - t.datetime_start).total_seconds() * 1000) for t in group],
+            text=[f"#{t.number}" for t in group], textposition="inside",
+            hovertemplate="trial %{text}<br>%{base} + %{x:.0f} ms<extra></extra>"))
+    fig.update_layout(title="Trials per worker over time", barmode="overlay", xaxis={"type": "date"},
+                      yaxis={"title": "worker", "type": "category"})
+    return fig, ""
 
 
 def _joined(series: list[tuple[int, list[float], list[float]]]) -> tuple[list, list, list]:

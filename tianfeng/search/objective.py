@@ -54,9 +54,17 @@ def trial_run_dir(runs_root: Path, study: str, trial: optuna.Trial) -> Path:
 
 
 def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs_root: Path,
-                  rung: str) -> RunConfig:
+                  rung: str, *, cores: float | None = None, worker: str | None = None) -> RunConfig:
     """Sample the trial's values and build its proxy run; the trial records values, rung, run
-    directory and resolved config, whichever backend then runs it."""
+    directory, resolved config, the cores it gets and the worker running it (this process unless
+    said otherwise), whichever backend then runs it."""
+    import os
+    import socket
+
+    import torch
+
+    trial.set_user_attr("cores", cores if cores is not None else torch.get_num_threads())
+    trial.set_user_attr("worker", worker or f"{socket.gethostname()}:{os.getpid()}")
     values = suggest(trial, space)
     run_dir = trial_run_dir(runs_root, study_name, trial)
     cfg = build_config(space, values, rung, name=f"{study_name}-{run_dir.name}", run_dir=str(run_dir))

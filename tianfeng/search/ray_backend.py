@@ -55,6 +55,7 @@ class RayOptions:
 def ray_trial(config: dict[str, Any]) -> None:
     """One trial on a Ray worker: the engine's proxy run, each epoch reported to Tune."""
     import importlib
+    import socket
 
     import torch
     from ray import tune
@@ -65,7 +66,7 @@ def ray_trial(config: dict[str, Any]) -> None:
     train = getattr(importlib.import_module(module), function)
     torch.set_num_threads(max(1, int(config["threads"])))
     cfg = config_from_dict(config["run_config"], f"trial {config['trial_number']}")
-    last: dict[str, Any] = {}
+    last: dict[str, Any] = {"worker": f"{socket.gethostname()}:{os.getpid()}"}
 
     def report(m) -> None:
         last.update(asdict(m), status="running")
@@ -87,6 +88,7 @@ class StudySearcher(Searcher):
         super().__init__()
         self.study, self.space, self.plan, self.progress = study, space, plan, progress
         self.threads, self.trainer = max(1, int(options.cpus_per_trial)), options.trainer
+        self.cores = options.cpus_per_trial
         self.budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
         self.total_epochs = rung_epochs(space, plan.rung)
         self.log_trial = TrialLogger(space.objective.metric)
@@ -111,7 +113,8 @@ class StudySearcher(Searcher):
         if self.budget.exhausted(self.study):
             return Searcher.FINISHED
         trial = self.study.ask()
-        cfg = prepare_trial(trial, self.space, self.plan.study, self.runs_root, self.plan.rung)
+        cfg = prepare_trial(trial, self.space, self.plan.study, self.runs_root, self.plan.rung,
+                            cores=self.cores, worker="ray (waiting for a worker)")
         trial.set_user_attr("backend", "ray")
         self.trials[trial_id], self.values[trial_id] = trial, {}
         return {"run_config": config_to_dict(cfg), "trial_number": trial.number, "threads": self.threads,
@@ -125,6 +128,8 @@ class StudySearcher(Searcher):
         if trial is None or result.get("status") != "running" or value is None or not math.isfinite(value):
             return
         epoch = int(result["epoch"])
+        if not values and "worker" in result:
+            trial.set_user_attr("worker", result["worker"])
         if epoch not in values:
             trial.report(float(value), epoch)
             values[epoch] = float(value)
