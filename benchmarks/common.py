@@ -47,8 +47,8 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def print_table(title: str, rows: list[tuple[str, str, str]], headers=("variant", "value", "ratio")) -> None:
-    width = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(3)]
+def print_table(title: str, rows: list[tuple[str, ...]], headers=("variant", "value", "ratio")) -> None:
+    width = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     print(f"\n{title}")
     for row in [headers, *rows]:
         print("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, width, strict=True)))

@@ -24,8 +24,11 @@ from tianfeng.search.runner import SearchPlan, run_search
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
 
 
+DATA: str | None = None  # None: the space's own (digits); set from --data
+
+
 def _plan(tmp: Path, name: str, trials: int, **changes) -> SearchPlan:
-    plan = SearchPlan(space_path=str(SPACE), data=f"imagefolder:{cifar5_dir()}", storage=f"sqlite:///{tmp}/{name}.db",
+    plan = SearchPlan(space_path=str(SPACE), data=DATA, storage=f"sqlite:///{tmp}/{name}.db",
                       study=name, sampler="tpe", pruner="asha", seed=0, trials=trials, timeout_s=None,
                       runs_root=str(tmp / "runs"), rung="proxy")
     return dataclasses.replace(plan, **changes)
@@ -82,12 +85,18 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12, help="trial budget of every method")
     parser.add_argument("--target", type=float, default=70.0, help="full-fidelity val top-1 to reach")
     parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--data", default="cifar5", help="cifar5 (default), digits (a quick smoke run) or a source")
+    parser.add_argument("--keep", type=Path, help="keep the three studies' databases and runs here "
+                        "(benchmarks/proxy_fidelity.py can reuse the full-fidelity trials)")
     args = parser.parse_args()
+    global DATA
+    DATA = {"cifar5": f"imagefolder:{cifar5_dir()}", "digits": None}.get(args.data, args.data)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
         ours, detail = run_tianfeng(tmp, args.trials)
         plain = run_full(tmp, args.trials, ray=False)
         ray = [] if args.skip_ray else run_full(tmp, args.trials, ray=True)
@@ -103,7 +112,7 @@ def main() -> None:
                      f"{t / plain_t:.2f}" if t and plain_t else "-",
                      f"{best_by(line, ours_s):.2f}" if best_by(line, ours_s) is not None else "-",
                      f"{line[-1][0]:.0f} s"))
-    print_table(f"time to val top-1 >= {args.target} on cifar5-dev, {args.trials} trials each",
+    print_table(f"time to val top-1 >= {args.target} on {args.data}, {args.trials} trials each",
                 rows, headers=("method", "time to target", "vs plain Optuna", f"best at {ours_s:.0f} s", "total"))
     print(f"\n  tianfeng: proxy search {detail['search_s']:.0f} s (best proxy {detail['proxy_best']:.2f}, "
           f"trial #{detail['trial']}), promoted to full fidelity: {ours[-1][1]:.2f} at {ours_s:.0f} s")
