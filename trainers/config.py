@@ -133,6 +133,9 @@ class DistributedConfig:
     powersgd_rank: int = _bounded(4, ge=1)
     powersgd_start_step: int = _bounded(10, ge=2)  # plain allreduce before this step
     topk_ratio: float = _bounded(0.01, gt=0.0, le=1.0)
+    # BatchNorm statistics over the global batch (torch's SyncBatchNorm on CUDA, ours on CPU);
+    # off by default: the records normalise over each GPU's share of the batch
+    sync_bn: bool = False
 
 
 @dataclass(frozen=True)

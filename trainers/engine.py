@@ -17,7 +17,7 @@ import torch
 import yaml
 from torch import nn
 
-from trainers import checkpoint
+from trainers import checkpoint, sync_bn
 from trainers import distributed as dist_utils
 from trainers.comm import compression, fusion, hierarchical
 from trainers.config import ConfigError, RunConfig, config_to_dict
@@ -183,6 +183,8 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                                          world=ctx.world, device=device)
     data.prepare([p.resolution for p in plan.phases])
     model = build_model(cfg.model, source.channels, source.num_classes).to(device)
+    if cfg.distributed.sync_bn and ctx.enabled:  # before the optimizer takes the parameters
+        model = sync_bn.convert(model, device)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(model, cfg.optimizer)

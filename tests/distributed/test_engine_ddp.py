@@ -44,17 +44,24 @@ def test_hierarchical_hook_trains_like_flat_allreduce(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_ddp_world_2_follows_the_single_process_loss_curve(tmp_path: Path) -> None:
-    ddp = run_cli(2, tmp_path / "ddp")
+    # a moderate LR: at the recipe's 1.0 float summation order alone moves epoch 2's loss by ~1%
+    per_rank_bn = run_cli(2, tmp_path / "ddp", "optimizer.lr=0.2")
+    global_bn = run_cli(2, tmp_path / "ddp-sync", "optimizer.lr=0.2", "distributed.sync_bn=true")
     single = train(make_config(tmp_path / "single", phases=[{"epochs": 2, "resolution": 8, "batch_size": 64}],
-                               model={"width": 16, "depth": 1, "stages": 3}, optimizer={"lr": 1.0},
+                               model={"width": 16, "depth": 1, "stages": 3}, optimizer={"lr": 0.2},
                                data={"augment": "none"}, schedule={"warmup_epochs": 1.0}))
-    assert len(ddp) == 2
-    # same global batches and gradients, but each rank normalises by its own half-batch BN statistics
-    # (SyncBatchNorm is GPU-only), so the curves agree within a tolerance rather than exactly
-    # (measured: 0.40 vs 0.36 after epoch 2)
-    for d, s in zip(ddp, single.epochs, strict=True):
+    assert len(per_rank_bn) == len(global_bn) == 2
+    # same global batches and gradients; with BatchNorm over the global batch (distributed.sync_bn)
+    # DDP computes what one process does, up to float summation order
+    for g, s in zip(global_bn, single.epochs, strict=True):
+        assert g["train_loss"] == pytest.approx(s.train_loss, rel=1e-4)  # measured: 2e-5 after epoch 2
+        assert g["val_loss"] == pytest.approx(s.val_loss, rel=1e-3)
+    # with each rank's own half-batch statistics (the default, as on the records' GPUs) the curves
+    # agree only within a tolerance (measured: 1.389 vs 1.359 after epoch 2)
+    for d, s in zip(per_rank_bn, single.epochs, strict=True):
         assert d["train_loss"] == pytest.approx(s.train_loss, rel=0.2)
-    assert ddp[1]["train_loss"] < 0.6 * ddp[0]["train_loss"] and single.epochs[1].train_loss < 0.6 * single.epochs[0].train_loss
+    assert per_rank_bn[1]["train_loss"] < 0.8 * per_rank_bn[0]["train_loss"]
+    assert single.epochs[1].train_loss < 0.8 * single.epochs[0].train_loss
 
 
 def test_world_checks(tmp_path: Path) -> None:

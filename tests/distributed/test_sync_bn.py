@@ -1,0 +1,24 @@
+"""Global BatchNorm on CPU (gloo): the same outputs, gradients and running statistics as one
+BatchNorm2d over the whole global batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.test_hooks import torchrun
+
+WORKER = Path(__file__).with_name("sync_bn_worker.py")
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_global_batchnorm_equals_batchnorm_on_the_whole_batch(tmp_path: Path, world: int) -> None:
+    out = tmp_path / "diff.json"
+    run = torchrun(world, str(WORKER), str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    diff = json.loads(out.read_text())
+    assert diff.pop("type") == "GlobalBatchNorm2d"
+    for key, value in diff.items():
+        assert value < 1e-4, (key, value)
