@@ -40,6 +40,22 @@ def test_imagefolder_reads_real_jpegs(small_imagefolder: Path) -> None:
     assert len(src.train) == 200 and len(src.val) == 50
 
 
+def test_reopening_a_folder_reuses_the_scan_until_images_change(small_imagefolder: Path, tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(small_imagefolder, folder)
+    first = imagefolder_source(str(folder))
+    assert imagefolder_source(str(folder)) is first  # every trial of a search opens it again
+    victim = sorted((folder / "train" / "cat").iterdir())[0]
+    victim.unlink()
+    after = imagefolder_source(str(folder))
+    assert len(after.train) == len(first.train) - 1 and after.key != first.key
+    shutil.copy(sorted((folder / "train" / "deer").iterdir())[0], folder / "train" / "cat" / "extra.jpg")
+    again = imagefolder_source(str(folder))
+    assert len(again.train) == len(first.train) and again.key not in (first.key, after.key)
+
+
 def test_imagefolder_errors_name_the_path(tmp_path: Path) -> None:
     with pytest.raises(DataSourceError, match="no such directory"):
         open_source(f"imagefolder:{tmp_path / 'missing'}")

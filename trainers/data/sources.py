@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,11 +90,13 @@ def synthetic_source(num_images: int, num_classes: int, resolution: int) -> Imag
                        train=split(num_images), val=split(n_val), synthetic=True)
 
 
-def _scan_split(root: Path, class_names: list[str] | None) -> tuple[list[str], Split]:
+def _scan_split(root: Path, class_names: list[str] | None) -> tuple[list[str], Split, list[str]]:
+    """Class names, the split, and each file's path:size:mtime for the fingerprint (one pass)."""
     if not root.is_dir():
         raise DataSourceError(f"{root}: not a directory (imagefolder needs train/ and val/ "
                               "folders of class folders of JPEG or PNG files)")
-    found = sorted(p.name for p in root.iterdir() if p.is_dir())
+    with os.scandir(root) as entries:
+        found = sorted(e.name for e in entries if e.is_dir())
     names = class_names if class_names is not None else found
     if not names:
         raise DataSourceError(f"{root}: no class folders")
@@ -102,25 +105,39 @@ def _scan_split(root: Path, class_names: list[str] | None) -> tuple[list[str], S
         raise DataSourceError(f"{root}: class folders not in train/: {', '.join(extra[:5])}")
     files: list[str] = []
     labels: list[int] = []
+    stamps: list[str] = []
     for label, name in enumerate(names):
         folder = root / name
         if not folder.is_dir():
             continue
-        for path in sorted(folder.iterdir()):
-            if path.suffix.lower() in IMAGE_SUFFIXES:
-                files.append(str(path))
-                labels.append(label)
+        with os.scandir(folder) as it:
+            entries = sorted((e for e in it if os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES),
+                             key=lambda e: e.name)
+        for entry in entries:
+            st = entry.stat()
+            files.append(entry.path)
+            labels.append(label)
+            stamps.append(f"{entry.path}:{st.st_size}:{st.st_mtime_ns}")
     if not files:
         raise DataSourceError(f"{root}: no .jpg, .jpeg or .png files in its class folders")
-    return names, Split(np.asarray(labels, dtype=np.int64), files=files)
+    return names, Split(np.asarray(labels, dtype=np.int64), files=files), stamps
 
 
-def _fingerprint(root: Path, files: list[str]) -> str:
-    digest = hashlib.sha256(str(root.resolve()).encode())
-    for f in files:
-        st = Path(f).stat()
-        digest.update(f"{f}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return digest.hexdigest()[:16]
+def _folder_stamp(root: Path) -> tuple:
+    """Modification times of the split and class folders: adding, removing or renaming an image
+    changes one of them. (Rewriting a file in place does not; a new process rescans.)"""
+    stamp = []
+    for split in ("train", "val"):
+        folder = root / split
+        if not folder.is_dir():
+            return ()
+        stamp.append((split, folder.stat().st_mtime_ns))
+        with os.scandir(folder) as entries:
+            stamp += sorted((e.name, e.stat().st_mtime_ns) for e in entries if e.is_dir())
+    return tuple(stamp)
+
+
+_OPENED: dict[tuple, ImageSource] = {}  # a search opens the same folder for every trial
 
 
 def imagefolder_source(directory: str) -> ImageSource:
@@ -128,10 +145,18 @@ def imagefolder_source(directory: str) -> ImageSource:
     root = Path(directory).expanduser()
     if not root.is_dir():
         raise DataSourceError(f"{root}: no such directory")
-    class_names, train = _scan_split(root / "train", None)
-    _, val = _scan_split(root / "val", class_names)
-    key = f"imagefolder-{root.name}-{_fingerprint(root, train.files + val.files)}"
-    return ImageSource(key=key, channels=3, class_names=class_names, train=train, val=val)
+    memo_key = (str(root.resolve()), _folder_stamp(root))
+    if memo_key[1] and memo_key in _OPENED:
+        return _OPENED[memo_key]
+    class_names, train, train_stamps = _scan_split(root / "train", None)
+    _, val, val_stamps = _scan_split(root / "val", class_names)
+    digest = hashlib.sha256(str(root.resolve()).encode())
+    for stamp in train_stamps + val_stamps:
+        digest.update(stamp.encode())
+    key = f"imagefolder-{root.name}-{digest.hexdigest()[:16]}"
+    source = ImageSource(key=key, channels=3, class_names=class_names, train=train, val=val)
+    _OPENED[memo_key] = source
+    return source
 
 
 def open_source(spec: str, *, synthetic_images: int = 2048, synthetic_classes: int = 10,
