@@ -100,9 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     launch = sub.add_parser("launch", help="write the launch plan of a multi-node run (or run it here on CPU)",
                             description="Check that a run fits N nodes x G devices, then write per-node "
-                                        "torchrun commands (c10d rendezvous) and a Slurm sbatch script. "
-                                        "With --device cpu on this machine it runs the plan: N emulated "
-                                        "nodes of G gloo processes.")
+                                        "torchrun commands (c10d rendezvous), a Slurm sbatch script and a "
+                                        "Ray job (Ray Train). With --device cpu on this machine it runs the "
+                                        "plan: N emulated nodes of G gloo processes, through torchrun or "
+                                        "(--via ray) Ray Train.")
     launch.add_argument("--config", type=Path, required=True)
     launch.add_argument("--nodes", type=int, required=True)
     launch.add_argument("--gpus-per-node", type=int, required=True, help="processes per node (GPUs, or CPU ranks)")
@@ -111,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--port", type=int, default=0, help="rendezvous port (default 29500, or a free one locally)")
     launch.add_argument("--out", type=Path, default=None, help="where the plan goes (default <run_dir>/launch)")
     launch.add_argument("--dry-run", action="store_true", help="print the plan only")
+    launch.add_argument("--via", choices=("torchrun", "ray"), default="torchrun",
+                        help="what starts the ranks when the plan runs: torchrun per node, or Ray Train workers")
+    launch.add_argument("--address", default=None,
+                        help="with --via ray: the Ray cluster to run on (auto, HOST:PORT); default a Ray started here")
 
     plan = sub.add_parser("plan", help="predict step time and scaling efficiency at many GPUs",
                           description="Alpha-beta communication cost model: predicted step time, samples/s "

@@ -39,6 +39,8 @@ def test_dry_run_prints_torchrun_and_slurm(tmp_path: Path) -> None:
     assert "--set device=cuda --set distributed.local_size=8" in out.stdout
     assert "#SBATCH --nodes=16" in out.stdout and "#SBATCH --gpus-per-node=8" in out.stdout
     assert "--rdzv-endpoint=$MASTER_ADDR:29500" in out.stdout
+    assert ("ray job submit --address=http://node-a:8265 --submission-id=lt-16x8 -- tianfeng launch --config "
+            f"{big} --nodes 16 --gpus-per-node 8 --device cuda --via ray --address auto") in out.stdout
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
 
 
@@ -49,6 +51,7 @@ def test_dry_run_prints_torchrun_and_slurm(tmp_path: Path) -> None:
     ({"distributed": {"local_size": 4}}, ["--nodes", "2", "--gpus-per-node", "2"],
      "distributed.local_size: says 4 ranks per node but the launch has --gpus-per-node 2"),
     ({}, ["--nodes", "0", "--gpus-per-node", "2"], "--nodes: must be >= 1, got 0"),
+    ({}, ["--nodes", "2", "--gpus-per-node", "2", "--address", "auto"], "--address: is for --via ray"),
 ])
 def test_bad_launches_are_one_line_with_exit_2(tmp_path: Path, changes: dict, args: list[str], expected: str) -> None:
     out = launch("--config", str(config(tmp_path, **changes)), *args, "--dry-run")
@@ -62,5 +65,19 @@ def test_two_emulated_nodes_of_two_gloo_processes_train(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert "world 4 (2 per node)" in out.stderr and "B inter-node" in out.stderr
     assert (tmp_path / "run" / "launch" / "node-1.sh").exists() and (tmp_path / "run" / "launch" / "sbatch.sh").exists()
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2]
+
+
+@pytest.mark.slow
+def test_ray_train_runs_two_emulated_nodes_of_two_workers(tmp_path: Path) -> None:
+    out = launch("--config", str(config(tmp_path)), "--nodes", "2", "--gpus-per-node", "2", "--device", "cpu",
+                 "--via", "ray")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Ray Train: 4 workers (2 nodes x 2), backend gloo" in out.stderr
+    assert "world 4 (2 per node)" in out.stderr and "B inter-node" in out.stderr
+    assert (tmp_path / "run" / "launch" / "ray-job.sh").exists()
+    result = json.loads(out.stdout[out.stdout.index("{"):])
+    assert result["status"] == "completed" and result["final"]["epoch"] == 2
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]

@@ -1,5 +1,5 @@
-"""Launch plans: the per-node `torchrun` commands (c10d rendezvous) and a Slurm batch script
-that start one run on N nodes x G devices, after checking the run fits that world."""
+"""Launch plans: the per-node `torchrun` commands (c10d rendezvous), a Slurm batch script and a
+Ray job that start one run on N nodes x G devices, after checking the run fits that world."""
 
 from __future__ import annotations
 
@@ -77,7 +77,13 @@ def write_plan(plan: LaunchPlan, out_dir: Path) -> list[Path]:
         path.write_text(f"#!/bin/bash\n# node {node} of {plan.nodes}: run on that node\n{plan.node_command()}\n")
         path.chmod(0o755)
         paths.append(path)
-    sbatch = out_dir / "sbatch.sh"
-    sbatch.write_text(plan.sbatch())
-    paths.append(sbatch)
+    from tianfeng.launch.ray_train import job_submit_command
+
+    for name, text in (("sbatch.sh", plan.sbatch()),
+                       ("ray-job.sh", f"#!/bin/bash\n# from any machine that reaches the Ray head node\n"
+                                      f"{job_submit_command(plan)}\n")):
+        path = out_dir / name
+        path.write_text(text)
+        path.chmod(0o755)
+        paths.append(path)
     return paths

@@ -1,0 +1,111 @@
+"""The Ray variant of a launch plan: Ray Train starts the run's N x G ranks as workers of a
+TorchTrainer. Ray Train sets torchrun's environment variables (RANK, LOCAL_RANK,
+LOCAL_WORLD_SIZE, ...) and the process group before the engine starts, ranks grouped by node,
+so the engine runs unchanged. On a cluster the plan submits this through `ray job submit`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from tianfeng.launch.plan import LaunchPlan
+from trainers.config import ConfigError
+
+log = logging.getLogger("tianfeng.launch")
+
+DASHBOARD_PORT = 8265  # where `ray job submit` finds the head node
+
+
+def job_submit_command(plan: LaunchPlan) -> str:
+    """`ray job submit` to the head node, whose entrypoint runs this launch through Ray Train.
+    tianfeng (and the config's data) must be on every node, as for torchrun."""
+    entry = ["tianfeng", "launch", "--config", plan.config_path, "--nodes", str(plan.nodes),
+             "--gpus-per-node", str(plan.per_node), "--device", plan.device, "--via", "ray", "--address", "auto"]
+    return shlex.join(["ray", "job", "submit", f"--address=http://{plan.master_addr}:{DASHBOARD_PORT}",
+                       f"--submission-id={plan.run_name}-{plan.nodes}x{plan.per_node}", "--", *entry])
+
+
+def _rank_worker(loop_config: dict[str, Any]) -> None:
+    """One rank, inside a Ray Train worker."""
+    import ray.train
+
+    from tianfeng.logs import setup_logging
+    from trainers.config import load_config
+    from trainers.engine import train
+
+    setup_logging()
+    ctx = ray.train.get_context()
+    expected = ctx.get_node_rank() * ctx.get_local_world_size() + ctx.get_local_rank()
+    if ctx.get_world_rank() != expected:  # the hierarchical hook's node groups need this
+        raise RuntimeError(f"Ray Train gave rank {ctx.get_world_rank()} to local rank {ctx.get_local_rank()} "
+                           f"of node {ctx.get_node_rank()}: ranks are not contiguous per node")
+    cfg = load_config(loop_config["config"], loop_config["overrides"])
+    result = train(cfg)
+    final = result.final
+    ray.train.report({"status": result.status, "run_dir": str(result.run_dir),
+                      "val_top1": final.val_top1 if final else None, "epoch": final.epoch if final else 0})
+
+
+def run_with_ray_train(plan: LaunchPlan, address: str | None) -> dict[str, Any]:
+    """Run the plan's world as Ray Train workers: on the cluster at `address`, or on a Ray
+    started here (address None). Returns the run's result.json (written by rank 0; the run
+    directory is shared by the nodes, as for torchrun)."""
+    import ray
+    from ray.train import RunConfig, ScalingConfig, TrainingFailedError
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from trainers.config import load_config
+
+    cuda = plan.device == "cuda"
+    if not ray.is_initialized():
+        env = {k: v for k, v in os.environ.items() if k.startswith("TIANFENG_")} | {"OMP_NUM_THREADS": "1"}
+        kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
+                                  "runtime_env": {"env_vars": env}}
+        if address is None:  # one machine: as many logical CPUs as ranks, like torchrun here
+            kwargs |= {"num_cpus": max(plan.world, os.cpu_count() or 1), "object_store_memory": 256 * 2**20}
+        try:
+            ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError) as exc:
+            raise ConfigError("--address", "", f"cannot join the Ray cluster at {address!r}: "
+                              f"{str(exc).splitlines()[0]}") from None
+    have = ray.cluster_resources().get("GPU" if cuda else "CPU", 0.0)
+    if have < plan.world:
+        raise ConfigError("--nodes", "", f"{plan.nodes} x {plan.per_node} ranks need {plan.world} "
+                          f"{'GPUs' if cuda else 'CPUs'} but the Ray cluster has {have:g}")
+    config_path = str(Path(plan.config_path).resolve())
+    # workers may start elsewhere: every path they use is absolute
+    run_dir = load_config(config_path).resolved_run_dir.resolve()
+    overrides = [f"device={plan.device}", f"distributed.local_size={plan.per_node}", f"run_dir={run_dir}"]
+    trainer = TorchTrainer(
+        _rank_worker,
+        train_loop_config={"config": config_path, "overrides": overrides},
+        torch_config=TorchConfig(backend="nccl" if cuda else "gloo"),
+        scaling_config=ScalingConfig(num_workers=plan.world, use_gpu=cuda,
+                                     resources_per_worker={"GPU": 1} if cuda else {"CPU": 1}),
+        run_config=RunConfig(name=f"{plan.run_name}-{plan.nodes}x{plan.per_node}",
+                             storage_path=str(run_dir / "ray")),
+    )
+    log.info("Ray Train: %d workers (%d nodes x %d), backend %s", plan.world, plan.nodes, plan.per_node,
+             "nccl" if cuda else "gloo")
+    try:
+        trainer.fit()
+    except TrainingFailedError as exc:  # a rank failed: its checkpoints stay, a relaunch resumes
+        raise RuntimeError(f"Ray Train run failed: {str(exc).splitlines()[0]}") from exc
+    finally:
+        if address is None:
+            ray.shutdown()
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def main_ray(plan: LaunchPlan, address: str | None) -> int:
+    metrics = run_with_ray_train(plan, address)
+    print(json.dumps(metrics, indent=2))
+    if metrics.get("status") == "diverged":
+        print("tianfeng: run diverged", file=sys.stderr)
+        return 1
+    return 0
