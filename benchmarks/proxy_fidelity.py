@@ -62,8 +62,9 @@ def main() -> None:
     parser.add_argument("--rung", default="proxy", help="the proxy rung to check against the target")
     parser.add_argument("--recipes", type=int, default=8, help="random recipes when there is no --full-study")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--full-study", nargs=2, metavar=("URL", "NAME"),
-                        help="reuse this full-fidelity study's complete trials")
+    parser.add_argument("--full-study", nargs=2, metavar=("URL", "NAME"), action="append",
+                        help="reuse this full-fidelity study's complete trials (repeatable; a recipe "
+                             "already seen in an earlier study is skipped)")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -74,7 +75,13 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.full_study:
-            known = recipes_from_study(*args.full_study)
+            known, seen = [], set()
+            for url, name in args.full_study:
+                for values, full, full_s in recipes_from_study(url, name):
+                    key = tuple(sorted(values.items()))
+                    if key not in seen:
+                        seen.add(key)
+                        known.append((values, full, full_s))
         else:
             known = []
             for i, values in enumerate(random_recipes(space, args.recipes, args.seed)):
