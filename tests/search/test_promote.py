@@ -112,7 +112,8 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
     dry = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True,
                   launch=Launch(nodes=2, per_node=1, device="cuda"))
     launch_dir = Path(dry["launch"])
-    assert sorted(p.name for p in launch_dir.iterdir()) == ["config.yaml", "node-0.sh", "node-1.sh", "sbatch.sh"]
+    assert sorted(p.name for p in launch_dir.iterdir()) == ["config.yaml", "node-0.sh", "node-1.sh", "ray-job.sh",
+                                                          "sbatch.sh"]
     assert "--nnodes=2" in (launch_dir / "node-0.sh").read_text()
     assert "#SBATCH --gpus-per-node=1" in (launch_dir / "sbatch.sh").read_text()
 
