@@ -8,7 +8,7 @@ import sys
 
 from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
-from tianfeng.launch.ray_train import job_submit_command, main_ray
+from tianfeng.launch.ray_train import main_ray
 from trainers.config import ConfigError, load_config
 
 
@@ -24,13 +24,13 @@ def run_launch_command(args) -> int:
     if args.dry_run:
         print(f"# on each of the {plan.nodes} nodes\n{plan.node_command()}")
         print(f"# Slurm\n{plan.sbatch()}", end="")
-        print(f"# Ray (Ray Train workers, submitted to the head node)\n{job_submit_command(plan)}")
+        print(f"# Ray (Ray Train workers, submitted to the head node)\n{plan.ray_job_command()}")
         return 0
     out_dir = args.out or cfg.resolved_run_dir / "launch"
     for path in write_plan(plan, out_dir):
         print(path)
     if args.via == "ray" and (args.address or local):
-        return main_ray(plan, args.address)
+        return main_ray(plan, cfg.resolved_run_dir, args.address)
     if not local:
         print(f"tianfeng: plan written; run node-<i>.sh on each node, `sbatch {out_dir}/sbatch.sh`, "
               f"or {out_dir}/ray-job.sh", file=sys.stderr)

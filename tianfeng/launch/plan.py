@@ -9,6 +9,8 @@ from pathlib import Path
 
 from trainers.config import ConfigError, RunConfig
 
+RAY_DASHBOARD_PORT = 8265  # where `ray job submit` finds the head node
+
 
 @dataclass(frozen=True)
 class LaunchPlan:
@@ -37,6 +39,15 @@ class LaunchPlan:
 
     def node_command(self) -> str:
         return shlex.join(self.torchrun_args())
+
+    def ray_job_command(self) -> str:
+        """`ray job submit` to the head node, whose entrypoint runs this launch through Ray Train
+        (tianfeng/launch/ray_train.py). tianfeng and the config's data must be on every node."""
+        entry = ["tianfeng", "launch", "--config", self.config_path, "--nodes", str(self.nodes),
+                 "--gpus-per-node", str(self.per_node), "--device", self.device, "--via", "ray",
+                 "--address", "auto"]
+        return shlex.join(["ray", "job", "submit", f"--address=http://{self.master_addr}:{RAY_DASHBOARD_PORT}",
+                           f"--submission-id={self.run_name}-{self.nodes}x{self.per_node}", "--", *entry])
 
     def sbatch(self) -> str:
         gpus = f"#SBATCH --gpus-per-node={self.per_node}\n" if self.device == "cuda" else ""
@@ -77,11 +88,9 @@ def write_plan(plan: LaunchPlan, out_dir: Path) -> list[Path]:
         path.write_text(f"#!/bin/bash\n# node {node} of {plan.nodes}: run on that node\n{plan.node_command()}\n")
         path.chmod(0o755)
         paths.append(path)
-    from tianfeng.launch.ray_train import job_submit_command
-
     for name, text in (("sbatch.sh", plan.sbatch()),
                        ("ray-job.sh", f"#!/bin/bash\n# from any machine that reaches the Ray head node\n"
-                                      f"{job_submit_command(plan)}\n")):
+                                      f"{plan.ray_job_command()}\n")):
         path = out_dir / name
         path.write_text(text)
         path.chmod(0o755)

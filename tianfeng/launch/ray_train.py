@@ -8,27 +8,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from tianfeng.launch.plan import LaunchPlan
+from tianfeng.ray_cluster import start_or_join
 from trainers.config import ConfigError
 
 log = logging.getLogger("tianfeng.launch")
-
-DASHBOARD_PORT = 8265  # where `ray job submit` finds the head node
-
-
-def job_submit_command(plan: LaunchPlan) -> str:
-    """`ray job submit` to the head node, whose entrypoint runs this launch through Ray Train.
-    tianfeng (and the config's data) must be on every node, as for torchrun."""
-    entry = ["tianfeng", "launch", "--config", plan.config_path, "--nodes", str(plan.nodes),
-             "--gpus-per-node", str(plan.per_node), "--device", plan.device, "--via", "ray", "--address", "auto"]
-    return shlex.join(["ray", "job", "submit", f"--address=http://{plan.master_addr}:{DASHBOARD_PORT}",
-                       f"--submission-id={plan.run_name}-{plan.nodes}x{plan.per_node}", "--", *entry])
-
 
 def _rank_worker(loop_config: dict[str, Any]) -> None:
     """One rank, inside a Ray Train worker."""
@@ -51,7 +39,7 @@ def _rank_worker(loop_config: dict[str, Any]) -> None:
                       "val_top1": final.val_top1 if final else None, "epoch": final.epoch if final else 0})
 
 
-def run_with_ray_train(plan: LaunchPlan, address: str | None) -> dict[str, Any]:
+def run_with_ray_train(plan: LaunchPlan, run_dir: Path, address: str | None) -> dict[str, Any]:
     """Run the plan's world as Ray Train workers: on the cluster at `address`, or on a Ray
     started here (address None). Returns the run's result.json (written by rank 0; the run
     directory is shared by the nodes, as for torchrun)."""
@@ -59,27 +47,16 @@ def run_with_ray_train(plan: LaunchPlan, address: str | None) -> dict[str, Any]:
     from ray.train import RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from trainers.config import load_config
-
     cuda = plan.device == "cuda"
-    if not ray.is_initialized():
-        env = {k: v for k, v in os.environ.items() if k.startswith("TIANFENG_")} | {"OMP_NUM_THREADS": "1"}
-        kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
-                                  "runtime_env": {"env_vars": env}}
-        if address is None:  # one machine: as many logical CPUs as ranks, like torchrun here
-            kwargs |= {"num_cpus": max(plan.world, os.cpu_count() or 1), "object_store_memory": 256 * 2**20}
-        try:
-            ray.init(address=address, **kwargs)
-        except (ConnectionError, RuntimeError) as exc:
-            raise ConfigError("--address", "", f"cannot join the Ray cluster at {address!r}: "
-                              f"{str(exc).splitlines()[0]}") from None
+    # one machine: as many logical CPUs as ranks, like torchrun here
+    start_or_join(address, env={"OMP_NUM_THREADS": "1"}, log_to_driver=True,
+                  num_cpus=max(plan.world, os.cpu_count() or 1))
     have = ray.cluster_resources().get("GPU" if cuda else "CPU", 0.0)
     if have < plan.world:
         raise ConfigError("--nodes", "", f"{plan.nodes} x {plan.per_node} ranks need {plan.world} "
                           f"{'GPUs' if cuda else 'CPUs'} but the Ray cluster has {have:g}")
-    config_path = str(Path(plan.config_path).resolve())
     # workers may start elsewhere: every path they use is absolute
-    run_dir = load_config(config_path).resolved_run_dir.resolve()
+    config_path, run_dir = str(Path(plan.config_path).resolve()), run_dir.resolve()
     overrides = [f"device={plan.device}", f"distributed.local_size={plan.per_node}", f"run_dir={run_dir}"]
     trainer = TorchTrainer(
         _rank_worker,
@@ -102,8 +79,8 @@ def run_with_ray_train(plan: LaunchPlan, address: str | None) -> dict[str, Any]:
     return json.loads((run_dir / "result.json").read_text())
 
 
-def main_ray(plan: LaunchPlan, address: str | None) -> int:
-    metrics = run_with_ray_train(plan, address)
+def main_ray(plan: LaunchPlan, run_dir: Path, address: str | None) -> int:
+    metrics = run_with_ray_train(plan, run_dir, address)
     print(json.dumps(metrics, indent=2))
     if metrics.get("status") == "diverged":
         print("tianfeng: run diverged", file=sys.stderr)

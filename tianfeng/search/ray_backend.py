@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
+from tianfeng.ray_cluster import start_or_join
 from tianfeng.search.objective import objective_value, prepare_trial, record_final
 from tianfeng.search.progress import StudyProgress
 from tianfeng.search.runner import (
@@ -210,18 +211,8 @@ def connect(options: RayOptions) -> dict[str, float]:
         raise ConfigError("--cpus-per-trial", "", f"must be > 0, got {options.cpus_per_trial:g}")
     if options.gpus_per_trial < 0:
         raise ConfigError("--gpus-per-trial", "", f"must be >= 0, got {options.gpus_per_trial:g}")
-    if not ray.is_initialized():
-        # trials keep the driver's working directory (relative data paths) and decode cache
-        env = {"RAY_CHDIR_TO_TRIAL_DIR": "0"} | {k: v for k, v in os.environ.items() if k.startswith("TIANFENG_")}
-        kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
-                                  "log_to_driver": False, "runtime_env": {"env_vars": env}}
-        if options.address is None:
-            kwargs["object_store_memory"] = 256 * 2**20  # trials pass configs and metrics only
-        try:
-            ray.init(address=options.address, **kwargs)
-        except (ConnectionError, RuntimeError) as exc:
-            raise ConfigError("--address", "", f"cannot join the Ray cluster at {options.address!r}: "
-                              f"{str(exc).splitlines()[0]}") from None
+    # trials keep the driver's working directory (relative data paths) and decode cache
+    start_or_join(options.address, env={"RAY_CHDIR_TO_TRIAL_DIR": "0"}, log_to_driver=False)
     resources = ray.cluster_resources()
     for flag, key, wanted in (("--cpus-per-trial", "CPU", options.cpus_per_trial),
                               ("--gpus-per-trial", "GPU", options.gpus_per_trial)):
