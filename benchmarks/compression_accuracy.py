@@ -25,6 +25,10 @@ VARIANTS = {
     "flat allreduce": {"hook": "none", "compression": "none"},
     "fp16 cast + hierarchical": {"hook": "hierarchical", "compression": "fp16"},
     "PowerSGD rank 4": {"hook": "none", "compression": "powersgd", "powersgd_rank": 4},
+    "PowerSGD rank 8": {"hook": "none", "compression": "powersgd", "powersgd_rank": 8},
+    # ours: the node sums first, then PowerSGD between nodes only, each local rank a share of the matrices
+    "PowerSGD rank 4 + hierarchical": {"hook": "hierarchical", "compression": "powersgd", "powersgd_rank": 4},
+    "PowerSGD rank 8 + hierarchical": {"hook": "hierarchical", "compression": "powersgd", "powersgd_rank": 8},
     # torch's advice: start compressing once the LR warm-up is over (here 1 epoch = 97 steps)
     "PowerSGD rank 4 from step 97": {"hook": "none", "compression": "powersgd", "powersgd_rank": 4,
                                       "powersgd_start_step": 97},

@@ -270,10 +270,6 @@ def _validate_cross_fields(cfg: RunConfig, source: str) -> None:
     if cfg.data.loader == "dali" and not src.startswith("imagefolder:"):
         raise ConfigError(source, "data.loader", f"dali reads files: it needs an imagefolder:DIR "
                           f"source, got {src!r}; allowed here: auto, cache, torch")
-    if cfg.distributed.compression == "powersgd" and cfg.distributed.hook == "hierarchical":
-        raise ConfigError(source, "distributed.compression", "powersgd compresses whole gradient "
-                          "matrices and does not compose with hook: hierarchical; use fp16, bf16 or "
-                          "topk with it, or hook: none")
     milestones = cfg.schedule.step_milestones
     if cfg.schedule.decay == "step":
         if not milestones:

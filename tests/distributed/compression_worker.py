@@ -1,5 +1,6 @@
 """Run under torchrun by test_hooks.py: one small MLP trained with each compression hook (flat
-and composed with the hierarchical hook); rank 0 writes losses and inter-node bytes per step."""
+and composed with the hierarchical hook); rank 0 writes losses, inter-node bytes per step and
+the final weights."""
 
 import json
 import sys
@@ -31,7 +32,9 @@ def train(variant: str, layout: hierarchical.NodeLayout, hier_state) -> dict:
     else:
         kind, _, where = variant.partition("+")
         state = compression.build_state(kind, layout, topk_ratio=0.05, powersgd_rank=4, powersgd_start_step=2,
-                                        hierarchical=hier_state if where == "hier" else None)
+                                        hierarchical=hier_state if where.startswith("hier") else None)
+        if where == "hier-full-rank":  # every matrix compressed at full rank: exact
+            state.node_powersgd.rank, state.node_powersgd.min_rate = 10**6, 0.0
         ddp.register_comm_hook(state, compression.compressed_allreduce_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     losses = []
@@ -42,7 +45,8 @@ def train(variant: str, layout: hierarchical.NodeLayout, hier_state) -> dict:
         opt.step()
         losses.append(loss.item())
     return {"first": sum(losses[:5]) / 5, "last": sum(losses[-5:]) / 5,
-            "inter_payload_per_step": state.bytes.inter_payload / STEPS}
+            "inter_payload_per_step": state.bytes.inter_payload / STEPS,
+            "weights": torch.cat([p.detach().reshape(-1) for p in ddp.parameters()]).tolist()}
 
 
 def main() -> None:
@@ -51,7 +55,8 @@ def main() -> None:
     layout = hierarchical.NodeLayout(dist.get_world_size(), dist.get_rank(), 2)
     hier_state = hierarchical.build_state(2)
     results = {v: train(v, layout, hier_state)
-               for v in ("flat", "fp16", "bf16", "topk", "powersgd", "fp16+hier", "topk+hier")}
+               for v in ("flat", "fp16", "bf16", "topk", "powersgd", "fp16+hier", "topk+hier", "powersgd+hier",
+                       "powersgd+hier-full-rank")}
     if dist.get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump(results, f)

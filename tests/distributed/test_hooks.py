@@ -58,3 +58,10 @@ def test_each_compression_hook_trains_and_sends_fewer_bytes(tmp_path: Path) -> N
     # composed: the cast applies to the inter-node shard only, 1/local_size of the gradient
     assert r["fp16+hier"]["inter_payload_per_step"] == pytest.approx(flat / 4, rel=0.02)
     assert r["topk+hier"]["inter_payload_per_step"] < r["topk"]["inter_payload_per_step"]
+    # PowerSGD across nodes only: each rank sends the factors of about half the matrices
+    assert r["powersgd+hier"]["inter_payload_per_step"] < 0.7 * r["powersgd"]["inter_payload_per_step"]
+    # at full rank the low-rank projection is exact: the same weights as the flat allreduce
+    exact = max(abs(a - b) for a, b in zip(r["powersgd+hier-full-rank"]["weights"], r["flat"]["weights"], strict=True))
+    assert exact < 1e-4, exact
+    lossy = max(abs(a - b) for a, b in zip(r["powersgd+hier"]["weights"], r["flat"]["weights"], strict=True))
+    assert lossy > 100 * exact  # rank 4 is not exact: the comparison above can fail

@@ -1,6 +1,7 @@
 """Gradient compression hooks: fp16/bf16 casts and top-k sparsification with error feedback
-(ours), PowerSGD (torch's, rank r, error feedback, warm start). Casts and top-k compose with the
-hierarchical hook by compressing only the inter-node step, where bandwidth is scarce.
+(ours), PowerSGD (rank r, error feedback, warm start: torch's over all ranks, ours across nodes
+when composed). Every kind composes with the hierarchical hook by compressing only the
+inter-node step, where bandwidth is scarce.
 
 No `from __future__ import annotations` here: DDP checks the hooks' annotations at run time."""
 
@@ -10,7 +11,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
-from trainers.comm.hierarchical import CommBytes, HierarchicalState, NodeLayout, _done
+from trainers.comm.hierarchical import (
+    CommBytes,
+    HierarchicalState,
+    NodeLayout,
+    _done,
+    hierarchical_sum,
+)
+from trainers.comm.powersgd import NodePowerSGDState, node_powersgd_sum
 
 _CASTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -21,7 +29,8 @@ class CompressionState:
     layout: NodeLayout
     topk_ratio: float = 0.01
     hierarchical: HierarchicalState | None = None  # compress only the inter-node step
-    powersgd: PowerSGDState | None = None
+    powersgd: PowerSGDState | None = None  # flat: torch's hook over all ranks
+    node_powersgd: NodePowerSGDState | None = None  # with hierarchical: ours, across nodes only
     bytes: CommBytes = field(default_factory=CommBytes)
     residuals: dict[int, torch.Tensor] = field(default_factory=dict)  # top-k error feedback
 
@@ -29,7 +38,9 @@ class CompressionState:
 def build_state(kind: str, layout: NodeLayout, *, topk_ratio: float = 0.01, powersgd_rank: int = 4,
                 powersgd_start_step: int = 10, hierarchical: HierarchicalState | None = None) -> CompressionState:
     state = CompressionState(kind, layout, topk_ratio, hierarchical)
-    if kind == "powersgd":
+    if kind == "powersgd" and hierarchical is not None:
+        state.node_powersgd = NodePowerSGDState(hierarchical, powersgd_rank, max(2, powersgd_start_step))
+    elif kind == "powersgd":
         state.powersgd = PowerSGDState(
             process_group=None, matrix_approximation_rank=powersgd_rank,
             start_powerSGD_iter=max(2, powersgd_start_step), use_error_feedback=True, warm_start=True)
@@ -65,7 +76,9 @@ def compressed_allreduce_hook(state: CompressionState,
                               bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     buffer = bucket.buffer()
     world = state.layout.world
-    if state.kind == "powersgd":
+    if state.node_powersgd is not None:
+        return _done(node_powersgd_sum(state.node_powersgd, bucket, state.bytes).div_(world))
+    if state.powersgd is not None:
         ps = state.powersgd
         vanilla = ps.iter < ps.start_powerSGD_iter
         before = ps.total_numel_after_compression
@@ -77,15 +90,6 @@ def compressed_allreduce_hook(state: CompressionState,
     if hier is None:
         total = _sum_compressed(state, buffer, None, world, bucket.index(), inter=state.layout.nodes > 1)
         return _done(buffer.copy_(total).div_(world))
-    local, n = hier.layout.local_size, buffer.numel()
-    shard_len = -(-n // local)
-    padded = buffer.new_zeros(shard_len * local)
-    padded[:n].copy_(buffer)
-    shard = buffer.new_empty(shard_len)
-    size = buffer.element_size()
-    dist.reduce_scatter_single(shard, padded, group=hier.node_group)
-    state.bytes.add(padded.numel() * size, local, inter=False, allreduce=False)
-    shard = _sum_compressed(state, shard, hier.cross_group, hier.layout.nodes, bucket.index(), inter=True)
-    dist.all_gather_into_tensor(padded, shard, group=hier.node_group)
-    state.bytes.add(padded.numel() * size, local, inter=False, allreduce=False, payload=shard.numel() * size)
-    return _done(buffer.copy_(padded[:n]).div_(world))
+    # only the inter-node step is compressed
+    return _done(hierarchical_sum(hier, buffer, state.bytes, lambda shard: _sum_compressed(
+        state, shard, hier.cross_group, hier.layout.nodes, bucket.index(), inter=True)).div_(world))

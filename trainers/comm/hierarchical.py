@@ -4,6 +4,7 @@ each shard across nodes among ranks with the same local rank, all-gather inside 
 
 No `from __future__ import annotations` here: DDP checks the hooks' annotations at run time."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -83,9 +84,10 @@ def _done(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
     return fut
 
 
-def hierarchical_allreduce_hook(state: HierarchicalState,
-                                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    buffer = bucket.buffer()
+def hierarchical_sum(state: HierarchicalState, buffer: torch.Tensor, tally: CommBytes,
+                     cross: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """Sum `buffer` over all ranks in place: reduce-scatter inside the node, `cross` (a plain
+    allreduce unless given) of this rank's shard across nodes, all-gather inside the node."""
     local, nodes = state.layout.local_size, state.layout.nodes
     n = buffer.numel()
     shard_len = -(-n // local)
@@ -94,13 +96,20 @@ def hierarchical_allreduce_hook(state: HierarchicalState,
     shard = buffer.new_empty(shard_len)
     size = buffer.element_size()
     dist.reduce_scatter_single(shard, padded, group=state.node_group)  # inside the node
-    state.bytes.add(padded.numel() * size, local, inter=False, allreduce=False)
-    dist.all_reduce(shard, group=state.cross_group)  # across nodes: 1/local of the gradient
-    state.bytes.add(shard.numel() * size, nodes, inter=True, allreduce=True)
+    tally.add(padded.numel() * size, local, inter=False, allreduce=False)
+    if cross is None:
+        dist.all_reduce(shard, group=state.cross_group)  # across nodes: 1/local of the gradient
+        tally.add(shard.numel() * size, nodes, inter=True, allreduce=True)
+    else:
+        shard = cross(shard)
     dist.all_gather_into_tensor(padded, shard, group=state.node_group)  # inside the node
-    state.bytes.add(padded.numel() * size, local, inter=False, allreduce=False, payload=shard.numel() * size)
-    buffer.copy_(padded[:n]).div_(state.layout.world)
-    return _done(buffer)
+    tally.add(padded.numel() * size, local, inter=False, allreduce=False, payload=shard.numel() * size)
+    return buffer.copy_(padded[:n])
+
+
+def hierarchical_allreduce_hook(state: HierarchicalState,
+                                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _done(hierarchical_sum(state, bucket.buffer(), state.bytes).div_(state.layout.world))
 
 
 @dataclass
