@@ -54,7 +54,7 @@ def run(tmp: Path, name: str, distributed: dict, args) -> tuple[float, float | N
     if out.returncode:
         raise SystemExit(f"{name} failed:\n{out.stderr[-2000:]}")
     result = json.loads((tmp / name / "result.json").read_text())
-    counted = re.findall(r"comm per step and rank: (\d+) B inter-node", out.stderr)
+    counted = re.findall(r"comm per step, busiest rank: (\d+) B inter-node", out.stderr)
     return result["final"]["val_top1"], float(counted[-1]) if counted else None, result["final"]["elapsed_s"]
 
 

@@ -60,12 +60,20 @@ def validate_world(cfg, ctx: DistContext) -> int:
     return local
 
 
-def all_reduce_sum(values: list[float], device: torch.device, ctx: DistContext) -> list[float]:
+def _all_reduce(values: list[float], device: torch.device, ctx: DistContext, op: dist.ReduceOp) -> list[float]:
     if not ctx.enabled:
         return values
     t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t)
+    dist.all_reduce(t, op=op)
     return t.tolist()
+
+
+def all_reduce_sum(values: list[float], device: torch.device, ctx: DistContext) -> list[float]:
+    return _all_reduce(values, device, ctx, dist.ReduceOp.SUM)
+
+
+def all_reduce_max(values: list[float], device: torch.device, ctx: DistContext) -> list[float]:
+    return _all_reduce(values, device, ctx, dist.ReduceOp.MAX)
 
 
 def shutdown() -> None:

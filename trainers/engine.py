@@ -310,10 +310,15 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                          plan.total_epochs, phase.resolution, phase.batch_size, lr,
                          metrics.train_loss, top1, top5, metrics.samples_per_s,
                          100 * metrics.data_wait_fraction)
-            if comm is not None and ctx.is_main:
+            if comm is not None:
+                # the busiest rank's: ranks can send different amounts (PowerSGD across nodes
+                # splits the matrices unevenly) and a synchronous step waits for the slowest
                 steps = max(pos.global_step, 1)
-                log.info("comm per step and rank: %.0f B inter-node, %.0f B intra-node (payload)",
-                         comm.bytes.inter_payload / steps, comm.bytes.intra_payload / steps)
+                inter, intra = dist_utils.all_reduce_max(
+                    [comm.bytes.inter_payload / steps, comm.bytes.intra_payload / steps], device, ctx)
+                if ctx.is_main:
+                    log.info("comm per step, busiest rank: %.0f B inter-node, %.0f B intra-node (payload)",
+                             inter, intra)
             if cfg.checkpoint.every_epochs and (pos.epoch % cfg.checkpoint.every_epochs == 0
                                                 or pos.epoch == plan.total_epochs):
                 save_checkpoint()

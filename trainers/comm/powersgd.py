@@ -42,7 +42,9 @@ def _views(bucket: dist.GradBucket, buffer: torch.Tensor) -> list[torch.Tensor]:
 
 
 def owners(sizes: list[int], local_size: int) -> list[int]:
-    """The local rank that handles each tensor: largest first, each to the least loaded rank."""
+    """The local rank that handles each tensor: the costliest first, each to the least loaded rank.
+    `sizes` are what each tensor sends (its factors when compressed), which keeps the ranks'
+    inter-node bytes even."""
     load = [0] * local_size
     owner = [0] * len(sizes)
     for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
@@ -59,6 +61,12 @@ def _matrix_rank(t: torch.Tensor, rank: int, min_rate: float) -> int:
     n, m = t.shape[0], t.numel() // t.shape[0]
     r = min(rank, n, m)
     return r if r * (n + m) * min_rate <= n * m else 0
+
+
+def _sent(t: torch.Tensor, state: NodePowerSGDState) -> int:
+    """Entries `t` puts on the inter-node link: its P and Q factors, or itself uncompressed."""
+    r = _matrix_rank(t, state.rank, state.min_rate)
+    return r * (t.shape[0] + t.numel() // t.shape[0]) if r else t.numel()
 
 
 def _initial_q(key: tuple[int, int], m: int, r: int, like: torch.Tensor) -> torch.Tensor:
@@ -126,7 +134,7 @@ def node_powersgd_sum(state: NodePowerSGDState, bucket: dist.GradBucket, tally: 
         return hierarchical_sum(hier, buffer, tally)
     _intra_sum(state, tally, buffer)
     grads = _views(bucket, buffer)
-    owner = owners([g.numel() for g in grads], hier.layout.local_size)
+    owner = owners([_sent(g, state) for g in grads], hier.layout.local_size)
     mine = [i for i, o in enumerate(owner) if o == hier.layout.local_rank]
     _compress_owned(state, tally, bucket.index(), grads, mine)
     for i, o in enumerate(owner):  # the node shares the results: each rank adds only its own
