@@ -1,8 +1,9 @@
 """What gradient compression costs in accuracy: the same cifar5-dev run (same seed, data order and
 initial weights) at world 4 = 2 emulated nodes x 2 gloo ranks, launched by `tianfeng launch
---device cpu`, with a flat allreduce and with each compressed exchange. Bytes are each rank's
-gradient payload per step, averaged over the whole run (PowerSGD's plain-allreduce start included).
-Aim: PowerSGD rank 4 sends >= 10x fewer bytes than flat for <= 0.5 point of val top-1."""
+--device cpu`, with a flat allreduce and with each compressed exchange. Bytes are the busiest
+rank's inter-node gradient payload per step, averaged over the whole run (PowerSGD's
+plain-allreduce start included). Aim: PowerSGD sends >= 10x fewer bytes than flat for <= 0.5
+point of val top-1 (the issue names rank 4)."""
 
 from __future__ import annotations
 
