@@ -81,15 +81,14 @@ def _cross_sum(state: NodePowerSGDState, tally: CommBytes, parts: list[torch.Ten
         return []
     flat = torch.cat([p.reshape(-1) for p in parts])
     dist.all_reduce(flat, group=state.hierarchical.cross_group)
-    tally.add(flat.numel() * flat.element_size(), state.hierarchical.layout.nodes, inter=True,
-                    allreduce=True)
+    tally.add(flat.numel() * flat.element_size(), state.hierarchical.layout.nodes, inter=True, allreduce=True)
     return [chunk.view_as(p) for chunk, p in zip(flat.split([p.numel() for p in parts]), parts, strict=True)]
 
 
 def _intra_sum(state: NodePowerSGDState, tally: CommBytes, tensor: torch.Tensor) -> None:
     dist.all_reduce(tensor, group=state.hierarchical.node_group)
-    tally.add(tensor.numel() * tensor.element_size(), state.hierarchical.layout.local_size,
-                    inter=False, allreduce=True)
+    tally.add(tensor.numel() * tensor.element_size(), state.hierarchical.layout.local_size, inter=False,
+              allreduce=True)
 
 
 def _compress_owned(state: NodePowerSGDState, tally: CommBytes, bucket_index: int,
