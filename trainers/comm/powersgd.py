@@ -30,6 +30,8 @@ class NodePowerSGDState:
     step: int = 0
     q: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # warm start
     error: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # error feedback
+    # per bucket: its gradient shapes, and each tensor's (owning local rank, compression rank)
+    plans: dict[int, tuple[tuple[torch.Size, ...], list[tuple[int, int]]]] = field(default_factory=dict)
 
 
 def _views(bucket: dist.GradBucket, buffer: torch.Tensor) -> list[torch.Tensor]:
@@ -63,10 +65,18 @@ def _matrix_rank(t: torch.Tensor, rank: int, min_rate: float) -> int:
     return r if r * (n + m) * min_rate <= n * m else 0
 
 
-def _sent(t: torch.Tensor, state: NodePowerSGDState) -> int:
-    """Entries `t` puts on the inter-node link: its P and Q factors, or itself uncompressed."""
-    r = _matrix_rank(t, state.rank, state.min_rate)
-    return r * (t.shape[0] + t.numel() // t.shape[0]) if r else t.numel()
+def _plan(state: NodePowerSGDState, bucket_index: int, grads: list[torch.Tensor]) -> list[tuple[int, int]]:
+    """Each tensor's (owning local rank, compression rank), worked out once per bucket layout:
+    ownership is balanced by what each tensor sends (its P and Q factors, or itself)."""
+    shapes = tuple(g.shape for g in grads)
+    cached = state.plans.get(bucket_index)
+    if cached is not None and cached[0] == shapes:
+        return cached[1]
+    ranks = [_matrix_rank(g, state.rank, state.min_rate) for g in grads]
+    sent = [r * (g.shape[0] + g.numel() // g.shape[0]) if r else g.numel() for g, r in zip(grads, ranks, strict=True)]
+    plan = list(zip(owners(sent, state.hierarchical.layout.local_size), ranks, strict=True))
+    state.plans[bucket_index] = (shapes, plan)
+    return plan
 
 
 def _initial_q(key: tuple[int, int], m: int, r: int, like: torch.Tensor) -> torch.Tensor:
@@ -92,13 +102,12 @@ def _intra_sum(state: NodePowerSGDState, tally: CommBytes, tensor: torch.Tensor)
 
 
 def _compress_owned(state: NodePowerSGDState, tally: CommBytes, bucket_index: int,
-                    grads: list[torch.Tensor], mine: list[int]) -> None:
-    """Replace the owned node-summed gradients by the (approximate) global sums, in place."""
+                    grads: list[torch.Tensor], mine: list[tuple[int, int]]) -> None:
+    """Replace the owned node-summed gradients (index, compression rank) by the (approximate)
+    global sums, in place."""
     nodes = state.hierarchical.layout.nodes
-    matrices, plain = [], []
-    for i in mine:
-        r = _matrix_rank(grads[i], state.rank, state.min_rate)
-        (matrices if r else plain).append((i, r))
+    matrices = [(i, r) for i, r in mine if r]
+    plain = [(i, r) for i, r in mine if not r]
     inputs = {}
     for i, r in matrices:
         key = (bucket_index, i)
@@ -133,11 +142,11 @@ def node_powersgd_sum(state: NodePowerSGDState, bucket: dist.GradBucket, tally: 
         return hierarchical_sum(hier, buffer, tally)
     _intra_sum(state, tally, buffer)
     grads = _views(bucket, buffer)
-    owner = owners([_sent(g, state) for g in grads], hier.layout.local_size)
-    mine = [i for i, o in enumerate(owner) if o == hier.layout.local_rank]
-    _compress_owned(state, tally, bucket.index(), grads, mine)
-    for i, o in enumerate(owner):  # the node shares the results: each rank adds only its own
-        if o != hier.layout.local_rank:
+    plan = _plan(state, bucket.index(), grads)
+    me = hier.layout.local_rank
+    _compress_owned(state, tally, bucket.index(), grads, [(i, r) for i, (o, r) in enumerate(plan) if o == me])
+    for i, (o, _) in enumerate(plan):  # the node shares the results: each rank adds only its own
+        if o != me:
             grads[i].zero_()
     _intra_sum(state, tally, buffer)
     return buffer
