@@ -71,6 +71,12 @@ def test_scale_study_end_to_end(tmp_path: Path, tiny_space: dict) -> None:
     assert cfg["schedule"]["scaling_rule"] == "linear" and cfg["phases"][-1]["batch_size"] == 128
     assert large.naive_recipe["peak_lr"] == pytest.approx(2 * small.searched_recipe["peak_lr"])
     assert large.naive_value == naive.value
+    # the first warm start is that same config (the tiny space scales linearly): copied, not retrained
+    copied = [t for t in warm if "copied_from" in t.user_attrs]
+    assert [t.number for t in copied] == [0] and copied[0].value == naive.value
+    assert copied[0].intermediate_values == naive.intermediate_values
+    assert copied[0].user_attrs["copied_from"] == f"curve-b128-naive trial #{naive.number}"
+    assert copied[0].user_attrs["run_dir"] == naive.user_attrs["run_dir"]
 
     # printed table, headline and report section
     assert "best val_top1 against batch size" in out.stdout

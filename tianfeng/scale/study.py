@@ -1,6 +1,6 @@
-"""Running a batch-scaling study: for each batch size in increasing order, a search warm-started
-from the previous size's best trials, then the naive baseline (the smallest batch's winner with
-linear LR scaling and nothing else changed); each point is stored as soon as it is known."""
+"""Running a batch-scaling study: for each batch size in increasing order, the naive baseline (the
+smallest batch's winner with linear LR scaling and nothing else changed), then a search
+warm-started from the previous size's best trials; each point is stored as soon as it is known."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from optuna.trial import TrialState
 from tianfeng.promotion.transfer import peak_lr
 from tianfeng.scale.results import ScalePoint, ScaleStore
 from tianfeng.scale.space import batch_parameter
+from tianfeng.search.materialize import build_config
 from tianfeng.search.runner import SearchPlan, plan_space, run_search, rung_epochs
-from trainers.config import ConfigError, config_from_dict
+from trainers.config import ConfigError, config_from_dict, config_to_dict
 
 log = logging.getLogger("tianfeng.scale")
 
@@ -121,38 +122,30 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
         started = time.perf_counter()
         name = search_study(plan.name, batch)
         warm = _warm_start(previous, pinned, plan.warm_start_k)
+        naive_name, naive_trial, naive_state = None, None, "reference"
+        if reference is not None:
+            naive_name = naive_study(plan.name, batch)
+            naive_trial = _run_naive(plan, batch, reference, pinned, naive_name, resume=naive_name in existing)
+            naive_state = (naive_trial.user_attrs.get("status", naive_trial.state.name.lower())
+                           if naive_trial.state != TrialState.COMPLETE else "complete")
         # each batch size's sampler gets its own seed: the same seed would replay the previous
         # study's random start-up trials, which the warm start already summarises
         search = dataclasses.replace(plan.search, study=name, batch_size=batch, warm_start=warm,
                                      seed=plan.search.seed + plan.batch_sizes.index(batch),
                                      study_attrs={"scale": plan.name, "batch_size": batch, "role": "search"})
+        if naive_trial is not None and name not in existing:
+            search = _reuse_naive(search, naive_trial, f"{naive_name} trial #{naive_trial.number}")
         log.info("batch %d: searching study %s%s", batch, name,
                  f", warm-started from {', '.join(w[0] for w in warm)}" if warm else "")
         study = run_search(search, plan.workers, resume=name in existing)
         study = optuna.load_study(study_name=name, storage=storage)
         ranked = _ranked(study)
         best = ranked[0] if ranked else None
-        naive_name, naive_trial, naive_state = None, None, "reference"
         if reference is None:
             if best is None:
                 raise RuntimeError(f"no trial completed at the smallest batch {batch} (study {name}): "
                                    "nothing to scale from; raise the budget")
             reference = best
-        else:
-            naive_name = naive_study(plan.name, batch)
-            naive_params = {n: v for n, v in reference.params.items() if n != pinned}
-            naive = dataclasses.replace(
-                plan.search, study=naive_name, batch_size=batch, sampler="random", pruner="none", trials=1,
-                timeout_s=None, epoch_budget=None, priors=False, set_overrides=NAIVE_RULE,
-                warm_start=((f"naive: b{plan.batch_sizes[0]} trial #{reference.number}, linear LR scaling",
-                             naive_params),),
-                study_attrs={"scale": plan.name, "batch_size": batch, "role": "naive"})
-            log.info("batch %d: naive baseline (batch %d winner, linear LR scaling) in study %s",
-                     batch, plan.batch_sizes[0], naive_name)
-            run_search(naive, 1, resume=naive_name in existing)
-            naive_trial = optuna.load_study(study_name=naive_name, storage=storage).get_trials(deepcopy=False)[-1]
-            naive_state = (naive_trial.user_attrs.get("status", naive_trial.state.name.lower())
-                           if naive_trial.state != TrialState.COMPLETE else "complete")
         trials = study.get_trials(deepcopy=False)
         trial_s, pruned_s = _durations(trials)
         point = ScalePoint(
@@ -170,6 +163,48 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
         points.append(point)
         previous = study
     return points
+
+
+def _run_naive(plan: ScalePlan, batch: int, reference: optuna.trial.FrozenTrial, pinned: str | None,
+               name: str, *, resume: bool) -> optuna.trial.FrozenTrial:
+    """The smallest batch's winner at `batch` with linear LR scaling and nothing else changed."""
+    params = {n: v for n, v in reference.params.items() if n != pinned}
+    naive = dataclasses.replace(
+        plan.search, study=name, batch_size=batch, sampler="random", pruner="none", trials=1,
+        timeout_s=None, epoch_budget=None, priors=False, set_overrides=NAIVE_RULE,
+        warm_start=((f"naive: b{plan.batch_sizes[0]} trial #{reference.number}, linear LR scaling", params),),
+        study_attrs={"scale": plan.name, "batch_size": batch, "role": "naive"})
+    log.info("batch %d: naive baseline (batch %d winner, linear LR scaling) in study %s",
+             batch, plan.batch_sizes[0], name)
+    run_search(naive, 1, resume=resume)
+    return optuna.load_study(study_name=name, storage=plan.search.storage).get_trials(deepcopy=False)[-1]
+
+
+def _comparable(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k not in ("name", "run_dir")}
+
+
+def _reuse_naive(search: SearchPlan, naive: optuna.trial.FrozenTrial, naive_study_label: str) -> SearchPlan:
+    """A warm-start entry that would train exactly the naive baseline's config (the previous
+    batch's winner under a linear scaling rule) is not trained again: the naive trial is copied
+    into the new study (where it counts as one of the budget's trials), so the sampler learns
+    from it without the study training it a second time."""
+    if naive.state != TrialState.COMPLETE or "config" not in naive.user_attrs:
+        return search
+    space = plan_space(search)
+    target = _comparable(naive.user_attrs["config"])
+    for i, (label, params) in enumerate(search.warm_start):
+        if _comparable(config_to_dict(build_config(space, params, search.rung))) != target:
+            continue
+        copy = optuna.trial.create_trial(
+            state=TrialState.COMPLETE, value=naive.value, params=naive.params, distributions=naive.distributions,
+            intermediate_values=naive.intermediate_values,
+            user_attrs={**naive.user_attrs, "warm_start": label, "copied_from": naive_study_label})
+        log.info("warm start %s is the naive baseline: its result (%.4g) is copied, not trained again",
+                 label, naive.value)
+        return dataclasses.replace(search, warm_start=search.warm_start[:i] + search.warm_start[i + 1:],
+                                   copied_trials=(*search.copied_trials, copy))
+    return search
 
 
 def largest_within(points: list[ScalePoint], tolerance: float, *, naive: bool, maximize: bool = True) -> int | None:

@@ -66,6 +66,7 @@ class SearchPlan:
     set_overrides: dict[str, str] = field(default_factory=dict)
     priors: bool = True
     warm_start: tuple[tuple[str, dict[str, Any]], ...] = ()
+    copied_trials: tuple[optuna.trial.FrozenTrial, ...] = ()  # finished elsewhere, added to a new study
     study_attrs: dict[str, Any] = field(default_factory=dict)
     epoch_budget: int | None = None  # training epochs summed over trials (pruned ones count what they ran)
 
@@ -100,12 +101,14 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat:
                  "created": time.strftime("%Y-%m-%d %H:%M:%S"), **plan.study_attrs}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
+        for trial in plan.copied_trials:
+            study.add_trial(trial)
         for label, params in plan.warm_start:
             study.enqueue_trial(params, user_attrs={"warm_start": label})
         if plan.sampler == "grid" and space.priors:
             log.info("grid sampler: the priors are not enqueued (the grid covers the space itself)")
         # a prior the warm start already holds (same values for every key the prior names) is dropped
-        warm = [params for _, params in plan.warm_start]
+        warm = [params for _, params in plan.warm_start] + [t.params for t in plan.copied_trials]
         priors = [p for p in space.priors if not any(all(w.get(k) == v for k, v in p.params.items()) for w in warm)]
         priors = priors if plan.sampler != "grid" else []
         for prior in priors:
