@@ -3,6 +3,7 @@ baseline, the report section, resuming, and bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,44 @@ def test_largest_batch_within_tolerance() -> None:
     assert largest_within(points, 1.0, naive=False) == 1024
     assert largest_within(points, 1.0, naive=True) == 64
     assert largest_within(points, 5.0, naive=False) == 2048
+
+
+def test_naive_copied_only_when_the_warm_start_trains_the_same_config(tmp_path: Path, tiny_space: dict) -> None:
+    from tianfeng.scale.study import _reuse_naive
+    from tianfeng.search.materialize import build_config
+    from tianfeng.search.runner import SearchPlan, plan_space
+    from trainers.config import config_to_dict
+
+    def plan_for(space: dict) -> SearchPlan:
+        path = write_space(tmp_path, space, name=f"{space['name']}.yaml")
+        return SearchPlan(str(path), None, f"sqlite:///{tmp_path / 'x.db'}", "s-b128", "tpe", "median", 0, 4,
+                          None, str(tmp_path / "runs"), "proxy", batch_size=128,
+                          warm_start=(("b64 trial #3", {"optimizer": "sgd", "base_lr": 0.3, "warmup_epochs": 0.5}),
+                                      ("b64 trial #1", {"optimizer": "sgd", "base_lr": 1.2, "warmup_epochs": 0.0})))
+
+    def naive_trial(plan: SearchPlan, params: dict) -> optuna.trial.FrozenTrial:
+        naive_plan = dataclasses.replace(plan, set_overrides={"schedule.scaling_rule": "'linear'"})
+        config = config_to_dict(build_config(plan_space(naive_plan), params, "proxy", name="naive"))
+        dists = {"optimizer": optuna.distributions.CategoricalDistribution(["sgd", "lars"]),
+                 "base_lr": optuna.distributions.FloatDistribution(0.05, 5.0, log=True),
+                 "warmup_epochs": optuna.distributions.FloatDistribution(0.0, 1.0, step=0.5)}
+        return optuna.trial.create_trial(value=61.5, params=params, distributions=dists,
+                                         intermediate_values={1: 40.0, 2: 61.5}, user_attrs={"config": config})
+
+    linear = plan_for(tiny_space)
+    naive = naive_trial(linear, dict(linear.warm_start[1][1]))
+    reused = _reuse_naive(linear, naive, "s-b128-naive trial #0")
+    assert [label for label, _ in reused.warm_start] == ["b64 trial #3"]
+    (copy,) = reused.copied_trials
+    assert copy.value == 61.5 and copy.intermediate_values == {1: 40.0, 2: 61.5}
+    assert copy.user_attrs["warm_start"] == "b64 trial #1" and copy.user_attrs["copied_from"] == "s-b128-naive trial #0"
+
+    # under a sqrt rule the warm start's LR differs from the naive (linear) baseline's: both train
+    sqrt_space = {**tiny_space, "name": "sqrt", "base": {**tiny_space["base"],
+                  "schedule": {"warmup_epochs": 0.5, "scaling_rule": "sqrt"}}}
+    sqrt = plan_for(sqrt_space)
+    assert _reuse_naive(sqrt, naive_trial(sqrt, dict(sqrt.warm_start[1][1])), "n") == sqrt
+    # a naive run that did not complete is never copied
+    failed = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params=naive.params,
+                                       distributions=naive.distributions, user_attrs=naive.user_attrs)
+    assert _reuse_naive(linear, failed, "n") == linear
