@@ -68,7 +68,7 @@ def run_scale_command(args) -> int:
         raise ConfigError("--warm-start", "", f"must be >= 0, got {args.warm_start}")
 
     from tianfeng.scale.study import ScalePlan, run_scale
-    from tianfeng.search.runner import SearchPlan
+    from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan
     from tianfeng.search.space import load_space
 
     space = load_space(args.space, data=args.data)
@@ -87,7 +87,7 @@ def run_scale_command(args) -> int:
     name = args.name or f"{space.name}-scale"
     search = SearchPlan(space_path=str(args.space), data=args.data, storage=args.storage, study=name,
                         sampler=args.sampler, pruner=args.pruner, seed=args.seed,
-                        trials=budget["trials"] or 10**6, timeout_s=budget["timeout_s"],
+                        trials=budget["trials"] or UNLIMITED_TRIALS, timeout_s=budget["timeout_s"],
                         epoch_budget=budget["epochs"], runs_root=str(args.runs_dir), rung=rung,
                         verbose=args.verbose)
     plan = ScalePlan(search=search, name=name, batch_sizes=batch_sizes, workers=args.workers,

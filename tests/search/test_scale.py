@@ -134,6 +134,15 @@ def test_budget_and_batch_parsing() -> None:
     assert parse_batch_sizes("64, 256,1024") == (64, 256, 1024)
 
 
+def test_budget_is_described_as_given() -> None:
+    from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan, budget_text
+
+    plan = SearchPlan("s.yaml", None, "sqlite://", "st", "tpe", "median", 0, UNLIMITED_TRIALS, 2700.0, "r", "proxy")
+    assert budget_text(plan) == "45 min"
+    assert budget_text(dataclasses.replace(plan, trials=12, timeout_s=None)) == "12 trials"
+    assert budget_text(dataclasses.replace(plan, epoch_budget=72, timeout_s=600.0)) == "72 epochs or 10 min"
+
+
 def test_largest_batch_within_tolerance() -> None:
     from tianfeng.scale.results import ScalePoint
 

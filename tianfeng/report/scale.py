@@ -15,6 +15,7 @@ from tianfeng.report.plotlyjs import bundle_for
 from tianfeng.report.templates import TEMPLATES
 from tianfeng.scale.results import ScalePoint, ScaleStore
 from tianfeng.scale.table import describe, fmt_value, headline
+from tianfeng.search.runner import UNLIMITED_TRIALS
 from trainers.config import ConfigError
 
 
@@ -67,7 +68,7 @@ def build_scale_report(storage: str, name: str, output: Path | None = None) -> P
     metric, tolerance = settings.get("metric", "value"), settings.get("tolerance", 1.0)
     maximize = settings.get("direction", "maximize") == "maximize"
     trial_s = sum(p.trial_s for p in points)
-    budget = (f"{settings['trials_per_batch']} trials" if settings.get("trials_per_batch", 10**6) < 10**6
+    budget = (f"{settings['trials_per_batch']} trials" if settings.get("trials_per_batch", UNLIMITED_TRIALS) < UNLIMITED_TRIALS
               else f"{settings['epoch_budget']} epochs" if settings.get("epoch_budget")
               else f"{settings.get('timeout_s', 0):.0f} s")
     summary = [("space", settings.get("space", "-")), ("data set", settings.get("data", "-")),

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 class StudyProgress:
-    def __init__(self, total: int, metric: str) -> None:
+    def __init__(self, total: int | None, metric: str) -> None:
         self.metric = metric
         self.enabled = sys.stderr.isatty()
         self._progress = Progress(TextColumn("[bold]search"), BarColumn(), MofNCompleteColumn(),

@@ -42,6 +42,9 @@ def open_storage(url: str, heartbeat_s: int | None = 10, grace_s: int = 60) -> R
                           max_retry=2, inherit_intermediate_values=True))
 
 
+UNLIMITED_TRIALS = 10**6  # a plan's `trials` when only a time or epoch budget bounds it
+
+
 @dataclass(frozen=True)
 class SearchPlan:
     """Everything a worker process needs; plain values, so it crosses a process boundary."""
@@ -208,14 +211,25 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(RuntimeError, ValueError))
 
 
+def budget_text(plan: SearchPlan) -> str:
+    """The plan's budget as a person would say it: "12 trials", "45 min", "72 epochs or 10 min"."""
+    parts = [f"{plan.trials} trials"] if plan.trials < UNLIMITED_TRIALS else []
+    if plan.epoch_budget is not None:
+        parts.append(f"{plan.epoch_budget} epochs")
+    if plan.timeout_s is not None:
+        parts.append(f"{plan.timeout_s / 60:g} min")
+    return " or ".join(parts) or "unlimited"
+
+
 def run_search(plan: SearchPlan, workers: int, *, resume: bool) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = plan_space(plan)
     study = open_study(plan, space, resume=resume)
     done = finished_count(study)
-    log.info("study %s: %d of %d trials done; sampler %s, pruner %s, rung %s, %d worker(s)",
-             plan.study, done, plan.trials, plan.sampler, plan.pruner, plan.rung, workers)
-    with StudyProgress(plan.trials, space.objective.metric) as progress:
+    log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s)",
+             plan.study, done, budget_text(plan), plan.sampler, plan.pruner, plan.rung, workers)
+    total = plan.trials if plan.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
+    with StudyProgress(total, space.objective.metric) as progress:
         progress.update(study)
         if workers <= 1:
             run_worker(plan, progress=progress)
