@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tianfeng.recipes import DEFAULT_RECIPE
+from trainers import distributed
 from trainers.config import load_config
 from trainers.engine import train
 
@@ -16,6 +17,7 @@ from trainers.engine import train
 def run_train(config_path: Path | None, overrides: list[str]) -> int:
     cfg = load_config(config_path or DEFAULT_RECIPE, overrides)
     result = train(cfg)
+    distributed.shutdown()
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 speaks for the job
         return 0 if result.status != "diverged" else 1
     final = asdict(result.final) if result.final else None

@@ -77,5 +77,9 @@ def all_reduce_max(values: list[float], device: torch.device, ctx: DistContext) 
 
 
 def shutdown() -> None:
+    """Tear the process groups down together. Left to interpreter exit, gloo's worker threads can
+    be destroyed while still joinable, and a rank then aborts ("terminate called without an
+    active exception") after its run finished."""
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
