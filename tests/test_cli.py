@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from trainers.precision import cpu_has_bf16_hardware
+
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tianfeng.cli", *args], capture_output=True,
@@ -45,7 +47,8 @@ def test_train_prints_json_result_and_writes_run_dir(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["status"] == "completed" and result["final"]["epoch"] == 1
-    assert "precision fp32" in out.stderr and "epoch 1/1" in out.stderr
+    expected = "bf16" if cpu_has_bf16_hardware() else "fp32"  # precision: auto, decided by the CPU
+    assert f"precision {expected}" in out.stderr and "epoch 1/1" in out.stderr
     for name in ("config.yaml", "metrics.jsonl", "result.json", "checkpoints/last.pt"):
         assert (tmp_path / "run" / name).exists(), name
 

@@ -21,10 +21,16 @@ from trainers.engine import StopTraining, train
 from trainers.precision import build_precision, resolve_mode
 
 
-def test_auto_precision_picks_fp32_on_this_cpu_and_says_why() -> None:
+def test_auto_precision_on_cpu_follows_the_bf16_hardware_and_says_why(monkeypatch) -> None:
+    from trainers import precision
+
+    monkeypatch.setattr(precision, "cpu_has_bf16_hardware", lambda: False)
     mode, reason = resolve_mode("auto", torch.device("cpu"))
-    assert mode == "fp32"
-    assert "bf16" in reason and "slower" in reason
+    assert mode == "fp32" and "bf16" in reason and "slower" in reason
+    monkeypatch.setattr(precision, "cpu_has_bf16_hardware", lambda: True)
+    mode, reason = resolve_mode("auto", torch.device("cpu"))
+    assert mode == "bf16" and "matrix instructions" in reason
+    assert resolve_mode("fp32", torch.device("cpu"))[0] == "fp32"
 
 
 def test_fp16_overflow_step_is_skipped_and_scale_halves() -> None:

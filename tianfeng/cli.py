@@ -144,6 +144,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """The flags every command shares, checked before anything is opened or written."""
+    from tianfeng.storage_url import check_storage
+    from trainers.names import STUDY_MAX_LENGTH, check_name
+
+    if getattr(args, "storage", None) is not None:
+        creates = args.command in ("search", "scale") and not args.resume
+        check_storage(args.storage, must_exist=not creates)
+    flags = {"study": "STUDY" if args.command == "report" else "--study", "scale": "--scale"}
+    if args.command == "scale":
+        flags["name"] = "--name"
+    for attr, flag in flags.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            check_name(value, flag, "", max_length=STUDY_MAX_LENGTH)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from tianfeng.logs import setup_logging
@@ -158,46 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         source = ""
     try:
-        if args.command == "train":
-            from tianfeng.train_command import run_train
-
-            return run_train(args.config, args.overrides)
-        if args.command == "search":
-            from tianfeng.search_command import run_search_command
-
-            return run_search_command(args)
-        if args.command == "scale":
-            from tianfeng.scale_command import run_scale_command
-
-            return run_scale_command(args)
-        if args.command == "promote":
-            from tianfeng.promote_command import run_promote_command
-
-            return run_promote_command(args)
-        if args.command == "calibrate":
-            from tianfeng.calibrate_command import run_calibrate_command
-
-            return run_calibrate_command(args)
-        if args.command == "report":
-            from tianfeng.report.build import run_report_command
-
-            return run_report_command(args)
-        if args.command == "launch":
-            from tianfeng.launch_command import run_launch_command
-
-            return run_launch_command(args)
-        if args.command == "plan":
-            from tianfeng.plan_command import run_plan_command
-
-            return run_plan_command(args)
-        if args.command == "status":
-            from tianfeng.status_command import run_status_command
-
-            return run_status_command(args)
-        if args.command == "runs":
-            from tianfeng.promote_command import run_runs_command
-
-            return run_runs_command(args)
+        _check_inputs(args)
+        return _dispatch(args)
     except ConfigError as exc:
         if args.debug:
             raise
@@ -206,12 +190,63 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tianfeng: interrupted; completed epochs and checkpoints are saved", file=sys.stderr)
         return 130
-    except RuntimeError as exc:
+    except OSError as exc:  # a path we cannot read or write: the environment, not the input
         if args.debug:
             raise
-        print(f"tianfeng: error: {exc}", file=sys.stderr)
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"tianfeng: error: cannot use{where}: {exc.strerror or _one_line(exc)}", file=sys.stderr)
         return 1
-    return 0
+    except Exception as exc:  # database, data and engine failures: one line, --debug for more
+        if args.debug:
+            raise
+        kind = "" if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: "
+        origin = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's message
+        text = _one_line(origin) if origin is not None else _one_line(exc)
+        print(f"tianfeng: error: {kind}{text}" + ("" if isinstance(exc, RuntimeError)
+                                                   else " (--debug shows the traceback)"), file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "train":
+        from tianfeng.train_command import run_train
+
+        return run_train(args.config, args.overrides)
+    if args.command == "search":
+        from tianfeng.search_command import run_search_command
+
+        return run_search_command(args)
+    if args.command == "scale":
+        from tianfeng.scale_command import run_scale_command
+
+        return run_scale_command(args)
+    if args.command == "promote":
+        from tianfeng.promote_command import run_promote_command
+
+        return run_promote_command(args)
+    if args.command == "calibrate":
+        from tianfeng.calibrate_command import run_calibrate_command
+
+        return run_calibrate_command(args)
+    if args.command == "report":
+        from tianfeng.report.build import run_report_command
+
+        return run_report_command(args)
+    if args.command == "launch":
+        from tianfeng.launch_command import run_launch_command
+
+        return run_launch_command(args)
+    if args.command == "plan":
+        from tianfeng.plan_command import run_plan_command
+
+        return run_plan_command(args)
+    if args.command == "status":
+        from tianfeng.status_command import run_status_command
+
+        return run_status_command(args)
+    from tianfeng.promote_command import run_runs_command
+
+    return run_runs_command(args)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from tianfeng.search.space import SearchSpace, parse_space
 from tianfeng.store import RunStore
 from trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
 from trainers.engine import EpochMetrics, train
+from trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.promote")
 
@@ -36,6 +37,7 @@ def load_study(storage: str, study_name: str | None) -> optuna.Study:
         study_name = names[0]
     if study_name not in names:
         raise ConfigError("--study", study_name, f"no such study in {storage}; it holds: {', '.join(names) or 'none'}")
+    check_name(study_name, "--study", "", max_length=STUDY_MAX_LENGTH)  # it becomes paths below runs/, reports/
     return optuna.load_study(study_name=study_name, storage=storage)
 
 

@@ -66,6 +66,8 @@ def run_scale_command(args) -> int:
         raise ConfigError("--workers", "", f"must be >= 1, got {args.workers}")
     if args.warm_start < 0:
         raise ConfigError("--warm-start", "", f"must be >= 0, got {args.warm_start}")
+    if not 0 <= args.tolerance < float("inf"):
+        raise ConfigError("--tolerance", "", f"must be a finite number >= 0 (points of the metric), got {args.tolerance}")
 
     from tianfeng.scale.study import ScalePlan, run_scale
     from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan

@@ -1,9 +1,12 @@
 """Checkpoints: model, optimizer, loss scaler, RNG states and the exact data position, written
-atomically (a kill during a save leaves the previous checkpoint intact)."""
+atomically (a kill during a save leaves the previous checkpoint intact) and read back with
+`weights_only=True`: a checkpoint holds tensors and plain values only, so loading one can never
+run code, whoever wrote the file."""
 
 from __future__ import annotations
 
 import os
+import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -11,22 +14,34 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainers.config import ConfigError
+
 LAST = "last.pt"
 
 
 def rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every generator's state as tensors and plain values (numpy's array becomes a tensor)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss = random.getstate()
+    state = {"torch": torch.get_rng_state(),
+             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+             "python": {"version": version, "internal": list(internal), "gauss": gauss}}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def restore_rng(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    # RNG states must be CPU ByteTensors whatever device the run uses (they are loaded to CPU)
+    torch.set_rng_state(state["torch"].cpu())
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["internal"]), p["gauss"]))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 def save(directory: Path, payload: dict[str, Any]) -> Path:
@@ -38,11 +53,22 @@ def save(directory: Path, payload: dict[str, Any]) -> Path:
     return path
 
 
-def load(directory: Path, device: torch.device) -> dict[str, Any] | None:
+def load(directory: Path) -> dict[str, Any] | None:
+    """The last checkpoint in `directory`, on the CPU (the model and optimizer move it to their
+    device as they load it), or None. Anything but tensors and plain values is refused."""
     path = directory / LAST
     if not path.exists():
         return None
-    return torch.load(path, map_location=device, weights_only=False)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(str(path), "", "cannot load this checkpoint (only tensors and plain values "
+                          f"are accepted): {reason}; delete it, or set checkpoint.resume: false") from None
+    if not isinstance(payload, dict) or not {"model", "optimizer", "rng", "position", "config"} <= payload.keys():
+        raise ConfigError(str(path), "", "is not a tianfeng checkpoint (model, optimizer, rng, position "
+                          "and config expected); delete it, or set checkpoint.resume: false")
+    return payload
 
 
 # Fields that may change between a run and its resumption: where things go and how often.

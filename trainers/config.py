@@ -6,6 +6,7 @@ Nothing downstream reads the YAML dict: every module receives the typed `RunConf
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -13,26 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from trainers.config_error import ConfigError
+from trainers.names import check_name
+from trainers.yaml_input import parse_yaml, read_yaml
 
-
-class ConfigError(ValueError):
-    """A bad configuration value; prints as `file: key.path: what is allowed, got X`."""
-
-    def __init__(self, source: str, key_path: str, message: str) -> None:
-        self.source = source
-        self.key_path = key_path
-        self.message = message
-        super().__init__(str(self))
-
-    def with_source(self, source: str) -> ConfigError:
-        """The same error attributed to `source` when it was raised without knowing the file."""
-        return self if self.source else ConfigError(source, self.key_path, self.message)
-
-    def __str__(self) -> str:
-        where = f"{self.source}: " if self.source else ""
-        key = f"{self.key_path}: " if self.key_path else ""
-        return f"{where}{key}{self.message}"
+__all__ = ["ConfigError", "RunConfig", "config_from_dict", "config_to_dict", "load_config"]
 
 
 def _bounds(*, gt: float | None = None, ge: float | None = None, le: float | None = None,
@@ -213,14 +199,14 @@ def _convert(value: Any, tp: Any, path: str, source: str) -> Any:
             raise ConfigError(source, path, f"must be true or false; got {value!r}")
         return value
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(source, path, f"must be an integer; got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**63:
+            raise ConfigError(source, path, f"must be an integer (below 2**63); got {value!r}")
         return value
     if tp is float:
         if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
             value = float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(source, path, f"must be a number; got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(source, path, f"must be a finite number; got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -261,6 +247,7 @@ def _from_dict(cls: Any, raw: Any, path: str, source: str) -> Any:
 
 
 def _validate_cross_fields(cfg: RunConfig, source: str) -> None:
+    check_name(cfg.name, source, "name")  # a path, a job name and a rendezvous id
     if not cfg.phases:
         raise ConfigError(source, "phases", "must list at least one {epochs, resolution, batch_size}")
     src = cfg.data.source
@@ -297,10 +284,7 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     if "=" not in assignment:
         raise ConfigError("--set", assignment, "must look like key.path=value")
     key_path, text = assignment.split("=", 1)
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError("--set", key_path, f"value is not valid YAML: {exc}") from None
+    value = parse_yaml(text, f"--set {key_path}")
     node: Any = raw
     parts = key_path.split(".")
     for i, part in enumerate(parts):
@@ -341,17 +325,11 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     source = "defaults"
     if path is not None:
         source = str(path)
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}: " if mark else ""
-            raise ConfigError(source, "", f"{where}not valid YAML") from None
-        if loaded is not None and not isinstance(loaded, dict):
+        loaded = read_yaml(path)
+        if loaded is None:
+            raise ConfigError(source, "", "is empty; give at least the sections to change (see configs/), "
+                              "or leave out --config for the embedded default recipe")
+        if not isinstance(loaded, dict):
             raise ConfigError(source, "(top level)", "must be a mapping of sections")
         raw = loaded or {}
     if overrides:

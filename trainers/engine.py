@@ -200,7 +200,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
 
     # --- resume from the last checkpoint, if any ---------------------------------------------
     pos = _Position()
-    saved = checkpoint.load(ckpt_dir, device) if cfg.checkpoint.resume else None
+    saved = checkpoint.load(ckpt_dir) if cfg.checkpoint.resume else None
     if saved is not None:
         changed = checkpoint.config_changes(saved["config"], config_to_dict(cfg))
         if changed:
@@ -210,7 +210,8 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                               "use a new run_dir or checkpoint.resume: false")
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
-        precision.scaler.load_state_dict(saved["scaler"])
+        if saved.get("scaler"):  # empty when the checkpoint was written without loss scaling
+            precision.scaler.load_state_dict(saved["scaler"])
         checkpoint.restore_rng(saved["rng"])
         pos = _Position(**saved["position"])
         if ctx.is_main:

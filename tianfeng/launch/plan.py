@@ -3,17 +3,22 @@ Ray job that start one run on N nodes x G devices, after checking the run fits t
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainers.config import ConfigError, RunConfig
+from trainers.names import check_name
 
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[?[0-9A-Fa-f:]+\]?")
 RAY_DASHBOARD_PORT = 8265  # where `ray job submit` finds the head node
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
+    """`run_name` is a checked name (trainers.names); every other value is quoted where it
+    reaches a shell."""
     config_path: str
     run_name: str
     nodes: int
@@ -21,6 +26,11 @@ class LaunchPlan:
     device: str  # cuda | cpu
     master_addr: str
     port: int
+
+    def __post_init__(self) -> None:
+        check_name(self.run_name, "config", "name")  # becomes the Slurm job name and rendezvous id
+        if not _HOST.fullmatch(self.master_addr):
+            raise ConfigError("--master-addr", "", f"must be a host name or IP address; got {self.master_addr!r}")
 
     @property
     def world(self) -> int:
@@ -50,16 +60,17 @@ class LaunchPlan:
                            f"--submission-id={self.run_name}-{self.nodes}x{self.per_node}", "--", *entry])
 
     def sbatch(self) -> str:
+        """One task per node, each running the same torchrun. Every argument is quoted once for
+        the batch shell, which expands only `$MASTER_ADDR`: no `bash -c` with quotes nested inside."""
         gpus = f"#SBATCH --gpus-per-node={self.per_node}\n" if self.device == "cuda" else ""
-        args = self.torchrun_args()
-        args[args.index(f"--rdzv-endpoint={self.master_addr}:{self.port}")] = \
-            f"--rdzv-endpoint=$MASTER_ADDR:{self.port}"
-        command = " ".join(a if a.startswith("--rdzv-endpoint=$") else shlex.quote(a) for a in args)
+        endpoint = f"--rdzv-endpoint={self.master_addr}:{self.port}"
+        command = " ".join(f'--rdzv-endpoint="$MASTER_ADDR":{self.port}' if a == endpoint else shlex.quote(a)
+                           for a in self.torchrun_args())
         return (f"#!/bin/bash\n#SBATCH --job-name={self.run_name}\n#SBATCH --nodes={self.nodes}\n"
                 f"#SBATCH --ntasks-per-node=1\n{gpus}#SBATCH --exclusive\n"
                 "set -euo pipefail\n"
                 "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
-                f"srun bash -c '{command}'\n")
+                f"srun {command}\n")
 
 
 def check_fits(cfg: RunConfig, nodes: int, per_node: int, source: str) -> None:

@@ -17,6 +17,7 @@ from tianfeng.scale.results import ScalePoint, ScaleStore
 from tianfeng.scale.table import describe, fmt_value, headline
 from tianfeng.search.runner import UNLIMITED_TRIALS
 from trainers.config import ConfigError
+from trainers.names import STUDY_MAX_LENGTH, check_name
 
 
 def accuracy_figure(points: list[ScalePoint], metric: str, tolerance: float) -> go.Figure:
@@ -104,7 +105,7 @@ def build_scale_report(storage: str, name: str, output: Path | None = None) -> P
         figures=figs, columns=columns, rows=rows, plotly_js=bundle_for([fig for _title, fig in drawn]),
         storage_flag="" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}",
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
-    output = output or Path("reports") / f"{name}.html"
+    output = output or Path("reports") / f"{check_name(name, '--scale', '', max_length=STUDY_MAX_LENGTH)}.html"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(html)
     return output

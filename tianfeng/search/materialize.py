@@ -55,18 +55,29 @@ def split_epochs(total: int, weights: list[float]) -> list[int]:
     return [p + 1 for p in parts]
 
 
+MAX_STAGES = 64
+
+
+def _number(t: PhasesTemplate, key: str, env: dict[str, Any], *, low: float, high: float) -> float:
+    """A phases: expression's value: a finite number in [low, high], else a one-line error."""
+    value = getattr(t, key).evaluate(env)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ConfigError("", f"phases.{key}", f"must give a number in [{low:g}, {high:g}]; "
+                          f"{getattr(t, key).text!r} gives {value!r}")
+    return value
+
+
 def build_phases(t: PhasesTemplate, env: dict[str, Any], total_epochs: int) -> list[dict[str, int]]:
     """Progressive resizing: `stages` phases from start to end resolution; the last phase gets
     `final_stage_fraction` of the epochs; batch optionally grows as resolution shrinks (same
-    pixels per batch, as in the fast.ai ImageNet record)."""
-    stages = int(t.stages.evaluate(env))
-    if stages < 1:
-        raise ConfigError("", "phases.stages", f"must be >= 1, got {stages}")
-    start, end = t.start_resolution.evaluate(env), t.end_resolution.evaluate(env)
-    batch = int(t.batch_size.evaluate(env))
+    pixels per batch at every stage)."""
+    stages = int(_number(t, "stages", env, low=1, high=min(MAX_STAGES, total_epochs)))
+    start = _number(t, "start_resolution", env, low=4, high=4096)
+    end = _number(t, "end_resolution", env, low=4, high=4096)
+    batch = int(_number(t, "batch_size", env, low=1, high=2**31))
     if stages == 1:
         return [{"epochs": total_epochs, "resolution": round_resolution(end), "batch_size": batch}]
-    final = float(t.final_stage_fraction.evaluate(env))
+    final = _number(t, "final_stage_fraction", env, low=0, high=1)
     if not 0 < final < 1:
         raise ConfigError("", "phases.final_stage_fraction", f"must be between 0 and 1, got {final:g}")
     weights = [(1 - final) / (stages - 1)] * (stages - 1) + [final]

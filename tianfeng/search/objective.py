@@ -16,6 +16,7 @@ from tianfeng.search.materialize import build_config, sample_active
 from tianfeng.search.space import Parameter, SearchSpace
 from trainers.config import RunConfig, config_to_dict
 from trainers.engine import EpochMetrics, RunResult, StopTraining, train
+from trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.search")
 
@@ -47,8 +48,9 @@ def trial_run_dir(runs_root: Path, study: str, trial: optuna.Trial) -> Path:
     inherited = trial.user_attrs.get("run_dir")
     if inherited:
         return Path(inherited)
+    check_name(study, "--study", "", max_length=STUDY_MAX_LENGTH)
     path = runs_root / study / f"trial-{trial.number}"
-    if path.exists():
+    if path.exists():  # only ever below runs_root/<study>: the name cannot climb out of it
         shutil.rmtree(path)
     return path
 

@@ -21,6 +21,7 @@ from tianfeng.search.progress import StudyProgress
 from tianfeng.search.registry import PRUNERS, SAMPLERS
 from tianfeng.search.space import SearchSpace, load_space
 from trainers.config import ConfigError
+from trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.search")
 
@@ -72,6 +73,9 @@ class SearchPlan:
     copied_trials: tuple[optuna.trial.FrozenTrial, ...] = ()  # finished elsewhere, added to a new study
     study_attrs: dict[str, Any] = field(default_factory=dict)
     epoch_budget: int | None = None  # training epochs summed over trials (pruned ones count what they ran)
+
+    def __post_init__(self) -> None:
+        check_name(self.study, "--study", "", max_length=STUDY_MAX_LENGTH)  # runs/<study>/trial-N
 
 
 def plan_space(plan: SearchPlan) -> SearchSpace:

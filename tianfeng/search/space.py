@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tianfeng.search.expressions import Expression, ExpressionError
 from trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
 from trainers.engine import EpochMetrics
+from trainers.names import STUDY_MAX_LENGTH, check_name
+from trainers.yaml_input import parse_yaml, read_yaml
 
 PARAMETER_TYPES = ("float", "int", "categorical", "fixed")
 METRICS = tuple(f for f in EpochMetrics.__dataclass_fields__ if f not in ("epoch", "phase"))
@@ -128,8 +129,8 @@ class _Reader:
         if isinstance(value, str):
             with contextlib.suppress(ValueError):
                 value = float(value)
-        kind = "an integer" if integer else "a number"
-        if isinstance(value, bool) or not isinstance(value, int | float) or (
+        kind = "an integer" if integer else "a finite number"
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or (
                 integer and not float(value).is_integer()):
             raise self.error(name, f"must be {kind}; got {value!r}")
         if (gt is not None and not value > gt) or (ge is not None and not value >= ge) or (
@@ -213,25 +214,19 @@ def _read_fidelity(source: str, name: str, raw: Any) -> Fidelity:
 
 def load_space(path: str | Path, *, data: str | None = None) -> SearchSpace:
     """Load and check a space file; `data` replaces the base run's data.source."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
-    return parse_space(text, str(path), data=data)
+    return _parse_raw(read_yaml(path), str(path), data=data)
 
 
 def parse_space(text: str, source: str, *, data: str | None = None) -> SearchSpace:
     """Check a space given as YAML text; `source` names it in errors (and is its path)."""
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(source, "", f"{f'line {mark.line + 1}: ' if mark else ''}not valid YAML") from None
+    return _parse_raw(parse_yaml(text, source), source, data=data)
+
+
+def _parse_raw(raw: Any, source: str, *, data: str | None) -> SearchSpace:
     top = _Reader(source, "", raw, ("name", "description", "base", "parameters", "set", "phases",
                                      "fidelities", "search_fidelity", "objective", "priors"))
     name = raw.get("name", Path(source).stem)
-    if not isinstance(name, str) or not name.replace("-", "_").replace(".", "_").isidentifier():
-        raise top.error("name", f"must be a word of letters, digits, - _ or .; got {name!r}")
+    check_name(name, source, "name", max_length=STUDY_MAX_LENGTH)  # the default study name
 
     base_raw = raw.get("base") or {}
     if not isinstance(base_raw, dict):

@@ -1,0 +1,58 @@
+"""Checks a study database URL before anything opens it, so every mistake is one line: a URL that
+is not one, a driver that is not installed, a SQLite path whose folder is missing, a file that is
+not a SQLite database, or (for commands that only read) a database that does not exist yet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainers.config import ConfigError
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def check_storage(url: str, *, must_exist: bool, flag: str = "--storage") -> str:
+    """`url` if it can be opened; `must_exist` for commands that read a study (a mistyped SQLite
+    path must not silently create an empty database)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ConfigError(flag, "", "must be a SQLAlchemy database URL such as sqlite:///tianfeng.db "
+                          f"or postgresql://user@host/db; got {url!r}") from None
+    try:
+        parsed.get_dialect().import_dbapi()
+    except NoSuchModuleError:
+        raise ConfigError(flag, "", f"unknown database kind {parsed.drivername!r} in {url!r}; "
+                          "use sqlite:///FILE or postgresql://...") from None
+    except ImportError as exc:
+        hint = (" (pip install psycopg, or psycopg2-binary with postgresql+psycopg2://...)"
+                if parsed.get_backend_name() == "postgresql" else "")
+        raise ConfigError(flag, "", f"the driver for {parsed.drivername} is not installed: {exc.name or exc}"
+                          f"{hint}") from None
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite_file(parsed.database, url, must_exist=must_exist, flag=flag)
+    return url
+
+
+def _check_sqlite_file(database: str | None, url: str, *, must_exist: bool, flag: str) -> None:
+    if not database or database == ":memory:":
+        raise ConfigError(flag, "", f"{url!r} names no database file; use sqlite:///FILE")
+    path = Path(database)
+    if path.is_dir():
+        raise ConfigError(flag, "", f"{path} is a directory, not a SQLite database file")
+    if not path.exists():
+        if must_exist:
+            raise ConfigError(flag, "", f"no database at {path} (a search creates it; check the path)")
+        if not path.parent.is_dir():
+            raise ConfigError(flag, "", f"cannot create {path}: folder {path.parent} does not exist")
+        return
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise ConfigError(flag, "", f"cannot read {path}: {exc.strerror}") from None
+    if head and head != _SQLITE_MAGIC:
+        raise ConfigError(flag, "", f"{path} is not a SQLite database")
