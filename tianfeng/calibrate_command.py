@@ -48,6 +48,11 @@ def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int
 
 
 def run_calibrate_command(args) -> int:
+    from trainers.config import ConfigError
+
+    for flag, value in (("--top-k", args.top_k), ("--random", args.random)):
+        if value < 0:
+            raise ConfigError(flag, "", f"must be >= 0, got {value}")
     result = calibrate(args.storage, args.study, top_k=args.top_k, n_random=args.random, seed=args.seed,
                        runs_dir=args.runs_dir)
     from tianfeng.search_command import write_report

@@ -4,19 +4,36 @@ GPU counts for flat, hierarchical and compressed gradient exchange."""
 from __future__ import annotations
 
 import json
+import math
 
 from rich.console import Console
-from rich.table import Table
 
 from tianfeng.costmodel import VARIANTS, Cluster, Link, predict
+from tianfeng.tables import add_plain_row, plain_table
 from trainers.config import ConfigError, load_config
 from trainers.models import build_model
 
 
+def _check_flags(args) -> None:
+    finite = math.isfinite
+    checks = [("--gpus", args.gpus >= 1, ">= 1"), ("--gpus-per-node", args.gpus_per_node >= 1, ">= 1"),
+              ("--classes", args.classes >= 2, ">= 2"),
+              ("--gpu-images-per-s", finite(args.gpu_images_per_s) and args.gpu_images_per_s > 0, "> 0"),
+              ("--compute-ms", args.compute_ms is None or (finite(args.compute_ms) and args.compute_ms > 0), "> 0"),
+              ("--intra-gbps", finite(args.intra_gbps) and args.intra_gbps > 0, "> 0"),
+              ("--inter-gbps", finite(args.inter_gbps) and args.inter_gbps > 0, "> 0"),
+              ("--intra-latency-us", finite(args.intra_latency_us) and args.intra_latency_us >= 0, ">= 0"),
+              ("--inter-latency-us", finite(args.inter_latency_us) and args.inter_latency_us >= 0, ">= 0"),
+              ("--overlap", 0 <= args.overlap <= 1, "between 0 and 1")]
+    for flag, ok, rule in checks:
+        if not ok:
+            value = getattr(args, flag[2:].replace("-", "_"))
+            raise ConfigError(flag, "", f"must be {rule}, got {value:g}")
+
+
 def run_plan_command(args) -> int:
+    _check_flags(args)
     cfg = load_config(args.config)
-    if args.gpus < 1 or args.gpus_per_node < 1:
-        raise ConfigError("--gpus", "", f"--gpus and --gpus-per-node must be >= 1, got {args.gpus}, {args.gpus_per_node}")
     classes = args.classes
     params = sum(p.numel() for p in build_model(cfg.model, 3, classes).parameters())
     grad_bytes = params * 4  # fp32 gradients, as DDP exchanges them
@@ -34,14 +51,13 @@ def run_plan_command(args) -> int:
     if args.json:
         print(json.dumps([vars(r) for r in rows], indent=2))
         return 0
-    table = Table(title=f"{cfg.model.name}: {params / 1e6:.1f}M params ({grad_bytes / 2**20:.0f} MiB of fp32 "
+    table = plain_table(title=f"{cfg.model.name}: {params / 1e6:.1f}M params ({grad_bytes / 2**20:.0f} MiB of fp32 "
                         f"gradients), {per_gpu_batch} images/GPU, compute {1000 * compute_s:.0f} ms/step; "
                         f"links: intra {args.intra_gbps:g} Gbit/s, inter {args.inter_gbps:g} Gbit/s; "
-                        f"overlap {args.overlap:g}", title_justify="left")
-    for column in ("GPUs", "variant", "comm ms", "step ms", "samples/s", "scaling eff."):
-        table.add_column(column)
+                        f"overlap {args.overlap:g}",
+                        columns=("GPUs", "variant", "comm ms", "step ms", "samples/s", "scaling eff."))
     for r in rows:
-        table.add_row(str(r.gpus), r.variant, f"{1000 * r.comm_s:.1f}", f"{1000 * r.step_s:.1f}",
+        add_plain_row(table, str(r.gpus), r.variant, f"{1000 * r.comm_s:.1f}", f"{1000 * r.step_s:.1f}",
                       f"{r.samples_per_s:,.0f}", f"{100 * r.efficiency:.1f}%")
     Console().print(table)
     return 0

@@ -14,13 +14,13 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 from rich.console import Console
-from rich.table import Table
 
 from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.search.space import SearchSpace, parse_space
 from tianfeng.store import RunStore
+from tianfeng.tables import add_plain_row, plain_table
 from trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
 from trainers.engine import EpochMetrics, train
 from trainers.names import STUDY_MAX_LENGTH, check_name
@@ -69,11 +69,9 @@ def config_hash(cfg: RunConfig) -> str:
 
 
 def print_changes(changes: list[Change], console: Console) -> None:
-    table = Table(title="proxy -> full transfer", title_justify="left")
-    for column in ("key", "proxy", "full", "rule"):
-        table.add_column(column)
+    table = plain_table("proxy -> full transfer", ("key", "proxy", "full", "rule"))
     for c in changes:
-        table.add_row(c.key, str(c.proxy), str(c.full), c.rule)
+        add_plain_row(table, c.key, str(c.proxy), str(c.full), c.rule)
     console.print(table)
 
 
@@ -203,11 +201,10 @@ def run_runs_command(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = Table(title=f"promoted runs in {args.storage}", title_justify="left")
-    for column in ("run", "study", "trial", "kind", "status", "epochs", "proxy", "full", "run dir"):
-        table.add_column(column)
+    table = plain_table(f"promoted runs in {args.storage}",
+                        ("run", "study", "trial", "kind", "status", "epochs", "proxy", "full", "run dir"))
     for r in rows:
-        table.add_row(str(r["id"]), r["study"], str(r["trial_number"]), r["kind"], r["status"],
+        add_plain_row(table, str(r["id"]), r["study"], str(r["trial_number"]), r["kind"], r["status"],
                       str(len(r["epochs"])), _fmt(r["proxy_score"]), _fmt(r["final_score"]), r["run_dir"])
     Console().print(table)
     return 0

@@ -32,6 +32,12 @@ def run_search_command(args) -> int:
         raise ConfigError("--trials", "", f"must be >= 1, got {args.trials}")
     if args.workers < 1:
         raise ConfigError("--workers", "", f"must be >= 1, got {args.workers}")
+    for flag, value in (("--heartbeat-s", args.heartbeat_s), ("--grace-s", args.grace_s)):
+        if value < 1:
+            raise ConfigError(flag, "", f"must be >= 1 second, got {value}")
+    if args.grace_s <= args.heartbeat_s:
+        raise ConfigError("--grace-s", "", f"must be longer than the heartbeat interval ({args.heartbeat_s} s), "
+                          f"got {args.grace_s}")
     timeout_s = parse_duration(args.timeout)
     if args.backend == "ray" and args.workers != 1:
         raise ConfigError("--workers", "", "is for the optuna backend; with --backend ray, Ray runs as many "
@@ -46,6 +52,7 @@ def run_search_command(args) -> int:
     rung = args.fidelity or space.search_fidelity
     if rung not in space.fidelities:
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(space.fidelities)}; got {rung!r}")
+    check_data(space)
     plan = SearchPlan(space_path=str(args.space), data=args.data, storage=args.storage,
                       study=args.study or space.name, sampler=args.sampler, pruner=args.pruner,
                       seed=args.seed, trials=args.trials, timeout_s=timeout_s,
@@ -73,6 +80,15 @@ def run_search_command(args) -> int:
     code = print_summary(study, plan)
     print(f"report: {write_report(plan.storage, plan.study)}")
     return code
+
+
+def check_data(space) -> None:
+    """Open the space's data source once before any trial: a missing or empty image folder is
+    one error here, not a failure in every trial."""
+    from trainers.data.sources import open_source
+
+    base = space.base.data
+    open_source(base.source, synthetic_images=base.synthetic_images, synthetic_classes=base.synthetic_classes)
 
 
 def write_report(storage: str, study: str) -> Path:

@@ -7,9 +7,9 @@ import json
 import optuna
 from optuna.trial import TrialState
 from rich.console import Console
-from rich.table import Table
 
 from tianfeng.promote_command import load_study
+from tianfeng.tables import add_plain_row, plain_table
 
 
 def _study_row(summary: optuna.study.StudySummary) -> dict:
@@ -35,11 +35,9 @@ def run_status_command(args) -> int:
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
-        table = Table(title=f"studies in {args.storage}", title_justify="left")
-        for column in ("study", "trials", "best value", "best trial", "created"):
-            table.add_column(column)
+        table = plain_table(f"studies in {args.storage}", ("study", "trials", "best value", "best trial", "created"))
         for r in rows:
-            table.add_row(r["study"], str(r["trials"]), _fmt(r["best_value"]), str(r["best_trial"]), r["created"])
+            add_plain_row(table, r["study"], str(r["trials"]), _fmt(r["best_value"]), str(r["best_trial"]), r["created"])
         console.print(table)
         return 0
     study = load_study(args.storage, args.study)
@@ -50,13 +48,11 @@ def run_status_command(args) -> int:
         return 0
     counts = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
     metric = study.user_attrs.get("metric", "value")
-    table = Table(title=f"study {study.study_name}: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n),
-                  title_justify="left")
-    for column in ("trial", "state", metric, "epochs", "prior", "params"):
-        table.add_column(column)
+    table = plain_table(f"study {study.study_name}: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n),
+                        ("trial", "state", metric, "epochs", "prior", "params"))
     for r in rows:
         params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["params"].items())
-        table.add_row(str(r["trial"]), r["state"], _fmt(r["value"]), str(r["epochs_reported"]), r["prior"], params)
+        add_plain_row(table, str(r["trial"]), r["state"], _fmt(r["value"]), str(r["epochs_reported"]), r["prior"], params)
     console.print(table)
     return 0
 

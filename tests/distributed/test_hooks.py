@@ -22,7 +22,8 @@ def free_port() -> int:
 
 
 def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # one thread per rank unless the caller says otherwise (the numerics hold at 1 and 2)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
                            f"--master-port={free_port()}", *args], capture_output=True, text=True,
                           timeout=300, env=env)

@@ -47,4 +47,4 @@ def test_missing_space_file(tmp_path: Path) -> None:
 
 def test_resume_without_study_is_an_error(tmp_path: Path) -> None:
     out = search("--space", str(REPO / "search_spaces" / "large_batch.yaml"), "--resume", cwd=tmp_path)
-    assert out.returncode == 2 and "no such study" in out.stderr
+    assert out.returncode == 2 and "no database at tianfeng.db" in out.stderr

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from tianfeng.scale.results import ScalePoint
 from tianfeng.scale.study import largest_within
+from tianfeng.tables import add_plain_row, plain_table
 
 
 def fmt_value(value: float | None, spec: str = ".4g") -> str:
@@ -38,12 +38,11 @@ def headline(points: list[ScalePoint], tolerance: float, maximize: bool) -> list
 
 
 def print_curve(points: list[ScalePoint], tolerance: float, metric: str, maximize: bool = True) -> None:
-    table = Table(title=f"best {metric} against batch size", title_justify="left")
-    for column in ("batch", "steps/epoch", "searched", "naive", "trials (pruned)", "wall s", "winning recipe"):
-        table.add_column(column)
+    table = plain_table(f"best {metric} against batch size",
+                        ("batch", "steps/epoch", "searched", "naive", "trials (pruned)", "wall s", "winning recipe"))
     for p in points:
         naive = fmt_value(p.naive_value) if p.naive_status in ("complete", "reference") else p.naive_status
-        table.add_row(str(p.batch_size), str(p.steps_per_epoch), fmt_value(p.searched_value), naive,
+        add_plain_row(table, str(p.batch_size), str(p.steps_per_epoch), fmt_value(p.searched_value), naive,
                       f"{p.trials} ({p.pruned})", f"{p.wall_s:.0f}", describe(p.searched_recipe))
     Console(width=200).print(table)
     for line in headline(points, tolerance, maximize):

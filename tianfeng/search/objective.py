@@ -84,6 +84,13 @@ def record_final(trial: optuna.Trial, space: SearchSpace, final: dict[str, Any])
         trial.set_constraint(f"c{i}", 0.0 if bool(constraint.evaluate(final)) else 1.0)
 
 
+def mark_failed(trial: optuna.Trial, exc: Exception) -> None:
+    """The trial failed with an error (it counts towards the budget); the error's first line."""
+    lines = str(exc).strip().splitlines()
+    trial.set_user_attr("status", "failed")
+    trial.set_user_attr("error", f"{type(exc).__name__}: {lines[0][:500] if lines else ''}")
+
+
 class ProxyObjective:
     """`trainer` is the engine's `train`; the overhead benchmark swaps in one that does nothing."""
 
@@ -93,7 +100,11 @@ class ProxyObjective:
         self.trainer = trainer
 
     def __call__(self, trial: optuna.Trial) -> float:
-        cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung)
+        try:
+            cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung)
+        except Exception as exc:
+            mark_failed(trial, exc)
+            raise
         metric = self.space.objective.metric
 
         def report(m: EpochMetrics) -> None:
@@ -110,8 +121,7 @@ class ProxyObjective:
             trial.set_user_attr("status", "interrupted")
             raise
         except Exception as exc:
-            trial.set_user_attr("status", "failed")
-            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
+            mark_failed(trial, exc)
             raise
         trial.set_user_attr("status", result.status)
         if result.status == "diverged":

@@ -29,10 +29,15 @@ from tianfeng.search.runner import (
     Budget,
     SearchPlan,
     TrialLogger,
+    counted,
+    new_stream,
     open_study,
     plan_space,
+    raise_if_failing,
+    repeated_failure,
     requeue_interrupted,
     rung_epochs,
+    sampler_seed,
 )
 from tianfeng.search.space import SearchSpace
 from trainers.config import ConfigError, config_to_dict
@@ -111,7 +116,7 @@ class StudySearcher(Searcher):
         return True  # metric and mode come from the space
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        if self.budget.exhausted(self.study):
+        if self.budget.exhausted(self.study) or repeated_failure(self.study):
             return Searcher.FINISHED
         trial = self.study.ask()
         cfg = prepare_trial(trial, self.space, self.plan.study, self.runs_root, self.plan.rung,
@@ -231,9 +236,10 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
 
     if not plan.verbose:
         logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
-    study = open_study(plan, space, resume=resume, heartbeat=False)
+    study = open_study(plan, space, resume=resume, heartbeat=False,
+                       seed=sampler_seed(plan, 0, new_stream() if resume else 0))
     epochs = rung_epochs(space, plan.rung)
-    done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+    done = len(counted(study))
     concurrent = int(resources.get("CPU", 1) // options.cpus_per_trial)
     if options.gpus_per_trial:
         concurrent = min(concurrent, int(resources.get("GPU", 0) // options.gpus_per_trial))
@@ -263,4 +269,5 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
             if cut:
                 log.warning("trial(s) %s did not finish under Ray; --resume runs them again",
                             ", ".join(map(str, cut)))
+    raise_if_failing(plan, study)
     return study

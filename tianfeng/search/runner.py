@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -88,7 +89,8 @@ def plan_space(plan: SearchPlan) -> SearchSpace:
     return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)
 
 
-def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True) -> optuna.Study:
+def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
+               seed: int | None = None) -> optuna.Study:
     storage = open_storage(plan.storage, plan.heartbeat_s if heartbeat else None, plan.grace_s)
     exists = plan.study in optuna.get_all_study_names(storage)
     if exists and not resume:
@@ -98,7 +100,7 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat:
         raise ConfigError("--study", plan.study, f"no such study in {plan.storage} to resume")
     study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
                                 direction=space.objective.direction,
-                                sampler=SAMPLERS[plan.sampler](space, plan.seed),
+                                sampler=SAMPLERS[plan.sampler](space, plan.seed if seed is None else seed),
                                 pruner=PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
     if not exists:
         attrs = {"kind": "search", "space_path": space.path, "space_yaml": Path(space.path).read_text(),
@@ -134,15 +136,57 @@ def finished_count(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
+def failed(trial: optuna.trial.FrozenTrial) -> bool:
+    """A trial that raised an error (not one cut by Ctrl-C or a dead worker: those are retried)."""
+    return trial.state == TrialState.FAIL and trial.user_attrs.get("status") == "failed"
+
+
+def counted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The trials the budget counts: finished, running, and failed with an error."""
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.state in (*FINISHED, TrialState.RUNNING) or failed(t)]
+
+
+FAILURE_LIMIT = 3  # consecutive failures with one error that stop a search
+
+
+def repeated_failure(study: optuna.Study, limit: int = FAILURE_LIMIT) -> str | None:
+    """The error, when the last `limit` trials to end all failed with it (the cause is not the
+    recipe, e.g. a missing data directory: more trials would fail the same way)."""
+    ended = [t for t in study.get_trials(deepcopy=False) if t.state in FINISHED or failed(t)]
+    last = sorted(ended, key=lambda t: t.datetime_complete or t.datetime_start)[-limit:]
+    errors = {t.user_attrs.get("error", "") for t in last}
+    if len(last) == limit and all(failed(t) for t in last) and len(errors) == 1:
+        return errors.pop() or "an unknown error"
+    return None
+
+
+class SearchFailed(RuntimeError):
+    pass
+
+
+def stop_on_repeated_failure(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    if trial.state == TrialState.FAIL and repeated_failure(study):
+        study.stop()
+
+
+def raise_if_failing(plan: SearchPlan, study: optuna.Study) -> None:
+    error = repeated_failure(study)
+    if error:
+        raise SearchFailed(f"the last {FAILURE_LIMIT} trials of study {plan.study} failed with: {error}; "
+                           "completed trials are kept: fix the cause and continue with --resume")
+
+
 class Budget:
-    """Stops a worker once the study holds `trials` finished or running trials (all workers), or
-    once another full trial of `trial_epochs` would take the study past `epochs` training epochs."""
+    """Stops a worker once the study holds `trials` finished, running or failed trials (all
+    workers), or once another full trial of `trial_epochs` would take the study past `epochs`
+    training epochs."""
 
     def __init__(self, trials: int, epochs: int | None = None, trial_epochs: int = 1) -> None:
         self.trials, self.epochs, self.trial_epochs = trials, epochs, trial_epochs
 
     def exhausted(self, study: optuna.Study) -> bool:
-        trials = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
+        trials = counted(study)
         if len(trials) >= self.trials:
             return True
         if self.epochs is None:
@@ -189,7 +233,7 @@ def _short(value: object) -> str:
 
 
 def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
-               progress: StudyProgress | None = None) -> None:
+               progress: StudyProgress | None = None, stream: int = 0) -> None:
     """One worker: run trials of the study until the budget or the timeout is reached."""
     from tianfeng.logs import setup_logging
 
@@ -201,18 +245,33 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
         import torch
 
         torch.set_num_threads(threads)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # a failed trial is one line of ours (TrialLogger); Optuna's traceback only with --debug
+    optuna.logging.set_verbosity(optuna.logging.WARNING if log.isEnabledFor(logging.DEBUG) else optuna.logging.ERROR)
     space = plan_space(plan)
     storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
     study = optuna.load_study(study_name=plan.study, storage=storage,
-                              sampler=SAMPLERS[plan.sampler](space, plan.seed + worker),
+                              sampler=SAMPLERS[plan.sampler](space, sampler_seed(plan, worker, stream)),
                               pruner=PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
     budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
     if budget.exhausted(study):
         return
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
-    callbacks = [budget, TrialLogger(space.objective.metric)] + ([progress.update] if progress else [])
-    study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(RuntimeError, ValueError))
+    callbacks = [budget, stop_on_repeated_failure, TrialLogger(space.objective.metric)] + (
+        [progress.update] if progress else [])
+    # any error fails the trial, not the search; repeated_failure stops a search that cannot work
+    study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(Exception,))
+
+
+def sampler_seed(plan: SearchPlan, worker: int, stream: int) -> int:
+    """Each worker of each process draws from its own stream: a new study's workers from
+    seed + worker, so a search repeats with the same --seed; a process joining or resuming a
+    study (stream != 0) from one that mixes in the stream, or it would sample the same
+    parameters as the study's first trials again."""
+    import numpy as np
+
+    if stream == 0:
+        return plan.seed + worker
+    return int(np.random.SeedSequence((plan.seed, worker, stream)).generate_state(1)[0])
 
 
 def budget_text(plan: SearchPlan) -> str:
@@ -233,20 +292,28 @@ def run_search(plan: SearchPlan, workers: int, *, resume: bool) -> optuna.Study:
     log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s)",
              plan.study, done, budget_text(plan), plan.sampler, plan.pruner, plan.rung, workers)
     total = plan.trials if plan.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
+    stream = new_stream() if resume else 0
     with StudyProgress(total, space.objective.metric) as progress:
         progress.update(study)
         if workers <= 1:
-            run_worker(plan, progress=progress)
+            run_worker(plan, progress=progress, stream=stream)
         else:
-            _run_processes(plan, workers, study, progress)
+            _run_processes(plan, workers, study, progress, stream)
+    raise_if_failing(plan, study)
     return study
 
 
-def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress: StudyProgress) -> None:
+def new_stream() -> int:
+    """A seed stream no other process is using: from the OS's entropy, not the clock."""
+    return int.from_bytes(os.urandom(4), "little") or 1
+
+
+def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress: StudyProgress,
+                   stream: int = 0) -> None:
     threads = max(1, (os.cpu_count() or 1) // workers)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=run_worker, args=(plan, i + 1, threads), name=f"tianfeng-worker-{i + 1}")
-             for i in range(workers)]
+    procs = [ctx.Process(target=_worker_process, args=(plan, i + 1, threads, stream),
+                         name=f"tianfeng-worker-{i + 1}") for i in range(workers)]
     for p in procs:
         p.start()
     try:
@@ -255,10 +322,8 @@ def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress
             for p in procs:
                 p.join(timeout=1.0 / len(procs))
     except KeyboardInterrupt:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.join()
+        _interrupt(procs)
+        requeue_interrupted(plan.storage, plan.study, dead_workers={_worker_id(p.pid) for p in procs})
         raise
     failed = [p.name for p in procs if p.exitcode not in (0, None)]
     if failed:
@@ -266,11 +331,51 @@ def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress
                     ", ".join(failed))
 
 
+def _worker_process(plan: SearchPlan, worker: int, threads: int, stream: int) -> None:
+    """A spawned worker: Ctrl-C ends it quietly (its trial is already marked interrupted)."""
+    try:
+        run_worker(plan, worker, threads, stream=stream)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
 
-def requeue_interrupted(storage: str, study_name: str) -> list[int]:
+
+def _interrupt(procs: list, grace_s: float = 20.0) -> None:
+    """Ctrl-C reaches the workers too when it comes from a terminal; when it does not (a signal
+    to this process alone), pass it on. Each worker marks its trial interrupted and exits;
+    one that does not within `grace_s` is terminated (its trial is requeued all the same)."""
+    import signal
+
+    for p in procs:
+        if p.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        while p.is_alive() and time.monotonic() < deadline:
+            with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C does not skip the wait
+                p.join(timeout=0.2)
+        if p.is_alive():
+            p.terminate()
+            p.join()
+
+
+def _worker_id(pid: int | None) -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{pid}"
+
+
+def requeue_interrupted(storage: str, study_name: str, dead_workers: set[str] = frozenset()) -> list[int]:
     """After Ctrl-C: queue the trials that were cut short again with the same parameters and run
-    directory, so `--resume` continues each from its last checkpoint. Returns their numbers."""
+    directory, so `--resume` continues each from its last checkpoint. A trial still RUNNING on a
+    worker of `dead_workers` (terminated before it could say so) is failed first. Returns the
+    numbers of the trials queued again."""
     study = optuna.load_study(study_name=study_name, storage=storage)
+    trials = study.get_trials(deepcopy=False)
+    for t in trials:
+        if t.state == TrialState.RUNNING and t.user_attrs.get("worker") in dead_workers:
+            study._storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
+            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
     trials = study.get_trials(deepcopy=False)
     retried = {t.system_attrs.get("failed_trial") for t in trials}
     cut = [t for t in trials if t.state == TrialState.FAIL and t.number not in retried

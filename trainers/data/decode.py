@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from trainers.data.sources import DataSourceError
+
 
 def to_square(image: Image.Image, resolution: int) -> Image.Image:
     w, h = image.size
@@ -18,10 +20,13 @@ def to_square(image: Image.Image, resolution: int) -> Image.Image:
 
 
 def decode_file(path: str, resolution: int, channels: int) -> np.ndarray:
-    with Image.open(path) as img:
-        img.draft("RGB" if channels == 3 else "L", (resolution, resolution))  # JPEG DCT scaling
-        img = img.convert("RGB" if channels == 3 else "L")
-        out = np.array(to_square(img, resolution), dtype=np.uint8)
+    try:
+        with Image.open(path) as img:
+            img.draft("RGB" if channels == 3 else "L", (resolution, resolution))  # JPEG DCT scaling
+            img = img.convert("RGB" if channels == 3 else "L")
+            out = np.array(to_square(img, resolution), dtype=np.uint8)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:  # PIL's ways to fail
+        raise DataSourceError(f"{path}: cannot decode this image ({exc}); remove or replace the file") from None
     return out if out.ndim == 3 else out[..., None]
 
 
