@@ -149,9 +149,6 @@ def _check_inputs(args: argparse.Namespace) -> None:
     from tianfeng.storage_url import check_storage
     from trainers.names import STUDY_MAX_LENGTH, check_name
 
-    if getattr(args, "storage", None) is not None:
-        creates = args.command in ("search", "scale") and not args.resume
-        check_storage(args.storage, must_exist=not creates)
     flags = {"study": "STUDY" if args.command == "report" else "--study", "scale": "--scale"}
     if args.command == "scale":
         flags["name"] = "--name"
@@ -159,6 +156,9 @@ def _check_inputs(args: argparse.Namespace) -> None:
         value = getattr(args, attr, None)
         if value is not None:
             check_name(value, flag, "", max_length=STUDY_MAX_LENGTH)
+    if getattr(args, "storage", None) is not None:
+        creates = args.command in ("search", "scale") and not args.resume
+        check_storage(args.storage, must_exist=not creates)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -199,11 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # database, data and engine failures: one line, --debug for more
         if args.debug:
             raise
-        kind = "" if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: "
-        origin = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's message
-        text = _one_line(origin) if origin is not None else _one_line(exc)
-        print(f"tianfeng: error: {kind}{text}" + ("" if isinstance(exc, RuntimeError)
-                                                   else " (--debug shows the traceback)"), file=sys.stderr)
+        if type(exc).__module__.startswith("sqlalchemy"):  # it wraps the driver's message
+            origin = getattr(exc, "orig", None) or exc
+            text = f"database {getattr(args, 'storage', '')}: {_one_line(origin)}"
+        elif isinstance(exc, RuntimeError):
+            text = _one_line(exc)
+        else:
+            text = f"{type(exc).__name__}: {_one_line(exc)} (--debug shows the traceback)"
+        print(f"tianfeng: error: {text}", file=sys.stderr)
         return 1
 
 

@@ -169,14 +169,13 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     _seed_everything(cfg.seed)
     run_dir = cfg.resolved_run_dir
     ckpt_dir = cfg.resolved_checkpoint_dir
-    if ctx.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-
     source = open_source(cfg.data.source, synthetic_images=cfg.data.synthetic_images,
                          synthetic_classes=cfg.data.synthetic_classes,
                          resolution=max(p.resolution for p in cfg.phases))
     train_indices = stratified_subset(source.train.labels, cfg.data.fraction, cfg.seed)
+    if ctx.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
     plan = PhasePlan(cfg.phases, len(train_indices))
     data, loader_reason = build_pipeline(source, cfg.data, seed=cfg.seed, train_indices=train_indices,
                                          resolution=plan.max_resolution, rank=ctx.rank,
