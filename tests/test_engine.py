@@ -72,6 +72,33 @@ def test_divergence_stops_the_run(tmp_path: Path) -> None:
     assert saved["status"] == "diverged"
 
 
+def test_divergence_read_every_few_steps_stops_late_but_never_saves_a_diverged_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainers import engine
+
+    real_build, forwards = engine.build_model, {"n": 0}
+
+    def poisoned(*args):  # the output turns inf from the 7th training step (index 6) on
+        model = real_build(*args)
+
+        def hook(module, inputs, output):
+            forwards["n"] += module.training
+            return output * float("inf") if module.training and forwards["n"] >= 7 else None
+
+        model.register_forward_hook(hook)
+        return model
+
+    monkeypatch.setattr(engine, "build_model", poisoned)
+    monkeypatch.setattr(engine, "divergence_check_steps", lambda device: 4)  # as on an accelerator
+    cfg = make_config(tmp_path, checkpoint={"every_steps": 3})
+    result = train(cfg)
+    # read at step 8 (every 4 steps; before the checkpoint after step 8 too), 2 steps late
+    assert result.status == "diverged" and "by epoch 1, step 8 " in result.message, result.message
+    saved = torch.load(cfg.resolved_checkpoint_dir / "last.pt", weights_only=True)
+    assert saved["position"]["global_step"] == 6  # the one written after step 5, before the poison
+    assert all(torch.isfinite(t).all() for t in saved["model"].values() if t.is_floating_point())
+
+
 def test_callback_can_prune_and_sees_every_epoch(tmp_path: Path) -> None:
     seen = []
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -102,34 +101,70 @@ def _wrap_distributed(model: nn.Module, cfg: RunConfig, ctx: dist_utils.DistCont
     if not ctx.enabled:
         return model, None
     dcfg = cfg.distributed
-    hier = hierarchical.build_state(local_size) if dcfg.hook == "hierarchical" else None
-    comm = hier
-    if dcfg.compression != "none":
+    hier = hierarchical.build_state(local_size) if dcfg.hook == "hierarchical" else None  # its groups, once
+
+    def new_comm_state():
+        """The hook's state: byte counts, and for compression its error feedback and PowerSGD's
+        matrices, which belong to one bucket layout and one run."""
+        if dcfg.compression == "none":
+            return None if hier is None else replace(hier, bytes=hierarchical.CommBytes())
         layout = hierarchical.NodeLayout(ctx.world, ctx.rank, local_size)
-        comm = compression.build_state(dcfg.compression, layout, topk_ratio=dcfg.topk_ratio,
+        return compression.build_state(dcfg.compression, layout, topk_ratio=dcfg.topk_ratio,
                                        powersgd_rank=dcfg.powersgd_rank,
                                        powersgd_start_step=dcfg.powersgd_start_step, hierarchical=hier)
 
-    def wrap(bucket_mb: float) -> nn.Module:
+    def wrap(bucket_mb: float, comm) -> nn.Module:
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=bucket_mb)
         if dcfg.compression != "none":
             ddp.register_comm_hook(comm, compression.compressed_allreduce_hook)
-        elif hier is not None:
-            ddp.register_comm_hook(hier, hierarchical.hierarchical_allreduce_hook)
+        elif comm is not None:
+            ddp.register_comm_hook(comm, hierarchical.hierarchical_allreduce_hook)
         return ddp
 
     bucket_mb = dcfg.bucket_mb
     if bucket_mb == "auto":
+        # each candidate runs with a throw-away hook state: the run's starts untouched
         first = plan.phases[0]
         batch = next(iter(data.train_batches(0, first.resolution, first.batch_size)))
-        bucket_mb, timings = fusion.choose_bucket_mb(model, wrap, batch, loss_fn)
+        bucket_mb, timings = fusion.choose_bucket_mb(model, lambda mb: wrap(mb, new_comm_state()), batch, loss_fn)
         if ctx.is_main:
             log.info("bucket_mb auto: %s -> %g MB", ", ".join(f"{mb:g} MB {1000 * s:.1f} ms"
                                                             for mb, s in timings.items()), bucket_mb)
-        if comm is not None:  # the timing steps are not part of the run's traffic
-            comm.bytes = type(comm.bytes)()
-    return wrap(bucket_mb), comm
+    comm = new_comm_state()
+    return wrap(bucket_mb, comm), comm
+
+
+DIVERGENCE_CHECK_STEPS = 16  # on accelerators: a non-finite loss stops the run at most this late
+
+
+def divergence_check_steps(device: torch.device) -> int:
+    """Reading the loss on the host every step would stall an accelerator; on a CPU it is free."""
+    return 1 if device.type == "cpu" else DIVERGENCE_CHECK_STEPS
+
+
+class DivergenceCheck:
+    """Whether any rank's loss has been non-finite: one MAX all-reduce of a flag, so every rank
+    decides the same (a rank leaving alone would hang the others in their next all-reduce)."""
+
+    def __init__(self, device: torch.device, ctx: dist_utils.DistContext) -> None:
+        self.device, self.ctx = device, ctx
+
+    def check(self, nonfinite: torch.Tensor, loss: torch.Tensor | None) -> str | None:
+        flag = nonfinite.to(torch.float32)
+        if self.ctx.enabled:
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        if not flag.item():
+            return None
+        if loss is not None and not torch.isfinite(loss.detach()).item():
+            return str(loss.item())
+        return "non-finite" + ("" if nonfinite.item() else " on another rank")
+
+
+def _saves_now(cfg: RunConfig, pos: _Position) -> bool:
+    """Whether this step ends with a mid-epoch checkpoint (a diverged model must not be saved)."""
+    every = cfg.checkpoint.every_steps
+    return bool(every) and (pos.global_step + 1) % every == 0
 
 
 def _seed_everything(seed: int) -> None:
@@ -213,11 +248,16 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
             precision.scaler.load_state_dict(saved["scaler"])
         checkpoint.restore_rng(saved["rng"])
         pos = _Position(**saved["position"])
+        if not ctx.is_main:  # rank 0 carries the world's partial epoch loss
+            pos.loss_sum, pos.loss_count = 0.0, 0
         if ctx.is_main:
             log.info("resumed from %s at epoch %d, step %d", ckpt_dir / checkpoint.LAST,
                      pos.epoch + 1, pos.step)
 
     def save_checkpoint() -> None:
+        # the epoch's partial loss of every rank, held by rank 0 (a resumed rank 0 brings it back)
+        total, count = dist_utils.all_reduce_sum([pos.loss_sum, pos.loss_count], device, ctx)
+        pos.loss_sum, pos.loss_count = (total, int(count)) if ctx.is_main else (0.0, 0)
         if ctx.is_main:
             checkpoint.save(ckpt_dir, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -225,6 +265,9 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 "position": asdict(pos), "config": config_to_dict(cfg)})
 
     history = [EpochMetrics(**h) for h in pos.history]
+    check_every = divergence_check_steps(device)
+    divergence = DivergenceCheck(device, ctx)
+    nonfinite = torch.zeros((), dtype=torch.bool, device=device)
     started = time.perf_counter()
     status, message = "completed", ""
 
@@ -235,6 +278,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
             epoch_start = time.perf_counter()
             wait_s, samples, lr = 0.0, 0, 0.0
             batches = data.train_batches(pos.epoch, phase.resolution, phase.batch_size, pos.step)
+            loss_total = torch.zeros((), device=device)  # this epoch's loss sum since the last read
             while True:
                 wait_from = time.perf_counter()
                 batch = next(batches, None)
@@ -252,12 +296,17 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
 
                 with precision.autocast():
                     loss = loss_fn(train_model(x), y)
-                loss_value = loss.item()
-                if not math.isfinite(loss_value):
-                    status = "diverged"
-                    message = (f"loss became {loss_value} at epoch {pos.epoch + 1}, step "
-                               f"{pos.step} (lr {lr:.4g}); stopped instead of training on garbage")
-                    break
+                # divergence: flagged on the device every step, read (and agreed by every rank)
+                # every `check_every` steps and before anything is saved, so all ranks stop together
+                nonfinite |= ~torch.isfinite(loss.detach())
+                if pos.step % check_every == 0 or _saves_now(cfg, pos):
+                    where = divergence.check(nonfinite, loss)
+                    if where is not None:
+                        status = "diverged"
+                        message = (f"loss became {where} by epoch {pos.epoch + 1}, step {pos.step} "
+                                   f"(lr {lr:.4g}); stopped instead of training on garbage")
+                        break
+                loss_total += loss.detach().float() * len(y)
 
                 optimizer.zero_grad(set_to_none=True)
                 precision.scaler.scale(loss).backward()  # loss scaling: fp16 only, else a no-op
@@ -270,20 +319,26 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 if precision.scaler.is_enabled() and precision.scaler.get_scale() < scale_before:
                     pos.skipped += 1
 
-                pos.loss_sum += loss_value * len(y)
                 pos.loss_count += len(y)
                 samples += len(y) * ctx.world
                 pos.step += 1
                 pos.global_step += 1
                 if cfg.log_every_steps and pos.global_step % cfg.log_every_steps == 0 and ctx.is_main:
-                    log.info("step %d loss %.4f lr %.4g", pos.global_step, loss_value, lr)
+                    log.info("step %d loss %.4f lr %.4g", pos.global_step, loss.item(), lr)
                 if cfg.checkpoint.every_steps and pos.global_step % cfg.checkpoint.every_steps == 0:
+                    pos.loss_sum, loss_total = pos.loss_sum + loss_total.item(), loss_total.zero_()
                     save_checkpoint()
                 if max_steps is not None and pos.global_step >= max_steps:
                     status = "stopped"
                     break
             if status != "completed":
                 break
+            where = divergence.check(nonfinite, None)  # the steps since the last read
+            if where is not None:
+                status, message = "diverged", (f"loss became {where} in epoch {pos.epoch + 1} (lr {lr:.4g}); "
+                                               "stopped instead of training on garbage")
+                break
+            pos.loss_sum += loss_total.item()
 
             # --- end of epoch: evaluate, record, checkpoint, hand metrics to the callback ----
             if device.type == "cuda":

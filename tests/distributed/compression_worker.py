@@ -49,6 +49,17 @@ def train(variant: str, layout: hierarchical.NodeLayout, hier_state) -> dict:
             "weights": torch.cat([p.detach().reshape(-1) for p in ddp.parameters()]).tolist()}
 
 
+def large_gradients(variant: str, layout: hierarchical.NodeLayout, hier_state) -> list[float]:
+    """Every rank's gradient is 30,000 per weight: fp16 holds it (max 65,504) but not the sum
+    over 4 ranks. Returns the gradient DDP leaves after the hook (the mean, 30,000, or inf)."""
+    kind, _, where = variant.partition("+")
+    ddp = nn.parallel.DistributedDataParallel(nn.Linear(8, 1, bias=False))
+    state = compression.build_state(kind, layout, hierarchical=hier_state if where == "hier" else None)
+    ddp.register_comm_hook(state, compression.compressed_allreduce_hook)
+    (30_000.0 * ddp(torch.ones(1, 8)).sum()).backward()
+    return ddp.module.weight.grad.reshape(-1).tolist()
+
+
 def main() -> None:
     out_path = sys.argv[1]
     dist.init_process_group("gloo")
@@ -57,6 +68,7 @@ def main() -> None:
     results = {v: train(v, layout, hier_state)
                for v in ("flat", "fp16", "bf16", "topk", "powersgd", "fp16+hier", "topk+hier", "powersgd+hier",
                        "powersgd+hier-full-rank")}
+    results["large_gradients"] = {v: large_gradients(v, layout, hier_state) for v in ("fp16", "fp16+hier")}
     if dist.get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump(results, f)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import make_config
 from tests.distributed.test_hooks import REPO, torchrun
@@ -84,6 +85,20 @@ def test_ddp_world_2_follows_the_single_process_loss_curve(tmp_path: Path) -> No
         assert d["train_loss"] == pytest.approx(s.train_loss, rel=0.2)
     assert per_rank_bn[1]["train_loss"] < 0.8 * per_rank_bn[0]["train_loss"]
     assert single.epochs[1].train_loss < 0.8 * single.epochs[0].train_loss
+
+
+@pytest.mark.slow
+def test_a_loss_that_turns_non_finite_on_one_rank_stops_every_rank(tmp_path: Path) -> None:
+    out = torchrun(2, str(Path(__file__).with_name("diverge_worker.py")), str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]  # no rank left waiting in an all-reduce
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["status"] for r in ranks] == ["diverged", "diverged"]
+    assert "on another rank" in ranks[0]["message"] and "step 2" in ranks[0]["message"]
+    assert "on another rank" not in ranks[1]["message"]
+    # the last checkpoint (written every step) is from before the poisoned step
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)
+    assert saved["position"]["global_step"] == 2
+    assert all(torch.isfinite(t).all() for t in saved["model"].values() if t.is_floating_point())
 
 
 def test_world_checks(tmp_path: Path) -> None:

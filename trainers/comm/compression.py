@@ -49,9 +49,12 @@ def build_state(kind: str, layout: NodeLayout, *, topk_ratio: float = 0.01, powe
 
 def _sum_compressed(state: CompressionState, tensor: torch.Tensor, group, group_size: int, key: int,
                     inter: bool) -> torch.Tensor:
-    """Sum of `tensor` over `group`, sending it compressed; counts the bytes sent."""
+    """Sum over `group` of `tensor`, sent compressed, divided by the world size (a cast divides
+    before casting, as torch's fp16 hook does: a sum of world-size fp16 values would overflow
+    world-size times sooner); counts the bytes sent."""
+    world = state.layout.world
     if state.kind in _CASTS:
-        low = tensor.to(_CASTS[state.kind])
+        low = tensor.div(world).to(_CASTS[state.kind])
         dist.all_reduce(low, group=group)
         state.bytes.add(low.numel() * low.element_size(), group_size, inter=inter, allreduce=True)
         return low.to(tensor.dtype)
@@ -69,7 +72,7 @@ def _sum_compressed(state: CompressionState, tensor: torch.Tensor, group, group_
     dist.all_gather_into_tensor(all_values, values, group=group)
     sent = k * (4 + values.element_size())  # int32 indices and the values
     state.bytes.add(sent * group_size, group_size, inter=inter, allreduce=False, payload=sent)
-    return torch.zeros_like(tensor).index_add_(0, all_index.long(), all_values)
+    return torch.zeros_like(tensor).index_add_(0, all_index.long(), all_values).div_(world)
 
 
 def compressed_allreduce_hook(state: CompressionState,
@@ -88,8 +91,8 @@ def compressed_allreduce_hook(state: CompressionState,
         return fut
     hier = state.hierarchical
     if hier is None:
-        total = _sum_compressed(state, buffer, None, world, bucket.index(), inter=state.layout.nodes > 1)
-        return _done(buffer.copy_(total).div_(world))
-    # only the inter-node step is compressed
+        mean = _sum_compressed(state, buffer, None, world, bucket.index(), inter=state.layout.nodes > 1)
+        return _done(buffer.copy_(mean))
+    # only the inter-node step is compressed (and divided: the node sums before it are exact)
     return _done(hierarchical_sum(hier, buffer, state.bytes, lambda shard: _sum_compressed(
-        state, shard, hier.cross_group, hier.layout.nodes, bucket.index(), inter=True)).div_(world))
+        state, shard, hier.cross_group, hier.layout.nodes, bucket.index(), inter=True)))
