@@ -181,3 +181,24 @@ def test_dali_cpu_pipeline_decodes_real_jpegs(small_imagefolder: Path) -> None:
     assert x.shape == (50, 3, 16, 16) and x.dtype == torch.float32
     assert y.dtype == torch.int64 and y.min() >= 0 and y.max() <= 4
     assert x.std() > 0.5  # normalised real images, not blank
+
+
+@pytest.mark.parametrize("loader", ["torch", "dali"])
+def test_streaming_loaders_never_build_the_decoded_cache(small_imagefolder: Path, tmp_path: Path, loader: str) -> None:
+    """The torch and DALI loaders are chosen when the cache would not fit: they must not write it
+    (for ImageNet, decoding every split at every phase resolution first would take hours)."""
+    src = imagefolder_source(str(small_imagefolder))
+    cache = tmp_path / "cache"
+    cfg = DataConfig(source=f"imagefolder:{small_imagefolder}", loader=loader, workers=1, cache_dir=str(cache))
+    pipe, _ = build_pipeline(src, cfg, seed=5, train_indices=np.arange(len(src.train)), resolution=16)
+    pipe.prepare([8, 16])
+    train = list(pipe.train_batches(epoch=0, resolution=16, global_batch=50))
+    val = list(pipe.val_batches(16))
+    assert len(train) == 4 and sum(len(y) for _, y in val) == len(src.val)
+    assert not cache.exists() or not any(cache.rglob("*")), sorted(cache.rglob("*"))
+    # the same validation images and statistics as the cache pipeline reads from its cache
+    cached, _ = build_pipeline(src, DataConfig(source=cfg.source, loader="cache", cache_dir=str(tmp_path / "c2")),
+                               seed=5, train_indices=np.arange(len(src.train)), resolution=16)
+    for (xa, ya), (xb, yb) in zip(val, cached.val_batches(16), strict=True):
+        assert torch.equal(ya, yb)
+        torch.testing.assert_close(xa, xb)

@@ -34,6 +34,9 @@ class DataPipeline(Protocol):
     def prepare(self, resolutions: list[int]) -> None: ...
 
 
+STATS_SAMPLE = 1024  # training images decoded for the normalisation statistics (streaming loaders)
+
+
 class _Base:
     def __init__(self, source: ImageSource, cfg: DataConfig, train_indices: np.ndarray, seed: int,
                  rank: int, world: int, device: torch.device, spec: AugmentSpec) -> None:
@@ -49,17 +52,26 @@ class _Base:
         return self._splits[name, resolution]
 
     def prepare(self, resolutions: list[int]) -> None:
-        """Decode every split the run will need up front, so no epoch pays for it."""
-        for resolution in sorted(set(resolutions)):
-            for name in ("train", "val"):
-                self._split(name, resolution)
+        """Whatever the pipeline does before the first step (the cache decodes its splits)."""
+
+    def _sample(self, resolution: int, picks: np.ndarray) -> np.ndarray:
+        """Training images `picks` at `resolution`, decoded here (the cache pipeline reads them)."""
+        dataset = _DecodeDataset(self.source.train, resolution, self.source.channels)
+        return np.stack([dataset[int(i)][0].numpy() for i in picks])
+
+    def _channel_stats(self, resolution: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Per-channel mean and std (0..255) of a fixed sample of the training images, the same
+        for every loader (so they give the same batches) and no cache needed to compute it."""
+        n = len(self.source.train)
+        picks = np.linspace(0, n - 1, num=min(n, STATS_SAMPLE), dtype=np.int64)
+        images = self._sample(resolution, picks).astype(np.float64)
+        return tuple(images.mean(axis=(0, 1, 2))), tuple(images.std(axis=(0, 1, 2)) + 1e-3)
 
     def _norm(self, resolution: int) -> tuple[torch.Tensor, torch.Tensor]:
         if resolution not in self._stats:
-            split = self._split("train", resolution)
-            mean, std = split.mean, split.std
-            self._stats[resolution] = (torch.tensor(mean, device=self.device),
-                                       torch.tensor(std, device=self.device))
+            mean, std = self._channel_stats(resolution)
+            self._stats[resolution] = (torch.tensor(mean, dtype=torch.float32, device=self.device),
+                                       torch.tensor(std, dtype=torch.float32, device=self.device))
         return self._stats[resolution]
 
     def _theta(self, epoch: int, step: int, global_batch: int, resolution: int) -> torch.Tensor | None:
@@ -82,24 +94,47 @@ class _Base:
     def _steps(self, global_batch: int) -> int:
         return len(self.train_indices) // global_batch
 
+    def _val_range(self) -> range:
+        """This rank's share of the validation split, in batches of val_batch_size."""
+        n = len(self.source.val)
+        return range(n * self.rank // self.world, n * (self.rank + 1) // self.world, self.cfg.val_batch_size)
+
     def val_batches(self, resolution: int) -> Iterator[Batch]:
-        split = self._split("val", resolution)
-        n = len(split)
-        lo, hi = n * self.rank // self.world, n * (self.rank + 1) // self.world
-        step = self.cfg.val_batch_size
-
-        def produce() -> Iterator[Batch]:
-            for start in range(lo, hi, step):
-                end = min(start + step, hi)
-                images = torch.from_numpy(np.array(split.images[start:end]))
-                yield self._finish(images, torch.from_numpy(split.labels[start:end]), None, resolution)
-
-        return self._ahead(produce())
+        """Decoded as they are read, by the torch DataLoader (the cache pipeline reads its cache)."""
+        rows = self._val_range()
+        end = len(self.source.val) * (self.rank + 1) // self.world
+        loader = torch.utils.data.DataLoader(
+            _DecodeDataset(self.source.val, resolution, self.source.channels),
+            batch_sampler=[list(range(start, min(start + rows.step, end))) for start in rows],
+            num_workers=self.cfg.workers, pin_memory=self.device.type == "cuda")
+        return (self._finish(images, labels, None, resolution) for images, labels in loader)
 
 
 class CachePipeline(_Base):
     """Batches gathered from the pre-decoded memmap; on a GPU the gather and augmentation run
     ahead in a background thread."""
+
+    def prepare(self, resolutions: list[int]) -> None:
+        """Decode every split the run will need up front, so no epoch pays for it."""
+        for resolution in sorted(set(resolutions)):
+            for name in ("train", "val"):
+                self._split(name, resolution)
+
+    def _sample(self, resolution: int, picks: np.ndarray) -> np.ndarray:
+        return np.asarray(self._split("train", resolution).images[picks])
+
+    def val_batches(self, resolution: int) -> Iterator[Batch]:
+        split = self._split("val", resolution)
+        rows = self._val_range()
+        end = len(split) * (self.rank + 1) // self.world
+
+        def produce() -> Iterator[Batch]:
+            for start in rows:
+                stop = min(start + rows.step, end)
+                images = torch.from_numpy(np.array(split.images[start:stop]))
+                yield self._finish(images, torch.from_numpy(split.labels[start:stop]), None, resolution)
+
+        return self._ahead(produce())
 
     def train_batches(self, epoch: int, resolution: int, global_batch: int,
                       start_step: int = 0) -> Iterator[Batch]:
