@@ -63,7 +63,7 @@ def run_search_command(args) -> int:
             from tianfeng.search.ray_backend import RayOptions, run_ray_search
 
             options = RayOptions(address=args.address, cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
-                                 gpus_per_trial=0.0 if args.gpus_per_trial is None else args.gpus_per_trial)
+                                 gpus_per_trial=args.gpus_per_trial)
             study = run_ray_search(plan, options, resume=args.resume)
         else:
             study = run_search(plan, args.workers, resume=args.resume)
@@ -144,7 +144,7 @@ def add_search_arguments(parser) -> None:
     parser.add_argument("--address", default=None,
                         help="with --backend ray: auto or HOST:PORT of a running Ray cluster (default: start one here)")
     parser.add_argument("--cpus-per-trial", type=float, default=None, help="with --backend ray (default 1)")
-    parser.add_argument("--gpus-per-trial", type=float, default=None, help="with --backend ray (default 0)")
+    parser.add_argument("--gpus-per-trial", type=float, default=None, help="with --backend ray (default 1 on a cluster with GPUs, else 0)")
     parser.add_argument("--fidelity", default=None, help="the rung trials run at (default: the space's search_fidelity)")
     parser.add_argument("--resume", action="store_true", help="continue an existing study")
     parser.add_argument("--seed", type=int, default=0)

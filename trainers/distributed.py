@@ -33,12 +33,16 @@ def context_from_env() -> DistContext:
 
 
 def init(backend: str, device: torch.device) -> DistContext:
-    """Join the process group torchrun described in the environment (a no-op for one process)."""
+    """Join the process group torchrun described in the environment (a no-op for one process).
+    On a GPU the rank's device is made current and bound to the group first: otherwise every
+    rank opens a context on GPU 0 and NCCL's collectives (the shutdown barrier too) use it."""
     ctx = context_from_env()
     if ctx.enabled and not dist.is_initialized():
         if backend == "auto":
             backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
     return ctx
 
 

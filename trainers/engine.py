@@ -221,6 +221,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
         model = sync_bn.convert(model, device)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
+        torch.backends.cudnn.benchmark = True  # shapes are fixed within a phase: tune once per shape
     optimizer = build_optimizer(model, cfg.optimizer)
     precision = build_precision(cfg.precision, device)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)

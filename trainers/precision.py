@@ -30,7 +30,8 @@ def resolve_mode(mode: str, device: torch.device) -> tuple[str, str]:
     if mode != "auto":
         return mode, f"precision.mode is {mode}"
     if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
+        # without emulation: a V100 "supports" bf16 only by emulating it, far slower than fp16
+        if torch.cuda.is_bf16_supported(including_emulation=False):
             return "bf16", "the GPU computes bf16 natively (no loss scaling needed)"
         return "fp16", "the GPU has no bf16; fp16 with dynamic loss scaling"
     if cpu_has_bf16_hardware():

@@ -14,7 +14,7 @@ import logging
 import math
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ RAY_PRUNERS = {"asha": "ASHA (Ray AsyncHyperBandScheduler, one bracket)",
 class RayOptions:
     address: str | None = None  # None starts a local Ray; "auto" or HOST:PORT joins a cluster
     cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
+    gpus_per_trial: float | None = None  # None: one GPU per trial on a cluster that has GPUs, else 0
     trainer: str = "trainers.engine:train"  # module:function the workers run (benchmarks swap it)
 
 
@@ -208,30 +208,43 @@ def _scheduler(pruner: str, epochs: int):
     return FIFOScheduler()
 
 
-def connect(options: RayOptions) -> dict[str, float]:
-    """Start or join Ray and check that one trial's resources exist; returns the cluster's."""
+def default_gpus(options: RayOptions, resources: dict[str, float]) -> RayOptions:
+    """Unset --gpus-per-trial: a GPU per trial where the cluster has GPUs (a trial given none
+    would train on the CPU beside idle GPUs), none elsewhere."""
+    if options.gpus_per_trial is not None:
+        return options
+    gpus = 1.0 if resources.get("GPU", 0.0) >= 1 else 0.0
+    if gpus:
+        log.info("the Ray cluster has %g GPUs: one per trial (--gpus-per-trial to change it)", resources["GPU"])
+    return replace(options, gpus_per_trial=gpus)
+
+
+def connect(options: RayOptions) -> tuple[dict[str, float], RayOptions]:
+    """Start or join Ray and check that one trial's resources exist; returns the cluster's and
+    the options with the GPUs per trial decided."""
     import ray
 
     if options.cpus_per_trial <= 0:
         raise ConfigError("--cpus-per-trial", "", f"must be > 0, got {options.cpus_per_trial:g}")
-    if options.gpus_per_trial < 0:
+    if options.gpus_per_trial is not None and options.gpus_per_trial < 0:
         raise ConfigError("--gpus-per-trial", "", f"must be >= 0, got {options.gpus_per_trial:g}")
     # trials keep the driver's working directory (relative data paths) and decode cache
     start_or_join(options.address, env={"RAY_CHDIR_TO_TRIAL_DIR": "0"}, log_to_driver=False)
     resources = ray.cluster_resources()
+    options = default_gpus(options, resources)
     for flag, key, wanted in (("--cpus-per-trial", "CPU", options.cpus_per_trial),
                               ("--gpus-per-trial", "GPU", options.gpus_per_trial)):
         have = resources.get(key, 0.0)
         if wanted > have:
             raise ConfigError(flag, "", f"a trial asks for {wanted:g} {key}s but the Ray cluster "
                                         f"({options.address or 'local'}) has {have:g}")
-    return resources
+    return resources, options
 
 
 def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = plan_space(plan)
-    resources = connect(options)
+    resources, options = connect(options)
     from ray import tune
 
     if not plan.verbose:

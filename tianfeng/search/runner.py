@@ -311,8 +311,9 @@ def new_stream() -> int:
 def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress: StudyProgress,
                    stream: int = 0) -> None:
     threads = max(1, (os.cpu_count() or 1) // workers)
+    gpus = worker_gpus(workers)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker_process, args=(plan, i + 1, threads, stream),
+    procs = [ctx.Process(target=_worker_process, args=(plan, i + 1, threads, stream, gpus[i]),
                          name=f"tianfeng-worker-{i + 1}") for i in range(workers)]
     for p in procs:
         p.start()
@@ -331,8 +332,24 @@ def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress
                     ", ".join(failed))
 
 
-def _worker_process(plan: SearchPlan, worker: int, threads: int, stream: int) -> None:
-    """A spawned worker: Ctrl-C ends it quietly (its trial is already marked interrupted)."""
+def worker_gpus(workers: int, visible: str | None = None, count: int | None = None) -> list[str | None]:
+    """The GPU each local worker sees (CUDA_VISIBLE_DEVICES), round robin over the GPUs this
+    process sees; all None without GPUs. Each worker's trials then run on its own `cuda:0`."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+    else:
+        import torch
+
+        ids = [str(i) for i in range(torch.cuda.device_count() if count is None else count)]
+    return [ids[i % len(ids)] if ids else None for i in range(workers)]
+
+
+def _worker_process(plan: SearchPlan, worker: int, threads: int, stream: int, gpu: str | None = None) -> None:
+    """A spawned worker: on its own GPU if there are any (set before CUDA starts in this process);
+    Ctrl-C ends it quietly (its trial is already marked interrupted)."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     try:
         run_worker(plan, worker, threads, stream=stream)
     except KeyboardInterrupt:

@@ -18,13 +18,20 @@ from trainers.data.loaders import Batch, _Base
 from trainers.data.order import rank_slice
 
 
+def dali_threads() -> int:
+    """This rank's share of the machine's cores: every rank of a node runs its own pipeline."""
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    return max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+               // ranks_here)
+
+
 def _build(files: list[str], labels: list[int], batch: int, resolution: int, channels: int,
            rank: int, world: int, seed: int, device: torch.device):
     from nvidia.dali import fn, pipeline_def, types
 
     gpu = device.type == "cuda"
 
-    @pipeline_def(batch_size=batch, num_threads=max(1, os.cpu_count() or 1),
+    @pipeline_def(batch_size=batch, num_threads=dali_threads(),
                   device_id=(device.index or 0) if gpu else None, seed=seed)
     def pipe():
         encoded, label = fn.readers.file(files=files, labels=labels, shard_id=rank,

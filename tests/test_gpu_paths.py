@@ -1,0 +1,78 @@
+"""The branches that only a GPU machine takes, run here with the device abstracted: what they
+call, in which order and with which arguments. (No GPU is lent to this project: what these
+cannot show, scripts/gpu_check.sh is for, on the first GPU machine.)"""
+
+from __future__ import annotations
+
+import torch
+
+from tianfeng.search.ray_backend import RayOptions, default_gpus
+from tianfeng.search.runner import worker_gpus
+from trainers import distributed
+from trainers.data import dali
+from trainers.precision import resolve_mode
+
+
+def test_auto_precision_on_a_gpu_ignores_emulated_bf16(monkeypatch) -> None:
+    cuda = torch.device("cuda", 0)
+    # a V100: bf16 only through emulation (torch's default answer counts it)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert resolve_mode("auto", cuda)[0] == "fp16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # A100, H100
+    assert resolve_mode("auto", cuda)[0] == "bf16"
+
+
+def test_each_rank_binds_its_gpu_before_joining_the_group(monkeypatch) -> None:
+    calls = []
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(distributed.dist, "init_process_group",
+                        lambda **kw: calls.append(("init", kw["backend"], kw["device_id"])))
+    distributed.init("auto", torch.device("cuda", 3))
+    assert calls == [("set_device", torch.device("cuda", 3)), ("init", "nccl", torch.device("cuda", 3))]
+    calls.clear()
+    distributed.init("auto", torch.device("cpu"))
+    assert calls == [("init", "gloo", None)]
+
+
+def test_search_workers_get_a_gpu_each_round_robin() -> None:
+    assert worker_gpus(3, visible="4,5") == ["4", "5", "4"]
+    assert worker_gpus(2, visible=None, count=0) == [None, None]
+    assert worker_gpus(2, visible=None, count=4) == ["0", "1"]
+
+
+def test_ray_trials_get_a_gpu_where_the_cluster_has_them() -> None:
+    assert default_gpus(RayOptions(), {"CPU": 64, "GPU": 8}).gpus_per_trial == 1
+    assert default_gpus(RayOptions(), {"CPU": 2}).gpus_per_trial == 0
+    assert default_gpus(RayOptions(gpus_per_trial=0.5), {"GPU": 8}).gpus_per_trial == 0.5
+
+
+def test_dali_threads_share_the_cores_between_a_nodes_ranks(monkeypatch) -> None:
+    monkeypatch.setattr(dali.os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert dali.dali_threads() == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert dali.dali_threads() == 64
+
+
+def test_a_gpu_checkpoint_loads_on_the_cpu_first(tmp_path, monkeypatch) -> None:
+    """torch.load maps every tensor to the CPU (a CUDA RNG state would be refused by
+    torch.set_rng_state); the model and optimizer then move what they load to their device."""
+    from trainers import checkpoint
+
+    seen = {}
+    real_load = torch.load
+
+    def spy(path, **kw):
+        seen.update(kw)
+        return real_load(path, **kw)
+
+    checkpoint.save(tmp_path, {"model": {}, "optimizer": {}, "rng": checkpoint.rng_state(), "position": {},
+                               "config": {}, "scaler": {}})
+    monkeypatch.setattr(torch, "load", spy)
+    payload = checkpoint.load(tmp_path)
+    assert seen == {"map_location": "cpu", "weights_only": True}
+    checkpoint.restore_rng(payload["rng"])  # plain values and CPU tensors only
