@@ -71,6 +71,39 @@ def load(directory: Path) -> dict[str, Any] | None:
     return payload
 
 
+def _rank_files(directory: Path, rank: int, world: int) -> dict[int, Path]:
+    """This rank's state files by global step: `rank<r>-of-<world>-step<n>.pt`."""
+    prefix = f"rank{rank}-of-{world}-step"
+    return {int(p.stem.removeprefix(prefix)): p for p in directory.glob(f"{prefix}*.pt")
+            if p.stem.removeprefix(prefix).isdigit()}
+
+
+def save_rank_state(directory: Path, rank: int, world: int, global_step: int, payload: dict[str, Any]) -> None:
+    """What only this rank knows (a comm hook's error feedback), saved beside `last.pt` under
+    the step it belongs to; the two newest are kept, so a kill while rank 0 writes `last.pt`
+    still leaves the state of the step `last.pt` holds."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"rank{rank}-of-{world}-step{global_step}.pt"
+    tmp = directory / f".{path.name}.tmp{os.getpid()}"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    for _step, old in sorted(_rank_files(directory, rank, world).items())[:-2]:
+        old.unlink(missing_ok=True)
+
+
+def load_rank_state(directory: Path, rank: int, world: int, global_step: int) -> dict[str, Any] | None:
+    """This rank's state of `global_step`, or None (another world size, or never saved)."""
+    path = _rank_files(directory, rank, world).get(global_step)
+    if path is None:
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
+        raise ConfigError(str(path), "", f"cannot load this rank's state (only tensors and plain values are "
+                          f"accepted): {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else exc}; "
+                          "delete it, or set checkpoint.resume: false") from None
+
+
 # Fields that may change between a run and its resumption: where things go and how often.
 _RESUMABLE_CHANGES = {"name", "run_dir", "log_every_steps", "checkpoint", "data.cache_dir",
                       "data.workers", "data.loader", "data.val_batch_size", "device"}

@@ -19,6 +19,7 @@ from torch import nn
 from trainers import checkpoint, sync_bn
 from trainers import distributed as dist_utils
 from trainers.comm import compression, fusion, hierarchical
+from trainers.comm import state as comm_state
 from trainers.config import ConfigError, RunConfig, config_to_dict
 from trainers.data.loaders import DataPipeline, build_pipeline
 from trainers.data.sources import open_source
@@ -123,16 +124,22 @@ def _wrap_distributed(model: nn.Module, cfg: RunConfig, ctx: dist_utils.DistCont
         return ddp
 
     bucket_mb = dcfg.bucket_mb
-    if bucket_mb == "auto":
-        # each candidate runs with a throw-away hook state: the run's starts untouched
+    stateful = dcfg.compression in ("topk", "powersgd")
+    if bucket_mb == "auto" or stateful:
         first = plan.phases[0]
         batch = next(iter(data.train_batches(0, first.resolution, first.batch_size)))
+    if bucket_mb == "auto":
+        # each candidate runs with a throw-away hook state: the run's starts untouched
         bucket_mb, timings = fusion.choose_bucket_mb(model, lambda mb: wrap(mb, new_comm_state()), batch, loss_fn)
         if ctx.is_main:
             log.info("bucket_mb auto: %s -> %g MB", ", ".join(f"{mb:g} MB {1000 * s:.1f} ms"
                                                             for mb, s in timings.items()), bucket_mb)
     comm = new_comm_state()
-    return wrap(bucket_mb, comm), comm
+    ddp = wrap(bucket_mb, comm)
+    if stateful:  # the buckets every step will use, then a hook state the settling never touched
+        fusion.settle_buckets(ddp, model, batch, loss_fn)
+        vars(comm).update(vars(new_comm_state()))
+    return ddp, comm
 
 
 DIVERGENCE_CHECK_STEPS = 16  # on accelerators: a non-finite loss stops the run at most this late
@@ -251,6 +258,14 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
         pos = _Position(**saved["position"])
         if not ctx.is_main:  # rank 0 carries the world's partial epoch loss
             pos.loss_sum, pos.loss_count = 0.0, 0
+        if comm is not None:
+            mine = checkpoint.load_rank_state(ckpt_dir, ctx.rank, ctx.world, pos.global_step)
+            if mine is not None:
+                comm_state.load_comm_state(comm, comm_state.to_device(mine["comm"], device))
+            elif ctx.is_main:
+                log.warning("no comm hook state of step %d for world %d in %s: error feedback and "
+                            "PowerSGD factors start afresh (the run is no longer the uninterrupted one)",
+                            pos.global_step, ctx.world, ckpt_dir)
         if ctx.is_main:
             log.info("resumed from %s at epoch %d, step %d", ckpt_dir / checkpoint.LAST,
                      pos.epoch + 1, pos.step)
@@ -259,6 +274,9 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
         # the epoch's partial loss of every rank, held by rank 0 (a resumed rank 0 brings it back)
         total, count = dist_utils.all_reduce_sum([pos.loss_sum, pos.loss_count], device, ctx)
         pos.loss_sum, pos.loss_count = (total, int(count)) if ctx.is_main else (0.0, 0)
+        if comm is not None:  # every rank's own error feedback, before rank 0's last.pt
+            checkpoint.save_rank_state(ckpt_dir, ctx.rank, ctx.world, pos.global_step,
+                                       {"comm": comm_state.comm_state_dict(comm)})
         if ctx.is_main:
             checkpoint.save(ckpt_dir, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),

@@ -41,3 +41,18 @@ def choose_bucket_mb(model: nn.Module, wrap: Callable[[float], nn.Module], batch
         gc.collect()  # drop the candidate's reducer and its autograd hooks before the next one
     model.load_state_dict(saved)
     return min(timings, key=timings.get), timings
+
+
+def settle_buckets(ddp: nn.Module, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor],
+                   loss_fn: Callable) -> None:
+    """One backward pass that trains nothing, so DDP records the order gradients become ready
+    and rebuilds its buckets in that order at the next forward. Without it the first step of a
+    run uses the initial buckets and every later step the rebuilt ones, and a run resumed
+    mid-way would take that first step with another layout than the uninterrupted run: hook
+    state kept per bucket (top-k residuals, PowerSGD's error and factors) would meet the wrong
+    gradients."""
+    saved = copy.deepcopy(model.state_dict())
+    x, y = batch
+    loss_fn(ddp(x), y).backward()
+    model.zero_grad(set_to_none=True)
+    model.load_state_dict(saved)

@@ -1,0 +1,43 @@
+"""Run under torchrun (4 ranks as 2 nodes x 2) by test_engine_ddp.py: for each gradient exchange
+with state (top-k residuals, PowerSGD flat and across nodes), one uninterrupted run and one
+stopped after 15 steps then resumed from its checkpoint; rank 0 writes both runs' metrics."""
+
+import json
+import sys
+from pathlib import Path
+
+from trainers import distributed, engine
+from trainers.config import load_config
+
+VARIANTS = {
+    "topk+hier": ["distributed.compression=topk", "distributed.hook=hierarchical", "distributed.topk_ratio=0.05"],
+    "powersgd": ["distributed.compression=powersgd", "distributed.powersgd_start_step=4"],
+    "powersgd+hier": ["distributed.compression=powersgd", "distributed.hook=hierarchical",
+                      "distributed.powersgd_start_step=4"],
+}
+
+
+def config(run_dir: Path, sets: list[str]):
+    return load_config(None, ["device=cpu", "phases.0.epochs=1", "phases.0.resolution=8",
+                              "phases.0.batch_size=64", "data.augment=none", "precision.mode=fp32",
+                              "optimizer.lr=0.2", "distributed.local_size=2", "distributed.bucket_mb=1",
+                              "checkpoint.every_steps=5", f"run_dir={run_dir}", *sets])
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    results = {}
+    for name, sets in VARIANTS.items():
+        whole = engine.train(config(out / name / "whole", sets))
+        cut = config(out / name / "cut", sets)
+        stopped = engine.train(cut, max_steps=15)
+        resumed = engine.train(cut)
+        results[name] = {"whole": [m.__dict__ for m in whole.epochs], "stopped": stopped.status,
+                         "resumed": [m.__dict__ for m in resumed.epochs]}
+    if distributed.context_from_env().is_main:
+        (out / "resume.json").write_text(json.dumps(results))
+    distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main()
