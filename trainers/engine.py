@@ -97,7 +97,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 def _wrap_distributed(model: nn.Module, cfg: RunConfig, ctx: dist_utils.DistContext,
                       device: torch.device, local_size: int, data: DataPipeline, plan: PhasePlan,
-                      loss_fn: nn.Module) -> tuple[nn.Module, object]:
+                      loss_fn: nn.Module, autocast: Callable) -> tuple[nn.Module, object]:
     """DDP with the configured bucket size (or the fastest of a few, for `auto`) and comm hook."""
     if not ctx.enabled:
         return model, None
@@ -130,14 +130,15 @@ def _wrap_distributed(model: nn.Module, cfg: RunConfig, ctx: dist_utils.DistCont
         batch = next(iter(data.train_batches(0, first.resolution, first.batch_size)))
     if bucket_mb == "auto":
         # each candidate runs with a throw-away hook state: the run's starts untouched
-        bucket_mb, timings = fusion.choose_bucket_mb(model, lambda mb: wrap(mb, new_comm_state()), batch, loss_fn)
+        bucket_mb, timings = fusion.choose_bucket_mb(model, lambda mb: wrap(mb, new_comm_state()), batch, loss_fn,
+                                                     autocast=autocast)
         if ctx.is_main:
             log.info("bucket_mb auto: %s -> %g MB", ", ".join(f"{mb:g} MB {1000 * s:.1f} ms"
                                                             for mb, s in timings.items()), bucket_mb)
     comm = new_comm_state()
     ddp = wrap(bucket_mb, comm)
     if stateful:  # the buckets every step will use, then a hook state the settling never touched
-        fusion.settle_buckets(ddp, model, batch, loss_fn)
+        fusion.settle_buckets(ddp, model, batch, loss_fn, autocast)
         vars(comm).update(vars(new_comm_state()))
     return ddp, comm
 
@@ -232,7 +233,8 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     optimizer = build_optimizer(model, cfg.optimizer)
     precision = build_precision(cfg.precision, device)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)
-    train_model, comm = _wrap_distributed(model, cfg, ctx, device, local_size, data, plan, loss_fn)
+    train_model, comm = _wrap_distributed(model, cfg, ctx, device, local_size, data, plan, loss_fn,
+                                          precision.autocast)
     if ctx.is_main:
         log.info("device %s, world %d (%d per node), precision %s (%s)", device, ctx.world, local_size,
                  precision.mode, precision.reason)

@@ -38,7 +38,7 @@ def test_dry_run_prints_torchrun_and_slurm(tmp_path: Path) -> None:
     assert "torchrun --nnodes=16 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=node-a:29500" in out.stdout
     assert "--set device=cuda --set distributed.local_size=8" in out.stdout
     assert "#SBATCH --nodes=16" in out.stdout and "#SBATCH --gpus-per-node=8" in out.stdout
-    assert "--rdzv-endpoint=$MASTER_ADDR:29500" in out.stdout
+    assert "srun torchrun --nnodes=16" in out.stdout and '--rdzv-endpoint="$MASTER_ADDR":29500' in out.stdout
     assert ("ray job submit --address=http://node-a:8265 --submission-id=lt-16x8 -- tianfeng launch --config "
             f"{big} --nodes 16 --gpus-per-node 8 --device cuda --via ray --address auto") in out.stdout
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
