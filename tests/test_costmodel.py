@@ -1,41 +1,99 @@
-"""The communication cost model against a hand calculation."""
+"""The communication cost model against hand calculations."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from tianfeng.costmodel import Cluster, Link, comm_seconds, predict
+from tianfeng.costmodel import Cluster, Link, Phase, comm_seconds, predict, predict_run
 
-INTRA = Link(gbit_s=80.0, latency_us=10.0)  # 10 GB/s
-INTER = Link(gbit_s=8.0, latency_us=100.0)  # 1 GB/s
+INTRA = Link(gbit_s=80.0, latency_us=10.0)  # 10 GB/s per GPU
+INTER = Link(gbit_s=8.0, latency_us=100.0)  # 1 GB/s per adapter
 MB100 = 100e6
+ONE_BUCKET = math.inf
 
 
-def test_flat_ring_across_nodes_runs_at_the_inter_node_link() -> None:
-    c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER)
-    # 2(p-1) alpha + 2(p-1)/p M / B = 6 x 100us + 1.5 x 100MB / 1GB/s
-    assert comm_seconds("flat", MB100, c) == pytest.approx(6 * 100e-6 + 1.5 * 0.1)
+def test_flat_ring_across_nodes_runs_at_the_node_network() -> None:
+    c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER, adapters_per_node=1)
+    # 2(p-1) (alpha + M/p / B) = 6 x 100us + 1.5 x 100MB / 1GB/s
+    assert comm_seconds("flat", MB100, c, bucket_bytes=ONE_BUCKET) == pytest.approx(6 * 100e-6 + 1.5 * 0.1)
+    # two adapters double the node's network; the ring is then bound by it, not by NVLink
+    two = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER, adapters_per_node=2)
+    assert comm_seconds("flat", MB100, two, bucket_bytes=ONE_BUCKET) == pytest.approx(6 * 100e-6 + 1.5 * 0.05)
 
 
-def test_hierarchical_by_hand() -> None:
-    c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER)
-    reduce_scatter = 1 * 10e-6 + 0.5 * MB100 / 10e9  # inside the node
-    cross = 2 * 1 * 100e-6 + 2 * 0.5 * (MB100 / 2) / 1e9  # half the gradient between 2 nodes
-    assert comm_seconds("hierarchical", MB100, c) == pytest.approx(2 * reduce_scatter + cross)
-    fp16_cross = 2 * 100e-6 + (MB100 / 4) / 1e9
-    assert comm_seconds("hierarchical+fp16", MB100, c) == pytest.approx(2 * reduce_scatter + fp16_cross)
+def test_hierarchical_rings_share_the_nodes_adapters() -> None:
+    c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER, adapters_per_node=1)
+    reduce_scatter = 1 * (10e-6 + (MB100 / 2) / 10e9)  # inside the node
+    # two concurrent rings (one per local rank) on 50 MB shards, 0.5 GB/s each through one adapter
+    across = 2 * 1 * (100e-6 + (MB100 / 2 / 2) / 0.5e9)
+    assert comm_seconds("hierarchical", MB100, c, bucket_bytes=ONE_BUCKET) == pytest.approx(2 * reduce_scatter + across)
+    fp16_across = 2 * (100e-6 + (MB100 / 4 / 2) / 0.5e9)
+    assert comm_seconds("hierarchical+fp16", MB100, c, bucket_bytes=ONE_BUCKET) == pytest.approx(
+        2 * reduce_scatter + fp16_across)
+    # an adapter per local rank: each ring gets its own adapter at full speed
+    own = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER, adapters_per_node=2)
+    assert comm_seconds("hierarchical", MB100, own, bucket_bytes=ONE_BUCKET) == pytest.approx(
+        2 * reduce_scatter + 2 * (100e-6 + (MB100 / 4) / 1e9))
+
+
+def test_latency_is_paid_per_bucket_and_powersgd_exchanges_twice() -> None:
+    c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER, adapters_per_node=1)
+    one = comm_seconds("flat", MB100, c, bucket_bytes=ONE_BUCKET)
+    four = comm_seconds("flat", MB100, c, bucket_bytes=MB100 / 4)
+    assert four - one == pytest.approx(3 * 6 * 100e-6)  # the bandwidth term is the same
+    # P then Q: two allreduces of half the compressed bytes each
+    ps = comm_seconds("powersgd", MB100, c, bucket_bytes=ONE_BUCKET)
+    assert ps == pytest.approx(2 * (6 * 100e-6 + 1.5 * MB100 * 0.05 / 2 / 1e9))
 
 
 def test_one_node_and_one_gpu() -> None:
     assert comm_seconds("flat", MB100, Cluster(1, 8)) == 0
     c = Cluster(gpus=8, gpus_per_node=8, intra=INTRA, inter=INTER)
-    assert comm_seconds("flat", MB100, c) == pytest.approx(14 * 10e-6 + 2 * 7 / 8 * MB100 / 10e9)
+    assert comm_seconds("flat", MB100, c, bucket_bytes=ONE_BUCKET) == pytest.approx(
+        14 * 10e-6 + 2 * 7 / 8 * MB100 / 10e9)
 
 
-def test_prediction_overlap_and_efficiency() -> None:
-    c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER)
-    p = predict("flat", c, grad_bytes=MB100, compute_s=0.1, per_gpu_batch=32, overlap=0.5)
-    comm = 6 * 100e-6 + 0.15
-    assert p.step_s == pytest.approx(0.1 + comm - 0.05)  # half the compute hides communication
-    assert p.efficiency == pytest.approx(0.1 / p.step_s)
+def test_only_ddps_own_allreduce_overlaps_the_backward_pass() -> None:
+    c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER, adapters_per_node=1)
+    comm = 4 * 6 * 100e-6 + 0.15  # 4 buckets of 25 MB
+    p = predict("flat", c, grad_bytes=MB100, compute_s=0.3, per_gpu_batch=32, bucket_bytes=MB100 / 4)
+    assert p.comm_s == pytest.approx(comm)
+    # 2/3 of 0.3 s of backward hides all but the last bucket's exchange
+    assert p.step_s == pytest.approx(0.3 + max(comm - 0.2, comm / 4))
+    assert p.efficiency == pytest.approx(0.3 / p.step_s)
     assert p.samples_per_s == pytest.approx(4 * 32 / p.step_s)
+    blocking = predict("hierarchical", c, grad_bytes=MB100, compute_s=0.3, per_gpu_batch=32, bucket_bytes=MB100 / 4)
+    assert blocking.step_s == pytest.approx(0.3 + blocking.comm_s)  # tianfeng's hooks block
+
+
+def test_every_phase_counts() -> None:
+    c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER, adapters_per_node=1)
+    phases = [Phase(steps=100, per_gpu_batch=64, compute_s=0.05), Phase(steps=10, per_gpu_batch=16, compute_s=0.2)]
+    run = predict_run("hierarchical", c, grad_bytes=MB100, phases=phases, bucket_bytes=ONE_BUCKET)
+    comm = comm_seconds("hierarchical", MB100, c, bucket_bytes=ONE_BUCKET)
+    assert run.run_s == pytest.approx(100 * (0.05 + comm) + 10 * (0.2 + comm))
+    assert run.efficiency == pytest.approx((100 * 0.05 + 10 * 0.2) / run.run_s)
+    assert run.samples_per_s == pytest.approx(4 * (100 * 64 + 10 * 16) / run.run_s)
+
+
+def test_plan_prices_resnet50_on_128_v100_with_infiniband(tmp_path, capsys) -> None:
+    import json
+
+    from tianfeng.cli import main
+
+    config = tmp_path / "r50.yaml"
+    config.write_text("model: {name: resnet50}\nphases: [{epochs: 90, resolution: 224, batch_size: 4096}]\n")
+    assert main(["plan", "--config", str(config), "--gpus", "128", "--gpus-per-node", "8", "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = {(r["gpus"], r["variant"]): r for r in json.loads(captured.out)}
+    assert "DGX-1" in captured.err  # where the link figures come from
+    assert set(rows) >= {(g, v) for g in (1, 8, 128) for v in ("flat", "hierarchical", "hierarchical+fp16", "powersgd")}
+    assert rows[1, "flat"]["efficiency"] == 1.0
+    # 25.6M parameters, 32 images per V100 at 1,250 images/s: 25.6 ms of compute per step
+    flat = rows[128, "flat"]
+    assert flat["step_s"] == pytest.approx(32 / 1250 + max(flat["comm_s"] - 2 / 3 * 32 / 1250, flat["comm_s"] / 4))
+    assert 0.5 < flat["efficiency"] < 1.0
+    assert rows[128, "hierarchical"]["step_s"] == pytest.approx(32 / 1250 + rows[128, "hierarchical"]["comm_s"])
+    assert rows[128, "hierarchical+fp16"]["comm_s"] < rows[128, "hierarchical"]["comm_s"]

@@ -126,13 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpus-per-node", type=int, default=8)
     plan.add_argument("--classes", type=int, default=1000, help="classes of the model's head (default 1000)")
     plan.add_argument("--gpu-images-per-s", type=float, default=1250.0,
-                      help="training images/s of one GPU on this model (default 1250: V100, fp16, ResNet-50)")
-    plan.add_argument("--compute-ms", type=float, default=None, help="compute time per step instead (measured)")
-    plan.add_argument("--intra-gbps", type=float, default=800.0, help="inside a node (default NVLink, 800)")
-    plan.add_argument("--intra-latency-us", type=float, default=5.0)
-    plan.add_argument("--inter-gbps", type=float, default=25.0, help="between nodes (default 25 Gbit/s Ethernet)")
-    plan.add_argument("--inter-latency-us", type=float, default=15.0)
-    plan.add_argument("--overlap", type=float, default=0.7, help="share of compute that hides communication")
+                      help="training images/s of one GPU on this model at the last phase's resolution "
+                           "(default 1250: V100, mixed precision, ResNet-50 at 224 px)")
+    plan.add_argument("--compute-ms", type=float, default=None, help="compute time per step of the last phase instead (measured)")
+    plan.add_argument("--train-images", type=int, default=1_281_167, help="training set size (default ImageNet-1k's)")
+    plan.add_argument("--preset", choices=("v100", "a100"), default="v100",
+                      help="links of a DGX-1 V100 (default) or DGX A100 cluster with InfiniBand; the flags below override")
+    plan.add_argument("--intra-gbps", type=float, default=None, help="one GPU's NVLink bandwidth inside a node, Gbit/s per direction")
+    plan.add_argument("--intra-latency-us", type=float, default=None)
+    plan.add_argument("--inter-gbps", type=float, default=None, help="one network adapter between nodes, Gbit/s")
+    plan.add_argument("--inter-latency-us", type=float, default=None)
+    plan.add_argument("--adapters-per-node", type=int, default=None, help="network adapters per node, shared by its GPUs")
+    plan.add_argument("--overlap", type=float, default=2 / 3,
+                      help="share of a step's compute (its backward pass) that an overlapping exchange hides behind")
     plan.add_argument("--json", action="store_true")
 
     status = sub.add_parser("status", help="show studies or one study's trials",
