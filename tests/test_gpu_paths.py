@@ -76,3 +76,16 @@ def test_a_gpu_checkpoint_loads_on_the_cpu_first(tmp_path, monkeypatch) -> None:
     payload = checkpoint.load(tmp_path)
     assert seen == {"map_location": "cpu", "weights_only": True}
     checkpoint.restore_rng(payload["rng"])  # plain values and CPU tensors only
+
+
+def test_gpu_check_says_there_is_no_gpu_and_runs_nothing() -> None:
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run(["bash", str(repo / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=120)
+    if torch.cuda.is_available():  # on a GPU machine this test is the script itself
+        assert "gpu_check:" in out.stdout
+    else:
+        assert out.returncode == 0 and "no CUDA GPU visible" in out.stdout and "nothing was run" in out.stdout
+        assert "PASS" not in out.stdout and "FAIL" not in out.stdout

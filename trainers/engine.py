@@ -300,6 +300,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
             wait_s, samples, lr = 0.0, 0, 0.0
             batches = data.train_batches(pos.epoch, phase.resolution, phase.batch_size, pos.step)
             loss_total = torch.zeros((), device=device)  # this epoch's loss sum since the last read
+            skipped_total = torch.zeros((), dtype=torch.int64, device=device)  # fp16 steps skipped, likewise
             while True:
                 wait_from = time.perf_counter()
                 batch = next(batches, None)
@@ -334,11 +335,13 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 if cfg.optimizer.grad_clip_norm is not None:
                     precision.scaler.unscale_(optimizer)
                     nn.utils.clip_grad_norm_(model.parameters(), cfg.optimizer.grad_clip_norm)
-                scale_before = precision.scaler.get_scale() if precision.scaler.is_enabled() else 0
+                scaling = precision.scaler.is_enabled()
+                # the scale as a device tensor: get_scale() would wait for the GPU every step
+                scale_before = precision.scaler._get_scale_async().clone() if scaling else None
                 precision.scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
                 precision.scaler.update()
-                if precision.scaler.is_enabled() and precision.scaler.get_scale() < scale_before:
-                    pos.skipped += 1
+                if scaling:  # the scale shrinks exactly when the step was skipped
+                    skipped_total += precision.scaler._get_scale_async() < scale_before
 
                 pos.loss_count += len(y)
                 samples += len(y) * ctx.world
@@ -348,6 +351,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                     log.info("step %d loss %.4f lr %.4g", pos.global_step, loss.item(), lr)
                 if cfg.checkpoint.every_steps and pos.global_step % cfg.checkpoint.every_steps == 0:
                     pos.loss_sum, loss_total = pos.loss_sum + loss_total.item(), loss_total.zero_()
+                    pos.skipped, skipped_total = pos.skipped + int(skipped_total.item()), skipped_total.zero_()
                     save_checkpoint()
                 if max_steps is not None and pos.global_step >= max_steps:
                     status = "stopped"
@@ -360,6 +364,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                                                "stopped instead of training on garbage")
                 break
             pos.loss_sum += loss_total.item()
+            pos.skipped += int(skipped_total.item())
 
             # --- end of epoch: evaluate, record, checkpoint, hand metrics to the callback ----
             if device.type == "cuda":
