@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
+import sys
 from pathlib import Path
 
 from optuna.trial import TrialState
@@ -39,12 +41,18 @@ def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int
         seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
         pairs.append({"trial": trial.number, "proxy": trial.value, "full": score, "proxy_s": seconds,
                       "status": out["status"]})
-    usable = [p for p in pairs if p["full"] is not None]
-    rho = float(spearmanr([p["proxy"] for p in usable], [p["full"] for p in usable]).statistic)
-    result = {"study": study.study_name, "spearman_rho": rho, "pairs": pairs,
+    usable = [p for p in pairs if p["full"] is not None and math.isfinite(p["full"])]
+    rho = None
+    if len(usable) >= MIN_PAIRS:
+        rho = float(spearmanr([p["proxy"] for p in usable], [p["full"] for p in usable]).statistic)
+        rho = None if math.isnan(rho) else rho  # every full score equal: no ranking to compare
+    result = {"study": study.study_name, "spearman_rho": rho, "pairs": pairs, "pairs_used": len(usable),
               "top_k": top_k, "random": n_random, "seed": seed}
     study.set_user_attr("calibration", result)
     return result
+
+
+MIN_PAIRS = 3  # Spearman's rho on fewer (proxy, full) pairs says nothing
 
 
 def run_calibrate_command(args) -> int:
@@ -59,4 +67,8 @@ def run_calibrate_command(args) -> int:
 
     result["report"] = str(write_report(args.storage, result["study"]))
     print(json.dumps(result, indent=2))
+    if result["spearman_rho"] is None:
+        print(f"tianfeng: calibration: {result['pairs_used']} of {len(result['pairs'])} promoted runs gave a usable "
+              f"score with a ranking (at least {MIN_PAIRS} are needed): Spearman's rho not computed", file=sys.stderr)
+        return 1
     return 0

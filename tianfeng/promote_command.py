@@ -18,6 +18,7 @@ from rich.console import Console
 from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from tianfeng.promotion.transfer import Change, transfer
+from tianfeng.search.objective import objective_value
 from tianfeng.search.space import SearchSpace, parse_space
 from tianfeng.store import RunStore
 from tianfeng.tables import add_plain_row, plain_table
@@ -95,7 +96,11 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides)
     # a run on another world is another run: its own directory, checkpoints and record
     digest = config_hash(full) + (f"-{launch.nodes}x{launch.per_node}" if launch else "")
-    run_dir = runs_dir / study.study_name / f"{kind}-trial-{trial_number}-{digest}"
+    store = None if dry_run else RunStore(storage)
+    # the same trial and config promoted before (by promote or calibrate) is that run: its
+    # directory, its checkpoints, its record
+    existing = store.find(study=study.study_name, trial_number=trial_number, config_hash=digest) if store else None
+    run_dir = Path(existing["run_dir"]) if existing else runs_dir / study.study_name / f"{kind}-trial-{trial_number}-{digest}"
     full = with_changes(full, name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
     print_changes(changes, Console(stderr=True))
     config_yaml = yaml.safe_dump(config_to_dict(full), sort_keys=False)
@@ -103,7 +108,13 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     if dry_run:
         return {"dry_run": True, "study": study.study_name, "trial": trial_number, "run_dir": str(run_dir),
                 "config": config_to_dict(full), "launch": plan and str(run_dir / "launch")}
-    store = RunStore(storage)
+    metric = study.user_attrs.get("metric", "val_top1")
+    if existing and existing["status"] in ("completed", "diverged") and launch is None:
+        log.info("trial %d of %s was promoted with this config before (run %d, %s): reusing it, nothing "
+                 "trained", trial_number, study.study_name, existing["id"], existing["status"])
+        return {"run": existing["id"], "study": study.study_name, "trial": trial_number, "resumed": True,
+                "reused": True, "run_dir": str(run_dir), "proxy_score": trial.value,
+                "status": existing["status"], f"full_{metric}": existing["final_score"]}
     run_id, resumed = store.open_run(study=study.study_name, trial_number=trial_number, config_hash=digest,
                                      kind=kind, run_dir=str(run_dir), config_yaml=config_yaml,
                                      proxy_score=trial.value)
@@ -117,17 +128,16 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
 
     epochs_so_far = store.runs(study.study_name)
     epochs_so_far = next(r["epochs"] for r in epochs_so_far if r["id"] == run_id)
-    metric = study.user_attrs.get("metric", "val_top1")
     out = {"run": run_id, "study": study.study_name, "trial": trial_number, "resumed": resumed,
            "run_dir": str(run_dir), "proxy_score": trial.value}
     if plan is not None:
-        return out | _run_plan(plan, launch, run_dir, store, run_id, metric)
+        return out | _run_plan(plan, launch, run_dir, store, run_id, space)
     try:
         result = train(full, record)
     except BaseException:
         store.update(run_id, status="failed")
         raise
-    score = getattr(result.final, metric) if result.final else None
+    score = full_score(space, [asdict(m) for m in result.epochs])
     store.update(run_id, status=result.status, final_score=score, epochs=[asdict(m) for m in result.epochs],
                  checkpoint=str(full.resolved_checkpoint_dir / "last.pt"))
     return out | {"status": result.status, f"full_{metric}": score}
@@ -147,8 +157,15 @@ def _write_launch_plan(full: RunConfig, config_yaml: str, launch: Launch, run_di
     return plan
 
 
+def full_score(space: SearchSpace, epochs: list[dict]) -> float | None:
+    """The full run's score by the same statistic as the trial's proxy score (`objective.at`:
+    final or best epoch), so calibration compares like with like."""
+    values = [e[space.objective.metric] for e in epochs if e.get(space.objective.metric) is not None]
+    return objective_value(space, values) if values else None
+
+
 def _run_plan(plan: LaunchPlan, launch: Launch, run_dir: Path, store: RunStore, run_id: int,
-              metric: str) -> dict:
+              space: SearchSpace) -> dict:
     """Run the plan here (CPU, one machine) or leave it for the cluster; a run whose result is
     already in its directory (the cluster finished it) is collected instead."""
     if not (run_dir / "result.json").exists():
@@ -161,15 +178,16 @@ def _run_plan(plan: LaunchPlan, launch: Launch, run_dir: Path, store: RunStore, 
         log.info("running the plan here: %d emulated nodes x %d gloo processes", plan.nodes, plan.per_node)
         if run_here(plan) != 0:
             store.update(run_id, status="failed")
-            return {"status": "failed", f"full_{metric}": None}
-    return _collect(run_dir, store, run_id, metric)
+            return {"status": "failed", f"full_{space.objective.metric}": None}
+    return _collect(run_dir, store, run_id, space)
 
 
-def _collect(run_dir: Path, store: RunStore, run_id: int, metric: str) -> dict:
+def _collect(run_dir: Path, store: RunStore, run_id: int, space: SearchSpace) -> dict:
+    metric = space.objective.metric
     result = json.loads((run_dir / "result.json").read_text())
     metrics = run_dir / "metrics.jsonl"
     epochs = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
-    score = result["final"][metric] if result.get("final") else None
+    score = full_score(space, epochs)
     store.update(run_id, status=result["status"], final_score=score, epochs=epochs,
                  checkpoint=str(run_dir / "checkpoints" / "last.pt"))
     return {"status": result["status"], f"full_{metric}": score, "launch": str(run_dir / "launch")}

@@ -67,6 +67,13 @@ class RunStore:
             session.commit()
             return row.id, False
 
+    def find(self, *, study: str, trial_number: int, config_hash: str) -> dict[str, Any] | None:
+        """The run of this trial with this config, whichever command made it."""
+        with Session(self.engine) as session:
+            row = session.scalars(select(PromotedRun).filter_by(
+                study=study, trial_number=trial_number, config_hash=config_hash)).first()
+            return row.as_dict() if row is not None else None
+
     def update(self, run_id: int, **fields: Any) -> None:
         with Session(self.engine) as session:
             row = session.get(PromotedRun, run_id)

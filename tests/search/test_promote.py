@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.search.conftest import write_space
 from tests.search.test_study import plan_for
 from tianfeng.promote_command import promote
 from tianfeng.promotion.transfer import transfer
@@ -25,18 +26,36 @@ def finished_study(tmp_path: Path, tiny_space_file: Path):
     return plan
 
 
-def test_transfer_rules_are_explicit(tiny_space_file: Path) -> None:
-    space = load_space(tiny_space_file)
+def test_transfer_rules_are_explicit(tmp_path: Path, tiny_space: dict) -> None:
+    # a target budget unlike the base's (3 epochs) and the proxy's (2): kept and stretched differ
+    tiny_space["fidelities"]["target"] = {"epochs": 6}
+    space = load_space(write_space(tmp_path, tiny_space))
     values = {"optimizer": "sgd", "base_lr": 0.4, "warmup_epochs": 1.0, "batch_size": 64, "momentum": 0.9}
     full, changes = transfer(space, values, "proxy", batch_size=256, overrides=["optimizer.nesterov=true"])
     by_key = {c.key: c for c in changes}
-    assert full.phases[0].batch_size == 256 and full.total_epochs == 3
-    assert by_key["phases.0.epochs"].proxy == 2 and by_key["phases.0.epochs"].full == 3
-    assert by_key["schedule.warmup_epochs"].full == pytest.approx(1.0)  # kept in epochs at full scale
+    assert full.phases[0].batch_size == 256 and full.total_epochs == 6
+    assert by_key["phases.0.epochs"].proxy == 2 and by_key["phases.0.epochs"].full == 6
+    warmup = by_key["schedule.warmup_epochs"]  # 1 of the base's 3 epochs: a third of every run
+    assert warmup.proxy == pytest.approx(2 / 3) and warmup.full == pytest.approx(2.0)
+    assert "stretched" in warmup.rule and "x3: 2 -> 6 epochs" in warmup.rule
     assert by_key["model.width"].rule == "the full model width"
     assert by_key["optimizer.nesterov"].rule == "--set override"
-    lr = by_key["peak LR (computed)"]
-    assert lr.full == pytest.approx(lr.proxy * 4)  # linear rule: 64 -> 256
+    lr = by_key["phase 0 peak LR (computed)"]
+    assert lr.proxy == pytest.approx(0.4 * 64 / 256) and lr.full == pytest.approx(0.4)  # linear: 64 -> 256
+    assert "batch 64 -> 256" in lr.rule
+
+
+def test_every_phase_shows_its_own_peak_lr(tmp_path: Path, tiny_space: dict) -> None:
+    tiny_space["phases"] = {"stages": 2, "start_resolution": 8, "end_resolution": 12, "batch_size": "batch_size",
+                            "scale_batch_with_resolution": True}
+    space = load_space(write_space(tmp_path, tiny_space))
+    values = {"optimizer": "sgd", "base_lr": 0.4, "warmup_epochs": 0.0, "batch_size": 64, "momentum": 0.9}
+    full, changes = transfer(space, values, "proxy", batch_size=256)
+    rows = {c.key: c for c in changes if "peak LR" in c.key}
+    assert set(rows) == {"phase 0 peak LR (computed)", "phase 1 peak LR (computed)"}
+    for i, phase in enumerate(full.phases):  # each follows its own phase's batch, not the last one's
+        assert rows[f"phase {i} peak LR (computed)"].full == pytest.approx(0.4 * phase.batch_size / 256)
+    assert full.phases[0].batch_size != full.phases[1].batch_size
 
 
 def test_promote_dry_run_then_real_run_then_resume(finished_study, tmp_path: Path) -> None:
@@ -84,21 +103,54 @@ def test_cli_promote_and_runs(finished_study, tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such trial" in bad.stderr
 
 
-def test_calibrate_stores_the_rank_correlation_of_a_real_study(tmp_path: Path, tiny_space_file: Path) -> None:
+def test_calibrate_reuses_promoted_runs_and_ranks_like_with_like(tmp_path: Path, tiny_space: dict,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import optuna
+    from scipy.stats import spearmanr
 
+    from tianfeng import promote_command
     from tianfeng.calibrate_command import calibrate
 
-    plan = plan_for(tmp_path, tiny_space_file, trials=5, study="cal")
+    tiny_space["objective"]["at"] = "best"  # the proxy score is a trial's best epoch: so must the full one be
+    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=5, study="cal")
     run_search(plan, workers=1, resume=False)
+    best = optuna.load_study(study_name="cal", storage=plan.storage).best_trial.number
+    first = promote(plan.storage, "cal", best, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=False)
+    trained = []
+    real_train = promote_command.train
+    monkeypatch.setattr(promote_command, "train", lambda cfg, cb: trained.append(cfg.name) or real_train(cfg, cb))
     result = calibrate(plan.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
-    assert len(result["pairs"]) == 4
-    assert -1.0 <= result["spearman_rho"] <= 1.0
+    assert len(result["pairs"]) == 4 and len(trained) == 3  # the promoted best trial was not trained again
+    rows = {r["trial_number"]: r for r in RunStore(plan.storage).runs("cal")}
+    assert len(rows) == 4 and rows[best]["run_dir"] == first["run_dir"] and rows[best]["kind"] == "promote"
+    for r in rows.values():  # full scores by the same statistic as the proxy scores: the best epoch
+        assert r["final_score"] == max(e["val_top1"] for e in r["epochs"])
+    pairs = result["pairs"]
+    expected = spearmanr([p["proxy"] for p in pairs], [p["full"] for p in pairs]).statistic
+    assert result["spearman_rho"] == pytest.approx(expected) and result["pairs_used"] == 4
     stored = optuna.load_study(study_name="cal", storage=plan.storage).user_attrs["calibration"]
     assert stored["spearman_rho"] == result["spearman_rho"]
-    rows = RunStore(plan.storage).runs("cal")
-    assert len(rows) == 4 and {r["kind"] for r in rows} == {"calibrate"}
-    assert all(r["status"] == "completed" for r in rows)
+    # a second calibration finds every run done: zero epochs trained
+    trained.clear()
+    again = calibrate(plan.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
+    assert trained == [] and again["spearman_rho"] == result["spearman_rho"]
+    assert {len(r["epochs"]) for r in RunStore(plan.storage).runs("cal")} == {3}  # no epoch added twice
+
+
+def test_rho_needs_three_usable_pairs(tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture) -> None:
+    from tianfeng import calibrate_command
+    from tianfeng.cli import main
+
+    plan = plan_for(tmp_path, tiny_space_file, trials=4, study="few")
+    run_search(plan, workers=1, resume=False)
+    scores = iter([70.0, None, None])  # two of three full runs without a score (diverged or failed)
+    monkeypatch.setattr(calibrate_command, "promote", lambda *a, **k: {"status": "diverged",
+                                                                         "full_val_top1": next(scores)})
+    code = main(["calibrate", "--study", "few", "--storage", plan.storage, "--top-k", "3", "--random", "0",
+                 "--runs-dir", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert code == 1 and "1 of 3 promoted runs gave a usable score" in err and "not computed" in err
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Proxy-to-full transfer rules, explicit and printed: the target rung's epochs, resolution,
-data and width; a new global batch with the LR following the space's scaling rule and warm-up
-kept in epochs; precision chosen for the target device; then the user's --set overrides."""
+data and width; warm-up and step milestones stretched with the epoch budget (the same share of
+the run); a new global batch with each phase's peak LR following the space's scaling rule;
+precision chosen for the target device; then the user's --set overrides."""
 
 from __future__ import annotations
 
@@ -39,26 +40,26 @@ _RULES = [
     ("phases.", "epochs", "epoch budget of the target rung"),
     ("phases.", "resolution", "resolution scaled back to full"),
     ("phases.", "batch_size", "batch-size transfer (LR follows schedule.scaling_rule)"),
-    ("schedule.warmup_epochs", "", "warm-up kept in epochs, stretched with the epoch budget"),
-    ("schedule.step_milestones", "", "milestones stretched with the epoch budget"),
+    ("schedule.warmup_epochs", "", "warm-up stretched with the epoch budget ({stretch}): the same share of the run"),
+    ("schedule.step_milestones", "", "milestones stretched with the epoch budget ({stretch})"),
     ("data.fraction", "", "the full data set"),
     ("model.width", "", "the full model width"),
     ("precision.mode", "", "precision for the target device (auto decides at run time)"),
 ]
 
 
-def _rule_for(key: str, overridden: set[str]) -> str:
+def _rule_for(key: str, overridden: set[str], stretch: str) -> str:
     if key in overridden:
         return "--set override"
     for prefix, suffix, rule in _RULES:
         if key.startswith(prefix) and key.endswith(suffix):
-            return rule
+            return rule.format(stretch=stretch)
     return "target rung"
 
 
-def peak_lr(cfg: RunConfig) -> float:
-    """The LR at the end of warm-up in the final phase, after batch scaling."""
-    return cfg.optimizer.lr * batch_scale(cfg.phases[-1].batch_size, cfg.schedule)
+def peak_lr(cfg: RunConfig, phase: int = -1) -> float:
+    """The peak LR (after warm-up) while `phase` runs: the base LR scaled for that phase's batch."""
+    return cfg.optimizer.lr * batch_scale(cfg.phases[phase].batch_size, cfg.schedule)
 
 
 def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, target_rung: str = "target",
@@ -82,12 +83,18 @@ def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, tar
     overridden = {a.split("=", 1)[0] for a in overrides}
     before, after = _flatten(config_to_dict(proxy)), _flatten(config_to_dict(full))
     skip = {"name", "run_dir"}
-    changes = [Change(k, before.get(k), after.get(k), _rule_for(k, overridden))
+    stretch = f"x{full.total_epochs / proxy.total_epochs:g}: {proxy.total_epochs} -> {full.total_epochs} epochs"
+    changes = [Change(k, before.get(k), after.get(k), _rule_for(k, overridden, stretch))
                for k in sorted(set(before) | set(after))
                if k not in skip and before.get(k) != after.get(k)]
-    lr_proxy, lr_full = peak_lr(proxy), peak_lr(full)
-    if abs(lr_proxy - lr_full) > 1e-12:
-        changes.append(Change("peak LR (computed)", round(lr_proxy, 6), round(lr_full, 6),
-                              f"schedule.scaling_rule {full.schedule.scaling_rule} from batch "
-                              f"{proxy.phases[-1].batch_size} to {full.phases[-1].batch_size}"))
+    # every phase's peak LR, each following its own phase's batch (phases pair up by position)
+    for i in range(max(len(proxy.phases), len(full.phases))):
+        lr_proxy = peak_lr(proxy, i) if i < len(proxy.phases) else None
+        lr_full = peak_lr(full, i) if i < len(full.phases) else None
+        if lr_proxy is None or lr_full is None or abs(lr_proxy - lr_full) > 1e-12:
+            changes.append(Change(f"phase {i} peak LR (computed)", lr_proxy and round(lr_proxy, 6),
+                                  lr_full and round(lr_full, 6),
+                                  f"optimizer.lr x schedule.scaling_rule {full.schedule.scaling_rule}: batch "
+                                  f"{proxy.phases[min(i, len(proxy.phases) - 1)].batch_size} -> "
+                                  f"{full.phases[min(i, len(full.phases) - 1)].batch_size}"))
     return full, changes

@@ -49,8 +49,10 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
                             f"({seconds:.0f} s of trial wall time)"),
             ("created", attrs.get("created", "-"))]
     if calibration:
-        rows.append(("proxy fidelity", f"Spearman rho {calibration['spearman_rho']:.3f} over "
-                                       f"{len(calibration['pairs'])} promoted trials"))
+        used = calibration.get("pairs_used", len(calibration["pairs"]))
+        rho = calibration.get("spearman_rho")
+        rows.append(("proxy fidelity", f"Spearman rho {rho:.3f} over {used} (proxy, full) pairs" if rho is not None
+                     else f"not measured: {used} usable (proxy, full) pairs, at least 3 needed"))
     return rows
 
 
@@ -72,7 +74,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     top_params = []
     if importance_fig is not None:
         top_params = list(importance_fig.data[0].y)[::-1][:4]
-    rho = (study.user_attrs.get("calibration") or {}).get("spearman_rho")
+    calibration = study.user_attrs.get("calibration") or {}
     drawn = [
         ("Optimisation history (best so far)", figures.history(study)),
         ("Timeline of trials per worker (complete, pruned, failed)", figures.timeline(study)),
@@ -81,7 +83,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
         ("Parallel coordinates", figures.parallel(study)),
         ("Slices of the top parameters", figures.slices(study, top_params)),
         ("Schedules of the top trials", figures.schedules(complete[:3])),
-        ("Proxy against full fidelity", figures.proxy_vs_full(runs, rho)),
+        ("Proxy against full fidelity", figures.proxy_vs_full(runs, calibration)),
         ("Promoted runs", figures.promoted_curves(runs, metric)),
     ]
     figs = [{"id": f"fig-{i}", "title": title, "json": script_json(fig) if fig is not None else "",

@@ -192,8 +192,10 @@ def schedules(trials: list[optuna.trial.FrozenTrial]) -> Figure:
     return fig, ""
 
 
-def proxy_vs_full(runs: list[dict], rho: float | None) -> Figure:
+def proxy_vs_full(runs: list[dict], calibration: dict) -> Figure:
+    """Every promoted run; the title gives the calibration's rho and the pairs it was computed on."""
     pairs = [r for r in runs if r["final_score"] is not None and r["proxy_score"] is not None]
+    rho, used = calibration.get("spearman_rho"), calibration.get("pairs_used", len(calibration.get("pairs", [])))
     if not pairs:
         return None, "not drawn: no promoted run has finished yet (tianfeng promote / calibrate)"
     fig = go.Figure(go.Scatter(x=[r["proxy_score"] for r in pairs], y=[r["final_score"] for r in pairs],
@@ -201,7 +203,7 @@ def proxy_vs_full(runs: list[dict], rho: float | None) -> Figure:
                                textposition="top center"))
     title = "Proxy score against full score"
     if rho is not None and not math.isnan(rho):
-        title += f" (Spearman rho {rho:.2f} over {len(pairs)} runs)"
+        title += f" (calibration: Spearman rho {rho:.2f} over {used} pairs)"
     fig.update_layout(title=title, xaxis_title="proxy score", yaxis_title="full-fidelity score")
     return fig, ""
 
