@@ -83,13 +83,16 @@ class _Base:
     def _finish(self, images: torch.Tensor, labels: torch.Tensor, theta: torch.Tensor | None,
                 resolution: int) -> Batch:
         mean, std = self._norm(resolution)
+        if self.device.type == "cuda" and images.device.type == "cpu":
+            # from pinned memory a host-to-device copy is asynchronous; from pageable memory it is not
+            images, labels = images.pin_memory(), labels.pin_memory()
         x = to_normalised(images.to(self.device, non_blocking=True), mean, std)
         return augment(x, theta, resolution), labels.to(self.device, non_blocking=True)
 
     def _ahead(self, batches: Iterator[Batch]) -> Iterator[Batch]:
         # A background thread only pays when the compute is on a GPU: on a CPU it takes cores
         # from the training step itself (35% slower on 2 cores, benchmarks/engine_overhead.py).
-        return prefetch(batches) if self.device.type == "cuda" else batches
+        return on_side_stream(batches, self.device) if self.device.type == "cuda" else batches
 
     def _steps(self, global_batch: int) -> int:
         return len(self.train_indices) // global_batch
@@ -108,6 +111,27 @@ class _Base:
             batch_sampler=[list(range(start, min(start + rows.step, end))) for start in rows],
             num_workers=self.cfg.workers, pin_memory=self.device.type == "cuda")
         return (self._finish(images, labels, None, resolution) for images, labels in loader)
+
+
+def on_side_stream(batches: Iterator[Batch], device: torch.device) -> Iterator[Batch]:
+    """Batches prepared ahead in a thread whose copies and augmentation run on a CUDA stream of
+    their own, so they overlap the training step instead of queueing behind it; each batch is
+    handed over once its work is done (an event), and marked as used by the compute stream."""
+    stream = torch.cuda.Stream(device)
+
+    def produce() -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.cuda.Event]]:
+        with torch.cuda.stream(stream):  # this thread's current stream
+            for x, y in batches:
+                ready = torch.cuda.Event()
+                ready.record(stream)
+                yield x, y, ready
+
+    for x, y, ready in prefetch(produce()):
+        compute = torch.cuda.current_stream(device)
+        compute.wait_event(ready)
+        x.record_stream(compute)  # the caching allocator must not reuse it before the step ends
+        y.record_stream(compute)
+        yield x, y
 
 
 class CachePipeline(_Base):
