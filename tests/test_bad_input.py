@@ -135,6 +135,8 @@ CASES = [
                                             "sqlite:///{tmp}/none.db"], 2, "no database at {tmp}/none.db"),
     ("search-zero-grace", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--grace-s", "0"], 2,
      "--grace-s: must be >= 1 second"),
+    ("search-zero-failure-limit", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--failure-limit", "0"], 2,
+     "--failure-limit: must be >= 1"),
     ("search-ray-workers", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--backend", "ray", "--workers", "2"],
      2, "--workers: is for the optuna backend"),
     # --- scale ------------------------------------------------------------------------------------

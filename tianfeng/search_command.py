@@ -32,6 +32,8 @@ def run_search_command(args) -> int:
         raise ConfigError("--trials", "", f"must be >= 1, got {args.trials}")
     if args.workers < 1:
         raise ConfigError("--workers", "", f"must be >= 1, got {args.workers}")
+    if args.failure_limit < 1:
+        raise ConfigError("--failure-limit", "", f"must be >= 1, got {args.failure_limit}")
     for flag, value in (("--heartbeat-s", args.heartbeat_s), ("--grace-s", args.grace_s)):
         if value < 1:
             raise ConfigError(flag, "", f"must be >= 1 second, got {value}")
@@ -57,7 +59,7 @@ def run_search_command(args) -> int:
                       study=args.study or space.name, sampler=args.sampler, pruner=args.pruner,
                       seed=args.seed, trials=args.trials, timeout_s=timeout_s,
                       runs_root=str(args.runs_dir), rung=rung, heartbeat_s=args.heartbeat_s,
-                      grace_s=args.grace_s, verbose=args.verbose)
+                      grace_s=args.grace_s, verbose=args.verbose, failure_limit=args.failure_limit)
     try:
         if args.backend == "ray":
             from tianfeng.search.ray_backend import RayOptions, run_ray_search
@@ -150,6 +152,8 @@ def add_search_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where trial run directories go (default runs/)")
     parser.add_argument("--verbose", action="store_true", help="also log every epoch of every trial")
+    parser.add_argument("--failure-limit", type=int, default=3,
+                        help="stop the search when this many trials in a row fail with the same error (default 3)")
     parser.add_argument("--heartbeat-s", type=int, default=10, help=argparse_suppress())
     parser.add_argument("--grace-s", type=int, default=60,
                         help="seconds without a heartbeat before a trial counts as dead and is retried (default 60)")

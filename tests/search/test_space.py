@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -148,6 +149,34 @@ def test_expressions_evaluate_and_short_circuit() -> None:
     assert Expression("max(8, round(sqrt(y)))").evaluate({"y": 100}) == 10
     with pytest.raises(ExpressionError, match="too large"):
         Expression("10 ** 10 ** 10").evaluate({})
+
+
+@pytest.mark.parametrize("text", [
+    "((10**64)**64)**64", "2**62 * 2**62 * 2**62", "9**9**9", "(2**63)**(2**63)", "'a' * 10**9",
+    "('ab' * 500) * 500", "'%0999999d' % 1", "10.0**400", "-" * 999 + "1", "not " * 240 + "1",
+    "max(" * 60 + "1" + ")" * 60, "1" + "+1" * 499,
+])
+def test_hostile_expressions_stop_fast_in_little_memory(text: str) -> None:
+    """Each either evaluates to something small or is refused, within a bound that only a hang
+    or a runaway allocation would break (the unbounded language took minutes and gigabytes)."""
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    started = time.monotonic()
+    with contextlib.suppress(ExpressionError):
+        Expression(text).evaluate({})
+    elapsed = time.monotonic() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert elapsed < 5 and peak < 20 * 2**20, (elapsed, peak)
+
+
+def test_and_or_return_the_deciding_operand_as_python_does() -> None:
+    assert Expression("0 or 'x'").evaluate({}) == "x"
+    assert Expression("a and b").evaluate({"a": 2, "b": 3}) == 3
+    assert Expression("a or b").evaluate({"a": 0.5, "b": 3}) == 0.5
+    assert Expression("a and b").evaluate({"a": 0}) == 0  # b is never read
 
 
 def test_cli_names_match_the_registry() -> None:

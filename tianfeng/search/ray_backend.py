@@ -116,7 +116,7 @@ class StudySearcher(Searcher):
         return True  # metric and mode come from the space
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        if self.budget.exhausted(self.study) or repeated_failure(self.study):
+        if self.budget.exhausted(self.study) or repeated_failure(self.study, self.plan.failure_limit):
             return Searcher.FINISHED
         trial = self.study.ask()
         cfg = prepare_trial(trial, self.space, self.plan.study, self.runs_root, self.plan.rung,

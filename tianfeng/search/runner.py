@@ -44,6 +44,7 @@ def open_storage(url: str, heartbeat_s: int | None = 10, grace_s: int = 60) -> R
                           max_retry=2, inherit_intermediate_values=True))
 
 
+FAILURE_LIMIT = 3  # consecutive failures with one error that stop a search
 UNLIMITED_TRIALS = 10**6  # a plan's `trials` when only a time or epoch budget bounds it
 
 
@@ -74,6 +75,7 @@ class SearchPlan:
     copied_trials: tuple[optuna.trial.FrozenTrial, ...] = ()  # finished elsewhere, added to a new study
     study_attrs: dict[str, Any] = field(default_factory=dict)
     epoch_budget: int | None = None  # training epochs summed over trials (pruned ones count what they ran)
+    failure_limit: int = FAILURE_LIMIT  # this many trials in a row failing with one error stop the search
 
     def __post_init__(self) -> None:
         check_name(self.study, "--study", "", max_length=STUDY_MAX_LENGTH)  # runs/<study>/trial-N
@@ -147,9 +149,6 @@ def counted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
             if t.state in (*FINISHED, TrialState.RUNNING) or failed(t)]
 
 
-FAILURE_LIMIT = 3  # consecutive failures with one error that stop a search
-
-
 def repeated_failure(study: optuna.Study, limit: int = FAILURE_LIMIT) -> str | None:
     """The error, when the last `limit` trials to end all failed with it (the cause is not the
     recipe, e.g. a missing data directory: more trials would fail the same way)."""
@@ -165,15 +164,19 @@ class SearchFailed(RuntimeError):
     pass
 
 
-def stop_on_repeated_failure(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-    if trial.state == TrialState.FAIL and repeated_failure(study):
-        study.stop()
+class StopOnRepeatedFailure:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if trial.state == TrialState.FAIL and repeated_failure(study, self.limit):
+            study.stop()
 
 
 def raise_if_failing(plan: SearchPlan, study: optuna.Study) -> None:
-    error = repeated_failure(study)
+    error = repeated_failure(study, plan.failure_limit)
     if error:
-        raise SearchFailed(f"the last {FAILURE_LIMIT} trials of study {plan.study} failed with: {error}; "
+        raise SearchFailed(f"the last {plan.failure_limit} trials of study {plan.study} failed with: {error}; "
                            "completed trials are kept: fix the cause and continue with --resume")
 
 
@@ -256,7 +259,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     if budget.exhausted(study):
         return
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
-    callbacks = [budget, stop_on_repeated_failure, TrialLogger(space.objective.metric)] + (
+    callbacks = [budget, StopOnRepeatedFailure(plan.failure_limit), TrialLogger(space.objective.metric)] + (
         [progress.update] if progress else [])
     # any error fails the trial, not the search; repeated_failure stops a search that cannot work
     study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(Exception,))
