@@ -84,8 +84,9 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
         ("Slices of the top parameters", figures.slices(study, top_params)),
         ("Schedules of the top trials", figures.schedules(complete[:3])),
         ("Proxy against full fidelity", figures.proxy_vs_full(runs, calibration)),
-        ("Promoted runs", figures.promoted_curves(runs, metric)),
     ]
+    curves, _ = figures.promoted_curves(runs, metric)  # drawn in the promoted runs' own section
+    promoted = {"id": "fig-promoted", "json": script_json(curves) if curves is not None else ""}
     figs = [{"id": f"fig-{i}", "title": title, "json": script_json(fig) if fig is not None else "",
              "note": note} for i, (title, (fig, note)) in enumerate(drawn)]
     params = sorted({k for t in trials for k in t.params})
@@ -108,7 +109,8 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     html = env.get_template("study.html.j2").render(
         study=study.study_name, summary=_summary(study, trials), best=best, metric=metric,
         promote_command=f"tianfeng promote {best['number']} --study {study.study_name}{storage_flag}" if best else "",
-        figures=figs, runs=run_rows, scaling=scaling, trial_columns=columns, trial_rows=rows, plotly_js=bundle_for([fig for _title, (fig, _note) in drawn]),
+        figures=figs, runs=run_rows, promoted=promoted, scaling=scaling, trial_columns=columns, trial_rows=rows,
+        plotly_js=bundle_for([fig for _title, (fig, _note) in drawn] + [curves]),
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
     output = output or Path("reports") / f"{study.study_name}.html"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -156,39 +156,45 @@ def slices(study: optuna.Study, params: list[str]) -> Figure:
 
 
 def schedules(trials: list[optuna.trial.FrozenTrial]) -> Figure:
-    """LR against epochs and resolution / batch per phase for the top trials, drawn with the
-    engine's own schedule functions from each trial's resolved config."""
+    """LR against epochs for the top trials, drawn with the engine's own schedule functions from
+    each trial's resolved config, and each phase's resolution as a step line on a second axis
+    (only when the phases differ in resolution). Phase details are in the hover text, never as
+    labels on the plot, so nothing overlaps however many trials share a phase."""
     fig = go.Figure()
-    drawn = 0
-    for t in trials:
-        raw = t.user_attrs.get("config")
-        if not raw:
-            continue
-        cfg = config_from_dict(raw, f"trial {t.number}")
+    configs = [(t.number, config_from_dict(t.user_attrs["config"], f"trial {t.number}"))
+               for t in trials if t.user_attrs.get("config")]
+    if not configs:
+        return None, "not drawn: no trial with a recorded config"
+    resolutions = sorted({p.resolution for _, cfg in configs for p in cfg.phases})
+    for number, cfg in configs:
         total = cfg.total_epochs
-        xs, lrs, first = [], [], 0
+        xs, lrs, hover, first = [], [], [], 0
         for phase in cfg.phases:
             for i in range(101):
-                e = first + phase.epochs * i / 100
-                if e >= total:
-                    e = total - 1e-9
+                e = min(first + phase.epochs * i / 100, total - 1e-9)
                 xs.append(e)
                 lrs.append(learning_rate(e, phase.batch_size, cfg))
+                hover.append(f"#{number} epoch {e:.2f}: {phase.resolution} px, batch {phase.batch_size}")
             first += phase.epochs
-        fig.add_trace(go.Scatter(x=xs, y=lrs, mode="lines", name=f"#{t.number} LR"))
-        edges = [0]
-        for p in cfg.phases:
-            edges.append(edges[-1] + p.epochs)
-        text = [f"{p.resolution}px, batch {p.batch_size}" for p in cfg.phases]
-        fig.add_trace(go.Scatter(x=[(a + b) / 2 for a, b in zip(edges, edges[1:], strict=False)],
-                                 y=[p.resolution for p in cfg.phases], mode="markers+text", text=text,
-                                 textposition="top center", yaxis="y2", name=f"#{t.number} phases"))
-        drawn += 1
-    if not drawn:
-        return None, "not drawn: no trial with a recorded config"
-    fig.update_layout(title="Schedules of the top trials (as the engine computes them)",
-                      xaxis_title="epoch", yaxis_title="learning rate",
-                      yaxis2={"title": "resolution (px)", "overlaying": "y", "side": "right"})
+        suffix = f" ({resolutions[0]} px)" if len(resolutions) == 1 else ""
+        fig.add_trace(go.Scatter(x=xs, y=lrs, mode="lines", name=f"#{number} LR{suffix}", hovertext=hover,
+                                 hoverinfo="text+y"))
+        if len(resolutions) > 1:
+            edges = [0]
+            for p in cfg.phases:
+                edges.append(edges[-1] + p.epochs)
+            ys = [p.resolution for p in cfg.phases]
+            fig.add_trace(go.Scatter(x=edges, y=[*ys, ys[-1]], mode="lines", line={"shape": "hv", "dash": "dot"},
+                                     yaxis="y2", name=f"#{number} resolution",
+                                     hovertext=[f"#{number}: {p.resolution} px, batch {p.batch_size}, "
+                                                f"{p.epochs} epochs" for p in cfg.phases] + [""],
+                                     hoverinfo="text"))
+    layout = {"title": "Schedules of the top trials (as the engine computes them)", "xaxis_title": "epoch",
+              "yaxis_title": "learning rate"}
+    if len(resolutions) > 1:
+        layout["yaxis2"] = {"title": "resolution (px)", "overlaying": "y", "side": "right",
+                            "tickvals": resolutions, "range": [resolutions[0] * 0.9, resolutions[-1] * 1.1]}
+    fig.update_layout(**layout)
     return fig, ""
 
 
@@ -198,9 +204,10 @@ def proxy_vs_full(runs: list[dict], calibration: dict) -> Figure:
     rho, used = calibration.get("spearman_rho"), calibration.get("pairs_used", len(calibration.get("pairs", [])))
     if not pairs:
         return None, "not drawn: no promoted run has finished yet (tianfeng promote / calibrate)"
+    # trial numbers on hover: printed beside the points they would overlap wherever scores are close
     fig = go.Figure(go.Scatter(x=[r["proxy_score"] for r in pairs], y=[r["final_score"] for r in pairs],
-                               mode="markers+text", text=[f"#{r['trial_number']}" for r in pairs],
-                               textposition="top center"))
+                               mode="markers", hovertext=[f"#{r['trial_number']} ({r['kind']})" for r in pairs],
+                               hoverinfo="text+x+y"))
     title = "Proxy score against full score"
     if rho is not None and not math.isnan(rho):
         title += f" (calibration: Spearman rho {rho:.2f} over {used} pairs)"
