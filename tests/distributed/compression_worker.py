@@ -69,6 +69,7 @@ def main() -> None:
                for v in ("flat", "fp16", "bf16", "topk", "powersgd", "fp16+hier", "topk+hier", "powersgd+hier",
                        "powersgd+hier-full-rank")}
     results["large_gradients"] = {v: large_gradients(v, layout, hier_state) for v in ("fp16", "fp16+hier")}
+    results["params"] = 64 * 128 + 128 + 128 * 10 + 10  # the MLP's, for the hand counts
     if dist.get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump(results, f)

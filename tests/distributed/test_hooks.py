@@ -30,17 +30,22 @@ def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_hierarchical_equals_flat_and_sends_a_local_size_share_across_nodes(tmp_path: Path) -> None:
+def test_hierarchical_equals_ddps_own_allreduce_and_sends_a_local_size_share_across_nodes(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     run = torchrun(4, str(WORKER), str(out), "2")
     assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert result["nodes"] == 2
-    assert result["max_diff"] < 1e-5  # same gradients and weights after 3 steps
-    flat, hier = result["flat"], result["hier"]
-    assert hier["inter_payload"] * 2 == pytest.approx(flat["inter_payload"], rel=0.02)  # 1/local_size
-    assert hier["inter_ring"] < flat["inter_ring"]
-    assert flat["intra_payload"] == 0 and hier["intra_payload"] > 0
+    r = json.loads(out.read_text())
+    assert r["nodes"] == 2
+    for layout in ("one_bucket", "many_buckets"):  # same gradients and weights after 3 steps
+        assert r[layout]["max_diff"] < 1e-5, layout
+    # counted by hand from the model: one bucket of n fp32 gradients, padded to a multiple of the
+    # 2 ranks per node; each rank sends its n/2 shard across nodes (a flat allreduce: all n)
+    n, steps = r["params"], r["steps"]
+    shard = -(-n // 2) * 4
+    sent = r["one_bucket"]["bytes"]
+    assert sent["inter_payload"] == steps * shard
+    assert sent["intra_payload"] == steps * (2 * shard + shard)  # reduce-scatter in, all-gather out
+    assert sent["inter_ring"] == steps * 2 * (2 - 1) * shard // 2  # a 2-node ring allreduce of the shard
 
 
 @pytest.mark.slow
@@ -52,7 +57,13 @@ def test_each_compression_hook_trains_and_sends_fewer_bytes(tmp_path: Path) -> N
     # a cast divides by the world size before casting: 4 x 30,000 overflows fp16, 4 x 7,500 does not
     for variant, grads in r.pop("large_gradients").items():
         assert grads == [30_000.0] * 8, variant
+    # hand counts for one bucket of n gradients (4 ranks as 2 nodes x 2), not the hooks' ratios
+    n = r.pop("params")
     flat = r["flat"]["inter_payload_per_step"]
+    assert flat == n * 4
+    assert r["fp16"]["inter_payload_per_step"] == n * 2 and r["bf16"]["inter_payload_per_step"] == n * 2
+    assert r["fp16+hier"]["inter_payload_per_step"] == -(-n // 2) * 2  # its node's shard, fp16
+    assert r["topk"]["inter_payload_per_step"] == int(0.05 * n) * (4 + 4)  # values and int32 indices
     for variant, result in r.items():
         assert result["last"] < 0.7 * result["first"], (variant, result)  # every variant learns
     assert r["fp16"]["inter_payload_per_step"] == pytest.approx(flat / 2, rel=0.01)

@@ -43,20 +43,31 @@ def test_each_sampler_runs_a_study(tmp_path: Path, tiny_space_file: Path, sample
 
 
 @pytest.mark.parametrize("pruner", sorted(PRUNERS))
-def test_each_pruner_path(tmp_path: Path, tiny_space: dict, pruner: str) -> None:
-    tiny_space["fidelities"]["proxy"]["epochs"] = 3
-    tiny_space["priors"] = []
-    space_file = write_space(tmp_path, tiny_space)
-    plan = plan_for(tmp_path, space_file, pruner=pruner, trials=6)
+def test_each_pruner_stops_recipes_that_cannot_win(tmp_path: Path, tiny_space: dict, pruner: str) -> None:
+    """Four good recipes first, then four that barely learn (LARS at a tiny LR and trust ratio,
+    ~10% where the good ones reach ~90%): every pruner but none must stop at least one of the
+    bad ones before its last epoch (a pruner that never prunes fails here), and none stops all
+    the good ones."""
+    tiny_space["fidelities"]["proxy"]["epochs"] = 6
+    good = [{"optimizer": "sgd", "base_lr": lr, "batch_size": 64, "warmup_epochs": 0.5} for lr in (0.4, 0.6, 0.8, 1.0)]
+    bad = [{"optimizer": "lars", "base_lr": 0.05, "trust_coefficient": tc, "batch_size": 128, "warmup_epochs": 1.0}
+           for tc in (0.001, 0.0012, 0.0014, 0.0016)]
+    tiny_space["priors"] = [{"name": f"good-{i}", "params": p} for i, p in enumerate(good)] + [
+        {"name": f"bad-{i}", "params": p} for i, p in enumerate(bad)]
+    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), pruner=pruner, trials=8)
     run_search(plan, workers=1, resume=False)
     trials = trials_of(plan)
-    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    assert len(finished) == 6 and not any(t.state == TrialState.FAIL for t in trials)
-    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    assert len(trials) == 8 and not any(t.state == TrialState.FAIL for t in trials)
+    stopped = {t.user_attrs["prior"] for t in trials
+               if t.state == TrialState.PRUNED and t.user_attrs.get("status") == "pruned"}
+    for t in trials:
+        if t.state == TrialState.PRUNED:  # a pruned trial stopped before its last epoch
+            assert max(t.intermediate_values) < 6
     if pruner == "none":
-        assert not pruned
-    for t in pruned:  # a pruned trial stopped before its last epoch
-        assert max(t.intermediate_values) < 3
+        assert not stopped
+    else:
+        assert stopped & {f"bad-{i}" for i in range(4)}, stopped
+        assert not {f"good-{i}" for i in range(4)} <= stopped
 
 
 def test_nan_trial_is_pruned_and_the_study_goes_on(tmp_path: Path, tiny_space: dict) -> None:
