@@ -17,10 +17,12 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd, timeout=300)
 
 
-@pytest.mark.parametrize("command", [[], ["train"]])
+@pytest.mark.parametrize("command", [[], ["train"], ["search"], ["scale"], ["promote"], ["runs"], ["calibrate"],
+                                     ["report"], ["launch"], ["plan"], ["status"]])
 def test_help(command: list[str]) -> None:
     out = run(*command, "--help")
-    assert out.returncode == 0 and "usage: tianfeng" in out.stdout
+    assert out.returncode == 0 and out.stdout.startswith(f"usage: tianfeng {' '.join(command)}".rstrip())
+    assert "--debug" in out.stdout if not command else "-h, --help" in out.stdout
 
 
 @pytest.mark.parametrize(("yaml_text", "overrides", "expected"), [
