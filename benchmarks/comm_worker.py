@@ -13,12 +13,17 @@ from torch import nn
 
 from trainers.comm import compression, hierarchical
 from trainers.config import ModelConfig
+from trainers.distributed import exit_rank
 from trainers.models import build_model
 
-VARIANTS = ("flat", "hierarchical", "fp16+hier", "topk+hier", "fp16", "powersgd")
+# "... blocking": the same hook running its collectives inside the hook call, as before the hooks
+# got their background thread (no overlap with the rest of the backward pass)
+VARIANTS = ("flat", "hierarchical", "hierarchical blocking", "fp16+hier", "fp16+hier blocking", "topk+hier",
+            "fp16", "powersgd")
 
 
-def time_variant(variant: str, layout, hier_state, steps: int, batch: int) -> dict:
+def time_variant(name: str, layout, hier_state, steps: int, batch: int) -> dict:
+    variant, _, blocking = name.partition(" ")
     torch.manual_seed(0)
     model = build_model(ModelConfig(width=16, depth=1, stages=3), 3, 10)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=5)
@@ -26,13 +31,15 @@ def time_variant(variant: str, layout, hier_state, steps: int, batch: int) -> di
         state = hierarchical.FlatState(layout)
         ddp.register_comm_hook(state, hierarchical.flat_allreduce_hook)
     elif variant == "hierarchical":
-        state = hier_state
-        state.bytes = hierarchical.CommBytes()
+        state = hierarchical.HierarchicalState(hier_state.layout, hier_state.node_group, hier_state.cross_group,
+                                               background=None if blocking else hierarchical.Background())
         ddp.register_comm_hook(state, hierarchical.hierarchical_allreduce_hook)
     else:
         kind, _, where = variant.partition("+")
         state = compression.build_state(kind, layout, topk_ratio=0.01, powersgd_rank=4, powersgd_start_step=2,
                                         hierarchical=hier_state if where else None)
+        if blocking:
+            state.background = None
         ddp.register_comm_hook(state, compression.compressed_allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(batch, 3, 16, 16), torch.randint(0, 10, (batch,))
@@ -58,6 +65,7 @@ def main() -> None:
     if dist.get_rank() == 0:
         print(json.dumps(results))
     dist.destroy_process_group()
+    exit_rank(0)  # no interpreter teardown: gloo can abort in it
 
 
 if __name__ == "__main__":

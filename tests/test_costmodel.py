@@ -55,7 +55,7 @@ def test_one_node_and_one_gpu() -> None:
         14 * 10e-6 + 2 * 7 / 8 * MB100 / 10e9)
 
 
-def test_only_ddps_own_allreduce_overlaps_the_backward_pass() -> None:
+def test_every_exchange_overlaps_the_backward_pass_but_its_last_bucket() -> None:
     c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER, adapters_per_node=1)
     comm = 4 * 6 * 100e-6 + 0.15  # 4 buckets of 25 MB
     p = predict("flat", c, grad_bytes=MB100, compute_s=0.3, per_gpu_batch=32, bucket_bytes=MB100 / 4)
@@ -64,15 +64,16 @@ def test_only_ddps_own_allreduce_overlaps_the_backward_pass() -> None:
     assert p.step_s == pytest.approx(0.3 + max(comm - 0.2, comm / 4))
     assert p.efficiency == pytest.approx(0.3 / p.step_s)
     assert p.samples_per_s == pytest.approx(4 * 32 / p.step_s)
-    blocking = predict("hierarchical", c, grad_bytes=MB100, compute_s=0.3, per_gpu_batch=32, bucket_bytes=MB100 / 4)
-    assert blocking.step_s == pytest.approx(0.3 + blocking.comm_s)  # tianfeng's hooks block
+    # tianfeng's hooks run on a background thread: priced the same way
+    hier = predict("hierarchical", c, grad_bytes=MB100, compute_s=0.3, per_gpu_batch=32, bucket_bytes=MB100 / 4)
+    assert hier.step_s == pytest.approx(0.3 + max(hier.comm_s - 0.2, hier.comm_s / 4))
 
 
 def test_every_phase_counts() -> None:
     c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER, adapters_per_node=1)
     phases = [Phase(steps=100, per_gpu_batch=64, compute_s=0.05), Phase(steps=10, per_gpu_batch=16, compute_s=0.2)]
     run = predict_run("hierarchical", c, grad_bytes=MB100, phases=phases, bucket_bytes=ONE_BUCKET)
-    comm = comm_seconds("hierarchical", MB100, c, bucket_bytes=ONE_BUCKET)
+    comm = comm_seconds("hierarchical", MB100, c, bucket_bytes=ONE_BUCKET)  # one bucket: nothing hidden
     assert run.run_s == pytest.approx(100 * (0.05 + comm) + 10 * (0.2 + comm))
     assert run.efficiency == pytest.approx((100 * 0.05 + 10 * 0.2) / run.run_s)
     assert run.samples_per_s == pytest.approx(4 * (100 * 64 + 10 * 16) / run.run_s)
@@ -95,5 +96,6 @@ def test_plan_prices_resnet50_on_128_v100_with_infiniband(tmp_path, capsys) -> N
     flat = rows[128, "flat"]
     assert flat["step_s"] == pytest.approx(32 / 1250 + max(flat["comm_s"] - 2 / 3 * 32 / 1250, flat["comm_s"] / 4))
     assert 0.5 < flat["efficiency"] < 1.0
-    assert rows[128, "hierarchical"]["step_s"] == pytest.approx(32 / 1250 + rows[128, "hierarchical"]["comm_s"])
+    hier = rows[128, "hierarchical"]
+    assert hier["step_s"] == pytest.approx(32 / 1250 + max(hier["comm_s"] - 2 / 3 * 32 / 1250, hier["comm_s"] / 4))
     assert rows[128, "hierarchical+fp16"]["comm_s"] < rows[128, "hierarchical"]["comm_s"]

@@ -11,9 +11,10 @@ What it assumes (printed by `tianfeng plan`, stated in the README):
   between nodes on a 1/G shard each (together the node's whole gradient through the same shared
   adapters: no bandwidth saved, fewer ring steps), then all-gathers inside the node;
 - PowerSGD exchanges two factors (P, then Q) per bucket, each an allreduce of its own;
-- DDP's built-in allreduce and torch's PowerSGD hook overlap the backward pass (about 2/3 of the
-  compute) except for the last bucket; tianfeng's hierarchical and compression hooks block
-  until their collectives finish, so they are priced without overlap."""
+- every variant overlaps the backward pass (about 2/3 of the compute) except for the last
+  bucket: DDP's built-in allreduce and torch's PowerSGD hook by design, tianfeng's hierarchical
+  and compression hooks because they run their collectives on a background thread and return
+  at once (trainers/comm/hierarchical.Background)."""
 
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ def hierarchical_s(nbytes: float, c: Cluster, inter_fraction: float = 1.0) -> fl
 
 
 VARIANTS = ("flat", "hierarchical", "hierarchical+fp16", "powersgd")
-OVERLAPS = {"flat": True, "powersgd": True, "hierarchical": False, "hierarchical+fp16": False}
+OVERLAPS = {"flat": True, "powersgd": True, "hierarchical": True, "hierarchical+fp16": True}  # see the module doc
 
 
 def comm_seconds(variant: str, grad_bytes: float, c: Cluster, *, bucket_bytes: float = 25 * 2**20,

@@ -74,8 +74,7 @@ def run_plan_command(args) -> int:
                         f"{args.train_images:,} training images; last phase {max(1, last.batch_size // args.gpus)} "
                         f"images/GPU at {last.resolution} px; links: {args.preset} preset, intra {intra.gbit_s:g} "
                         f"Gbit/s per GPU, {adapters} x {inter.gbit_s:g} Gbit/s adapters per node; overlapping "
-                        f"exchanges hide behind {args.overlap:.0%} of the compute (flat, powersgd), tianfeng's "
-                        "hierarchical hooks block",
+                        f"exchanges hide behind {args.overlap:.0%} of the compute except the last bucket's",
                         columns=("GPUs", "variant", "comm ms", "step ms", "samples/s", "scaling eff.", "run min"))
     for r in rows:
         add_plain_row(table, str(r.gpus), r.variant, f"{1000 * r.comm_s:.1f}", f"{1000 * r.step_s:.1f}",

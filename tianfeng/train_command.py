@@ -17,21 +17,8 @@ from trainers.engine import train
 def run_train(config_path: Path | None, overrides: list[str]) -> int:
     code = _train_and_report(config_path, overrides)
     if int(os.environ.get("WORLD_SIZE", 1)) > 1:
-        _exit_now(code)
+        distributed.exit_rank(code)
     return code
-
-
-def _exit_now(code: int) -> None:
-    """End a torchrun rank without the interpreter's teardown: with gloo, a C++ worker thread can
-    still be joinable when static destructors run, and the rank then aborts with "terminate called
-    without an active exception" after a finished run (seen in CI on 2 of 3 runs). The process
-    group is already destroyed and every file closed; flush and leave."""
-    import logging
-
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def _train_and_report(config_path: Path | None, overrides: list[str]) -> int:

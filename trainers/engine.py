@@ -139,7 +139,9 @@ def _wrap_distributed(model: nn.Module, cfg: RunConfig, ctx: dist_utils.DistCont
     ddp = wrap(bucket_mb, comm)
     if stateful:  # the buckets every step will use, then a hook state the settling never touched
         fusion.settle_buckets(ddp, model, batch, loss_fn, autocast)
-        vars(comm).update(vars(new_comm_state()))
+        fresh = vars(new_comm_state())
+        fresh.pop("background", None)  # keep the hook's thread
+        vars(comm).update(fresh)
     return ddp, comm
 
 

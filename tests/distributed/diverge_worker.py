@@ -37,6 +37,7 @@ def main() -> None:
     (out / f"rank{os.environ['RANK']}.json").write_text(json.dumps(
         {"status": result.status, "message": result.message, "epochs": len(result.epochs)}))
     distributed.shutdown()
+    distributed.exit_rank(0)
 
 
 if __name__ == "__main__":

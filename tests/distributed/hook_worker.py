@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainers.comm.hierarchical import NodeLayout, build_state, hierarchical_allreduce_hook
+from trainers.distributed import exit_rank
 
 
 def model() -> nn.Module:
@@ -47,6 +48,7 @@ def main() -> None:
         with open(out_path, "w") as f:
             json.dump(result, f)
     dist.destroy_process_group()
+    exit_rank(0)  # no interpreter teardown: gloo can abort in it
 
 
 if __name__ == "__main__":

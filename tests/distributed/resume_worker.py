@@ -37,6 +37,7 @@ def main() -> None:
     if distributed.context_from_env().is_main:
         (out / "resume.json").write_text(json.dumps(results))
     distributed.shutdown()
+    distributed.exit_rank(0)
 
 
 if __name__ == "__main__":

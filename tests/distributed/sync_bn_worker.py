@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from trainers.distributed import exit_rank
 from trainers.sync_bn import convert
 
 
@@ -52,6 +53,7 @@ def main() -> None:
         with open(sys.argv[1], "w") as f:
             json.dump(diff, f)
     dist.destroy_process_group()
+    exit_rank(0)  # no interpreter teardown: gloo can abort in it
 
 
 if __name__ == "__main__":

@@ -12,11 +12,12 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
 from trainers.comm.hierarchical import (
+    Background,
     CommBytes,
     HierarchicalState,
     NodeLayout,
-    _done,
     hierarchical_sum,
+    run_hook,
 )
 from trainers.comm.powersgd import NodePowerSGDState, node_powersgd_sum
 
@@ -33,6 +34,7 @@ class CompressionState:
     node_powersgd: NodePowerSGDState | None = None  # with hierarchical: ours, across nodes only
     bytes: CommBytes = field(default_factory=CommBytes)
     residuals: dict[int, torch.Tensor] = field(default_factory=dict)  # top-k error feedback
+    background: Background | None = field(default_factory=Background)  # None: block in the hook
 
 
 def build_state(kind: str, layout: NodeLayout, *, topk_ratio: float = 0.01, powersgd_rank: int = 4,
@@ -75,13 +77,35 @@ def _sum_compressed(state: CompressionState, tensor: torch.Tensor, group, group_
     return torch.zeros_like(tensor).index_add_(0, all_index.long(), all_values).div_(world)
 
 
+class _Bucket:
+    """What a hook reads of a GradBucket, taken while DDP holds the bucket (the work runs later)."""
+
+    def __init__(self, bucket: dist.GradBucket) -> None:
+        self._index, self._buffer, self._params = bucket.index(), bucket.buffer(), bucket.parameters()
+        self._last = bucket.is_last()
+
+    def is_last(self) -> bool:
+        return self._last
+
+    def index(self) -> int:
+        return self._index
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def parameters(self) -> list[torch.Tensor]:
+        return self._params
+
+
 def compressed_allreduce_hook(state: CompressionState,
                               bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     buffer = bucket.buffer()
     world = state.layout.world
     if state.node_powersgd is not None:
-        return _done(node_powersgd_sum(state.node_powersgd, bucket, state.bytes).div_(world))
-    if state.powersgd is not None:
+        held = _Bucket(bucket)
+        return run_hook(state.background,
+                        lambda: node_powersgd_sum(state.node_powersgd, held, state.bytes).div_(world), buffer)
+    if state.powersgd is not None:  # torch's hook: a chain of futures of its own
         ps = state.powersgd
         vanilla = ps.iter < ps.start_powerSGD_iter
         before = ps.total_numel_after_compression
@@ -89,10 +113,10 @@ def compressed_allreduce_hook(state: CompressionState,
         sent = buffer.numel() if vanilla else ps.total_numel_after_compression - before
         state.bytes.add(sent * buffer.element_size(), world, inter=state.layout.nodes > 1, allreduce=True)
         return fut
-    hier = state.hierarchical
+    hier, index = state.hierarchical, bucket.index()
     if hier is None:
-        mean = _sum_compressed(state, buffer, None, world, bucket.index(), inter=state.layout.nodes > 1)
-        return _done(buffer.copy_(mean))
+        return run_hook(state.background, lambda: buffer.copy_(_sum_compressed(
+            state, buffer, None, world, index, inter=state.layout.nodes > 1)), buffer)
     # only the inter-node step is compressed (and divided: the node sums before it are exact)
-    return _done(hierarchical_sum(hier, buffer, state.bytes, lambda shard: _sum_compressed(
-        state, shard, hier.cross_group, hier.layout.nodes, bucket.index(), inter=True)))
+    return run_hook(state.background, lambda: hierarchical_sum(hier, buffer, state.bytes, lambda shard: _sum_compressed(
+        state, shard, hier.cross_group, hier.layout.nodes, index, inter=True)), buffer)

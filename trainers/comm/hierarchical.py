@@ -4,6 +4,8 @@ each shard across nodes among ranks with the same local rank, all-gather inside 
 
 No `from __future__ import annotations` here: DDP checks the hooks' annotations at run time."""
 
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -55,12 +57,46 @@ class NodeLayout:
         return self.rank % self.local_size
 
 
+class Background:
+    """One thread that runs a hook's collectives, bucket after bucket, while autograd goes on
+    computing the next buckets' gradients: the hook returns a future at once. One thread, in
+    the order DDP calls the hook (bucket order, the same on every rank), so every group sees
+    its collectives in the same order on every rank."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, work: Callable[[], torch.Tensor], device: torch.device) -> torch.futures.Future[torch.Tensor]:
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future(
+            devices=[device] if device.type == "cuda" else None)
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, daemon=True, name="tianfeng-comm-hook")
+            self._thread.start()
+        stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        self._jobs.put((work, fut, stream))
+        return fut
+
+    def _run(self) -> None:
+        while True:
+            work, fut, stream = self._jobs.get()
+            try:
+                if stream is not None:  # the gradients were written on the caller's stream
+                    with torch.cuda.stream(stream):
+                        fut.set_result(work())
+                else:
+                    fut.set_result(work())
+            except BaseException as exc:  # noqa: BLE001 - handed to DDP through the future
+                fut.set_exception(exc)
+
+
 @dataclass
 class HierarchicalState:
     layout: NodeLayout
     node_group: dist.ProcessGroup
     cross_group: dist.ProcessGroup
     bytes: CommBytes = field(default_factory=CommBytes)
+    background: Background | None = field(default_factory=Background)  # None: block in the hook
 
 
 def build_state(local_size: int) -> HierarchicalState:
@@ -107,9 +143,19 @@ def hierarchical_sum(state: HierarchicalState, buffer: torch.Tensor, tally: Comm
     return buffer.copy_(padded[:n])
 
 
+def run_hook(background: Background | None, work: Callable[[], torch.Tensor],
+             buffer: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    """`work` on the background thread (overlapping the rest of the backward pass), or here."""
+    if background is None:
+        return _done(work())
+    return background.submit(work, buffer.device)
+
+
 def hierarchical_allreduce_hook(state: HierarchicalState,
                                 bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    return _done(hierarchical_sum(state, bucket.buffer(), state.bytes).div_(state.layout.world))
+    buffer = bucket.buffer()
+    return run_hook(state.background, lambda: hierarchical_sum(state, buffer, state.bytes).div_(state.layout.world),
+                    buffer)
 
 
 @dataclass
