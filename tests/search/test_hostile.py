@@ -159,7 +159,8 @@ def test_two_processes_and_a_resume_on_one_study_sample_no_parameters_twice(tmp_
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode()
     trials = optuna.load_study(study_name="two", storage=db).get_trials()
-    assert len(trials) == 9
+    # each process checks the budget before it asks for a trial: two may both take the last one
+    assert 9 <= len(trials) <= 10
     seen = [tuple(sorted(t.params.items())) for t in trials]
     assert len(set(seen)) == len(seen), seen
 
