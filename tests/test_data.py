@@ -56,6 +56,28 @@ def test_reopening_a_folder_reuses_the_scan_until_images_change(small_imagefolde
     assert len(again.train) == len(first.train) and again.key not in (first.key, after.key)
 
 
+def test_a_new_process_reads_the_scan_index_instead_of_stating_every_file(
+        small_imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from trainers.data import sources
+
+    folder = tmp_path / "indexed"
+    shutil.copytree(small_imagefolder, folder)
+    first = imagefolder_source(str(folder))
+    sources._OPENED.clear()  # as in another rank or a later process
+    scans = []
+    real = sources._scan_split
+    monkeypatch.setattr(sources, "_scan_split", lambda *a: scans.append(a) or real(*a))
+    again = imagefolder_source(str(folder))
+    assert scans == [] and again.key == first.key and again.class_names == first.class_names
+    assert again.train.files == first.train.files and np.array_equal(again.val.labels, first.val.labels)
+    (folder / "train" / "cat" / sorted(p.name for p in (folder / "train" / "cat").iterdir())[0]).unlink()
+    sources._OPENED.clear()
+    changed = imagefolder_source(str(folder))  # another folder state: scanned, not read back
+    assert len(scans) == 2 and changed.key != first.key and len(changed.train) == len(first.train) - 1
+
+
 def test_imagefolder_errors_name_the_path(tmp_path: Path) -> None:
     with pytest.raises(DataSourceError, match="no such directory"):
         open_source(f"imagefolder:{tmp_path / 'missing'}")

@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
+import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,22 +145,87 @@ _OPENED: dict[tuple, ImageSource] = {}  # a search opens the same folder for eve
 
 
 def imagefolder_source(directory: str) -> ImageSource:
-    """ImageNet layout: DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg."""
+    """ImageNet layout: DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg. The scan (a stat of
+    every file, for the content key) is done once per folder state and shared through an index
+    in the cache directory: the ranks of a node, and later processes, read it instead."""
     root = Path(directory).expanduser()
     if not root.is_dir():
         raise DataSourceError(f"{root}: no such directory")
     memo_key = (str(root.resolve()), _folder_stamp(root))
     if memo_key[1] and memo_key in _OPENED:
         return _OPENED[memo_key]
+    if not memo_key[1]:
+        return _scan(root)  # not the layout: _scan says what is wrong
+    with _scan_lock(root):  # the ranks of a node wait for one scan instead of each making it
+        source = _read_index(root, memo_key[1])
+        if source is None:
+            source = _scan(root)
+            _write_index(root, memo_key[1], source)
+    _OPENED[memo_key] = source
+    return source
+
+
+@contextlib.contextmanager
+def _scan_lock(root: Path) -> Iterator[None]:
+    lock = _index_path(root).with_suffix(".lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock, "w")  # noqa: SIM115 - held for the block
+    except OSError:  # an unwritable cache: scan without sharing
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _scan(root: Path) -> ImageSource:
     class_names, train, train_stamps = _scan_split(root / "train", None)
     _, val, val_stamps = _scan_split(root / "val", class_names)
     digest = hashlib.sha256(str(root.resolve()).encode())
     for stamp in train_stamps + val_stamps:
         digest.update(stamp.encode())
     key = f"imagefolder-{root.name}-{digest.hexdigest()[:16]}"
-    source = ImageSource(key=key, channels=3, class_names=class_names, train=train, val=val)
-    _OPENED[memo_key] = source
-    return source
+    return ImageSource(key=key, channels=3, class_names=class_names, train=train, val=val)
+
+
+def _index_path(root: Path) -> Path:
+    name = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+    return Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng")) / "scans" / f"{name}.json"
+
+
+def _read_index(root: Path, stamp: tuple) -> ImageSource | None:
+    """The scan saved for this folder state, or None (none, another state, unreadable)."""
+    try:
+        saved = json.loads(_index_path(root).read_text())
+    except (OSError, ValueError):
+        return None
+    if saved.get("root") != str(root.resolve()) or saved.get("stamp") != json.loads(json.dumps(stamp)):
+        return None
+
+    def split(part: dict) -> Split:
+        return Split(np.asarray(part["labels"], dtype=np.int64), files=part["files"])
+
+    return ImageSource(key=saved["key"], channels=3, class_names=saved["class_names"],
+                       train=split(saved["train"]), val=split(saved["val"]))
+
+
+def _write_index(root: Path, stamp: tuple, source: ImageSource) -> None:
+    """Best effort: a cache directory that cannot be written only means the next process scans."""
+    path = _index_path(root)
+    payload = {"root": str(root.resolve()), "stamp": stamp, "key": source.key, "class_names": source.class_names,
+               **{name: {"files": split.files, "labels": split.labels.tolist()}
+                  for name, split in (("train", source.train), ("val", source.val))}}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(payload))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def open_source(spec: str, *, synthetic_images: int = 2048, synthetic_classes: int = 10,
