@@ -122,6 +122,7 @@ class DistributedConfig:
     # BatchNorm statistics over the global batch (torch's SyncBatchNorm on CUDA, ours on CPU);
     # off by default: the records normalise over each GPU's share of the batch
     sync_bn: bool = False
+    sync_bn_scope: Literal["world", "node"] = "world"  # node: statistics over a node's ranks only
 
 
 @dataclass(frozen=True)

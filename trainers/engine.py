@@ -228,7 +228,9 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     data.prepare([p.resolution for p in plan.phases])
     model = build_model(cfg.model, source.channels, source.num_classes).to(device)
     if cfg.distributed.sync_bn and ctx.enabled:  # before the optimizer takes the parameters
-        model = sync_bn.convert(model, device)
+        group = (hierarchical.build_state(local_size).node_group
+                 if cfg.distributed.sync_bn_scope == "node" else None)
+        model = sync_bn.convert(model, device, group)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
         torch.backends.cudnn.benchmark = True  # shapes are fixed within a phase: tune once per shape

@@ -14,12 +14,12 @@ from torch import nn
 
 class _GlobalBatchNormFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, eps: float):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, eps: float, group):  # type: ignore[override]
         dims = (0, 2, 3)
         out_dtype, x = x.dtype, x.float()  # statistics in fp32 whatever the autocast dtype
         local = torch.cat([x.sum(dims), (x * x).sum(dims),
                            torch.tensor([x.numel() / x.shape[1]], dtype=x.dtype, device=x.device)])
-        dist.all_reduce(local)
+        dist.all_reduce(local, group=group)
         channels = x.shape[1]
         count = local[-1]
         mean = local[:channels] / count
@@ -27,7 +27,7 @@ class _GlobalBatchNormFn(torch.autograd.Function):
         invstd = torch.rsqrt(var + eps)
         xhat = (x - mean[None, :, None, None]) * invstd[None, :, None, None]
         ctx.save_for_backward(xhat, weight, invstd, count)
-        ctx.out_dtype = out_dtype
+        ctx.out_dtype, ctx.group = out_dtype, group
         ctx.mark_non_differentiable(mean, var, count)
         y = xhat * weight[None, :, None, None] + bias[None, :, None, None]
         return y.to(out_dtype), mean, var, count
@@ -42,21 +42,23 @@ class _GlobalBatchNormFn(torch.autograd.Function):
         # the input gradient needs both sums over the global batch; the parameter gradients stay
         # local, DDP averages them like every other parameter's
         sums = torch.cat([grad_bias, grad_weight])
-        dist.all_reduce(sums)
+        dist.all_reduce(sums, group=ctx.group)
         channels = xhat.shape[1]
         mean_dy = (sums[:channels] / count)[None, :, None, None]
         mean_dy_xhat = (sums[channels:] / count)[None, :, None, None]
         grad_x = (weight * invstd)[None, :, None, None] * (grad_out - mean_dy - xhat * mean_dy_xhat)
-        return grad_x.to(ctx.out_dtype), grad_weight, grad_bias, None
+        return grad_x.to(ctx.out_dtype), grad_weight, grad_bias, None, None
 
 
 class GlobalBatchNorm2d(nn.BatchNorm2d):
-    """BatchNorm2d whose training statistics span every rank of the default process group."""
+    """BatchNorm2d whose training statistics span every rank of `group` (None: the world)."""
+
+    group: dist.ProcessGroup | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):
             return super().forward(x)
-        y, mean, var, count = _GlobalBatchNormFn.apply(x, self.weight, self.bias, self.eps)
+        y, mean, var, count = _GlobalBatchNormFn.apply(x, self.weight, self.bias, self.eps, self.group)
         with torch.no_grad():  # running statistics as BatchNorm2d keeps them (unbiased variance)
             self.num_batches_tracked.add_(1)
             m = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
@@ -65,17 +67,20 @@ class GlobalBatchNorm2d(nn.BatchNorm2d):
         return y
 
 
-def convert(model: nn.Module, device: torch.device) -> nn.Module:
-    """Every BatchNorm2d of `model` made global across ranks, with its parameters and statistics."""
+def convert(model: nn.Module, device: torch.device, group: dist.ProcessGroup | None = None) -> nn.Module:
+    """Every BatchNorm2d of `model` made global across the ranks of `group` (None: all ranks; a
+    node's group keeps the statistics' all-reduce off the inter-node network), with its
+    parameters and statistics."""
     if device.type == "cuda":
-        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group=group)
     for name, child in model.named_children():
         if isinstance(child, nn.BatchNorm2d) and not isinstance(child, GlobalBatchNorm2d):
             if not (child.affine and child.track_running_stats):
                 raise ValueError(f"{name}: global BatchNorm needs affine=True and running statistics")
             new = GlobalBatchNorm2d(child.num_features, child.eps, child.momentum, device=child.weight.device)
             new.load_state_dict(child.state_dict())
+            new.group = group
             setattr(model, name, new)
         else:
-            convert(child, device)
+            convert(child, device, group)
     return model

@@ -22,3 +22,15 @@ def test_global_batchnorm_equals_batchnorm_on_the_whole_batch(tmp_path: Path, wo
     assert diff.pop("type") == "GlobalBatchNorm2d"
     for key, value in diff.items():
         assert value < 1e-4, (key, value)
+
+
+def test_node_scoped_batchnorm_equals_batchnorm_on_the_nodes_share(tmp_path: Path) -> None:
+    """sync_bn_scope: node at 2 nodes x 2 ranks: node 0's ranks normalise exactly as one
+    BatchNorm2d over node 0's half of the batch (and so not over the whole batch)."""
+    out = tmp_path / "diff.json"
+    run = torchrun(4, str(WORKER), str(out), "2")
+    assert run.returncode == 0, run.stderr[-3000:]
+    diff = json.loads(out.read_text())
+    assert diff.pop("type") == "GlobalBatchNorm2d"
+    for key, value in diff.items():
+        assert value < 1e-4, (key, value)
