@@ -1,5 +1,5 @@
-"""Run under torchrun (4 ranks as 2 nodes x 2) by test_engine_ddp.py: for each gradient exchange
-with state (top-k residuals, PowerSGD flat and across nodes), one uninterrupted run and one
+"""Run under torchrun (4 ranks as 2 nodes x 2) by test_engine_ddp.py: for each compression kind
+(fp16 casts, top-k residuals, PowerSGD flat and across nodes), one uninterrupted run and one
 stopped after 15 steps then resumed from its checkpoint; rank 0 writes both runs' metrics."""
 
 import json
@@ -10,6 +10,7 @@ from trainers import distributed, engine
 from trainers.config import load_config
 
 VARIANTS = {
+    "fp16+hier": ["distributed.compression=fp16", "distributed.hook=hierarchical"],
     "topk+hier": ["distributed.compression=topk", "distributed.hook=hierarchical", "distributed.topk_ratio=0.05"],
     "powersgd": ["distributed.compression=powersgd", "distributed.powersgd_start_step=4"],
     "powersgd+hier": ["distributed.compression=powersgd", "distributed.hook=hierarchical",
