@@ -13,3 +13,6 @@ def setup_logging(debug: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
     root.propagate = False
+    # a search quiets the engine's epoch lines for its trials; a new command starts from scratch
+    # (matters when commands run in one process: the Python API, tests)
+    logging.getLogger("tianfeng.engine").setLevel(logging.NOTSET)
