@@ -216,46 +216,30 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+# command -> (module, function taking the parsed arguments); imported only when the command runs,
+# so `--help` and bad flags do not pay for torch and optuna
+_COMMANDS = {
+    "search": ("tianfeng.search_command", "run_search_command"),
+    "scale": ("tianfeng.scale_command", "run_scale_command"),
+    "promote": ("tianfeng.promote_command", "run_promote_command"),
+    "runs": ("tianfeng.promote_command", "run_runs_command"),
+    "calibrate": ("tianfeng.calibrate_command", "run_calibrate_command"),
+    "report": ("tianfeng.report.build", "run_report_command"),
+    "launch": ("tianfeng.launch_command", "run_launch_command"),
+    "plan": ("tianfeng.plan_command", "run_plan_command"),
+    "status": ("tianfeng.status_command", "run_status_command"),
+}
+
+
 def _dispatch(args: argparse.Namespace) -> int:
+    import importlib
+
     if args.command == "train":
         from tianfeng.train_command import run_train
 
         return run_train(args.config, args.overrides)
-    if args.command == "search":
-        from tianfeng.search_command import run_search_command
-
-        return run_search_command(args)
-    if args.command == "scale":
-        from tianfeng.scale_command import run_scale_command
-
-        return run_scale_command(args)
-    if args.command == "promote":
-        from tianfeng.promote_command import run_promote_command
-
-        return run_promote_command(args)
-    if args.command == "calibrate":
-        from tianfeng.calibrate_command import run_calibrate_command
-
-        return run_calibrate_command(args)
-    if args.command == "report":
-        from tianfeng.report.build import run_report_command
-
-        return run_report_command(args)
-    if args.command == "launch":
-        from tianfeng.launch_command import run_launch_command
-
-        return run_launch_command(args)
-    if args.command == "plan":
-        from tianfeng.plan_command import run_plan_command
-
-        return run_plan_command(args)
-    if args.command == "status":
-        from tianfeng.status_command import run_status_command
-
-        return run_status_command(args)
-    from tianfeng.promote_command import run_runs_command
-
-    return run_runs_command(args)
+    module, function = _COMMANDS[args.command]
+    return getattr(importlib.import_module(module), function)(args)
 
 
 if __name__ == "__main__":

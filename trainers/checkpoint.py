@@ -44,13 +44,26 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
-def save(directory: Path, payload: dict[str, Any]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / LAST
-    tmp = directory / f".{LAST}.tmp{os.getpid()}"
+def _write_atomically(path: Path, payload: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp{os.getpid()}"
     torch.save(payload, tmp)
     os.replace(tmp, path)
     return path
+
+
+def _load_safely(path: Path, what: str) -> Any:
+    """`path` read with weights_only=True onto the CPU; anything else is one line naming it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(str(path), "", f"cannot load {what} (only tensors and plain values are accepted): "
+                          f"{reason}; delete it, or set checkpoint.resume: false") from None
+
+
+def save(directory: Path, payload: dict[str, Any]) -> Path:
+    return _write_atomically(directory / LAST, payload)
 
 
 def load(directory: Path) -> dict[str, Any] | None:
@@ -59,12 +72,7 @@ def load(directory: Path) -> dict[str, Any] | None:
     path = directory / LAST
     if not path.exists():
         return None
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
-        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(str(path), "", "cannot load this checkpoint (only tensors and plain values "
-                          f"are accepted): {reason}; delete it, or set checkpoint.resume: false") from None
+    payload = _load_safely(path, "this checkpoint")
     if not isinstance(payload, dict) or not {"model", "optimizer", "rng", "position", "config"} <= payload.keys():
         raise ConfigError(str(path), "", "is not a tianfeng checkpoint (model, optimizer, rng, position "
                           "and config expected); delete it, or set checkpoint.resume: false")
@@ -82,11 +90,7 @@ def save_rank_state(directory: Path, rank: int, world: int, global_step: int, pa
     """What only this rank knows (a comm hook's error feedback), saved beside `last.pt` under
     the step it belongs to; the two newest are kept, so a kill while rank 0 writes `last.pt`
     still leaves the state of the step `last.pt` holds."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"rank{rank}-of-{world}-step{global_step}.pt"
-    tmp = directory / f".{path.name}.tmp{os.getpid()}"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    _write_atomically(directory / f"rank{rank}-of-{world}-step{global_step}.pt", payload)
     for _step, old in sorted(_rank_files(directory, rank, world).items())[:-2]:
         old.unlink(missing_ok=True)
 
@@ -94,14 +98,7 @@ def save_rank_state(directory: Path, rank: int, world: int, global_step: int, pa
 def load_rank_state(directory: Path, rank: int, world: int, global_step: int) -> dict[str, Any] | None:
     """This rank's state of `global_step`, or None (another world size, or never saved)."""
     path = _rank_files(directory, rank, world).get(global_step)
-    if path is None:
-        return None
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
-        raise ConfigError(str(path), "", f"cannot load this rank's state (only tensors and plain values are "
-                          f"accepted): {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else exc}; "
-                          "delete it, or set checkpoint.resume: false") from None
+    return None if path is None else _load_safely(path, "this rank's state")
 
 
 # Fields that may change between a run and its resumption: where things go and how often.

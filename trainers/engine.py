@@ -160,8 +160,8 @@ class DivergenceCheck:
     """Whether any rank's loss has been non-finite: one MAX all-reduce of a flag, so every rank
     decides the same (a rank leaving alone would hang the others in their next all-reduce)."""
 
-    def __init__(self, device: torch.device, ctx: dist_utils.DistContext) -> None:
-        self.device, self.ctx = device, ctx
+    def __init__(self, ctx: dist_utils.DistContext) -> None:
+        self.ctx = ctx
 
     def check(self, nonfinite: torch.Tensor, loss: torch.Tensor | None) -> str | None:
         flag = nonfinite.to(torch.float32)
@@ -294,7 +294,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
 
     history = [EpochMetrics(**h) for h in pos.history]
     check_every = divergence_check_steps(device)
-    divergence = DivergenceCheck(device, ctx)
+    divergence = DivergenceCheck(ctx)
     nonfinite = torch.zeros((), dtype=torch.bool, device=device)
     started = time.perf_counter()
     status, message = "completed", ""

@@ -17,11 +17,7 @@ import numpy as np
 from rich.progress import Progress
 
 from trainers.data.decode import decode_file, resize_array
-from trainers.data.sources import ImageSource, Split
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng"))
+from trainers.data.sources import ImageSource, Split, default_cache_dir
 
 
 @dataclass

@@ -192,9 +192,13 @@ def _scan(root: Path) -> ImageSource:
     return ImageSource(key=key, channels=3, class_names=class_names, train=train, val=val)
 
 
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng"))
+
+
 def _index_path(root: Path) -> Path:
     name = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
-    return Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng")) / "scans" / f"{name}.json"
+    return default_cache_dir() / "scans" / f"{name}.json"
 
 
 def _read_index(root: Path, stamp: tuple) -> ImageSource | None:
