@@ -10,10 +10,10 @@ import random
 import sys
 from pathlib import Path
 
-from optuna.trial import TrialState
 from scipy.stats import spearmanr
 
 from tianfeng.promote_command import load_study, promote
+from tianfeng.search.scores import ranked, score
 
 log = logging.getLogger("tianfeng.calibrate")
 
@@ -21,11 +21,10 @@ log = logging.getLogger("tianfeng.calibrate")
 def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int, seed: int,
               runs_dir: Path) -> dict:
     study = load_study(storage, study_name)
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    reverse = study.direction.name == "MAXIMIZE"
-    ranked = sorted(complete, key=lambda t: t.value, reverse=reverse)
-    chosen = ranked[:top_k]
-    rest = ranked[top_k:]
+    best_first = ranked(study)
+    complete = best_first
+    chosen = best_first[:top_k]
+    rest = best_first[top_k:]
     chosen += random.Random(seed).sample(rest, min(n_random, len(rest)))
     if len(chosen) < 3:
         from trainers.config import ConfigError
@@ -34,12 +33,12 @@ def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int
                           f"has {len(complete)} complete trials; calibration needs at least 3")
     pairs = []
     for i, trial in enumerate(chosen, 1):
-        log.info("calibration run %d of %d: trial %d (proxy %.4g)", i, len(chosen), trial.number, trial.value)
+        log.info("calibration run %d of %d: trial %d (proxy %.4g)", i, len(chosen), trial.number, score(trial))
         out = promote(storage, study.study_name, trial.number, batch_size=None, overrides=[],
                       runs_dir=runs_dir, dry_run=False, kind="calibrate")
-        score = next(v for k, v in out.items() if k.startswith("full_"))
+        full = next(v for k, v in out.items() if k.startswith("full_"))
         seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
-        pairs.append({"trial": trial.number, "proxy": trial.value, "full": score, "proxy_s": seconds,
+        pairs.append({"trial": trial.number, "proxy": score(trial), "full": full, "proxy_s": seconds,
                       "status": out["status"]})
     usable = [p for p in pairs if p["full"] is not None and math.isfinite(p["full"])]
     rho = None

@@ -56,7 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
                                          "fidelity target (printed rule by rule), run it, and record the "
                                          "run beside the study. Promoting the same trial with the same "
                                          "config again resumes that run.")
-    promote.add_argument("trial", type=int, help="trial number in the study")
+    promote.add_argument("trial", type=int, nargs="?", default=None, help="trial number in the study")
+    promote.add_argument("--front", action="store_true", help="list the study's Pareto front (proxy metric, "
+                         "predicted wall time, GPU-hours, batch, resolution schedule) and promote nothing")
+    promote.add_argument("--fastest-to", type=float, default=None, metavar="LEVEL",
+                         help="promote the front trial with the least predicted wall time whose proxy metric "
+                              "reaches LEVEL")
     promote.add_argument("--study", default=None, help="study name (default: the only study in the storage)")
     promote.add_argument("--storage", default=DEFAULT_STORAGE, help=f"study database URL (default {DEFAULT_STORAGE})")
     promote.add_argument("--batch-size", type=int, default=None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.search.objective import objective_value
+from tianfeng.search.scores import best_trial, score
 from tianfeng.search.space import SearchSpace, parse_space
 from tianfeng.store import RunStore
 from tianfeng.tables import add_plain_row, plain_table
@@ -46,7 +48,11 @@ def study_space(study: optuna.Study) -> SearchSpace:
     attrs = study.user_attrs
     if "space_yaml" not in attrs:
         raise ConfigError("--study", study.study_name, "was not created by tianfeng search (no space stored)")
-    return parse_space(attrs["space_yaml"], attrs.get("space_path", study.study_name), data=attrs.get("data"))
+    space = parse_space(attrs["space_yaml"], attrs.get("space_path", study.study_name), data=attrs.get("data"),
+                        gpus=attrs.get("gpus"), gpus_per_node=attrs.get("gpus_per_node"))
+    from tianfeng.search.runner import with_objective
+
+    return with_objective(space, attrs.get("objective_mode"), attrs.get("target"))
 
 
 def complete_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
@@ -56,8 +62,8 @@ def complete_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial
                           f"(trials 0 to {max(trials, default=-1)})")
     trial = trials[number]
     if trial.state != TrialState.COMPLETE:
-        best = f" (the best is #{study.best_trial.number})" if any(
-            t.state == TrialState.COMPLETE for t in trials.values()) else ""
+        top = best_trial(study)
+        best = f" (the best is #{top.number})" if top else ""
         raise ConfigError("trial", str(number), f"is {trial.state.name.lower()}: promote a complete trial{best}")
     return trial
 
@@ -113,11 +119,11 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
         log.info("trial %d of %s was promoted with this config before (run %d, %s): reusing it, nothing "
                  "trained", trial_number, study.study_name, existing["id"], existing["status"])
         return {"run": existing["id"], "study": study.study_name, "trial": trial_number, "resumed": True,
-                "reused": True, "run_dir": str(run_dir), "proxy_score": trial.value,
+                "reused": True, "run_dir": str(run_dir), "proxy_score": score(trial),
                 "status": existing["status"], f"full_{metric}": existing["final_score"]}
     run_id, resumed = store.open_run(study=study.study_name, trial_number=trial_number, config_hash=digest,
                                      kind=kind, run_dir=str(run_dir), config_yaml=config_yaml,
-                                     proxy_score=trial.value)
+                                     proxy_score=score(trial))
     log.info("%s trial %d of %s as run %d in %s", "resuming" if resumed else "promoting",
              trial_number, study.study_name, run_id, run_dir)
     epochs: list[dict] = []
@@ -129,7 +135,9 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     epochs_so_far = store.runs(study.study_name)
     epochs_so_far = next(r["epochs"] for r in epochs_so_far if r["id"] == run_id)
     out = {"run": run_id, "study": study.study_name, "trial": trial_number, "resumed": resumed,
-           "run_dir": str(run_dir), "proxy_score": trial.value}
+           "run_dir": str(run_dir), "proxy_score": score(trial)}
+    if trial.user_attrs.get("predicted"):
+        out["predicted_full_run"] = trial.user_attrs["predicted"]
     if plan is not None:
         return out | _run_plan(plan, launch, run_dir, store, run_id, space)
     try:
@@ -137,10 +145,10 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     except BaseException:
         store.update(run_id, status="failed")
         raise
-    score = full_score(space, [asdict(m) for m in result.epochs])
-    store.update(run_id, status=result.status, final_score=score, epochs=[asdict(m) for m in result.epochs],
+    final = full_score(space, [asdict(m) for m in result.epochs])
+    store.update(run_id, status=result.status, final_score=final, epochs=[asdict(m) for m in result.epochs],
                  checkpoint=str(full.resolved_checkpoint_dir / "last.pt"))
-    return out | {"status": result.status, f"full_{metric}": score}
+    return out | {"status": result.status, f"full_{metric}": final}
 
 
 def _write_launch_plan(full: RunConfig, config_yaml: str, launch: Launch, run_dir: Path) -> LaunchPlan:
@@ -187,17 +195,48 @@ def _collect(run_dir: Path, store: RunStore, run_id: int, space: SearchSpace) ->
     result = json.loads((run_dir / "result.json").read_text())
     metrics = run_dir / "metrics.jsonl"
     epochs = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
-    score = full_score(space, epochs)
-    store.update(run_id, status=result["status"], final_score=score, epochs=epochs,
+    final = full_score(space, epochs)
+    store.update(run_id, status=result["status"], final_score=final, epochs=epochs,
                  checkpoint=str(run_dir / "checkpoints" / "last.pt"))
-    return {"status": result["status"], f"full_{metric}": score, "launch": str(run_dir / "launch")}
+    return {"status": result["status"], f"full_{metric}": final, "launch": str(run_dir / "launch")}
+
+
+def chosen_trial(args) -> int | None:
+    """The trial to promote: given by number, or `--fastest-to X` (the front trial with the
+    least predicted time whose proxy metric reaches X); None after `--front` lists the front."""
+    picks = sum(x is not None and x is not False for x in (args.trial, args.fastest_to, args.front or None))
+    if picks != 1:
+        raise ConfigError("trial", "", "give a trial number, --fastest-to LEVEL or --front (one of them)")
+    if args.trial is not None:
+        return args.trial
+    from tianfeng.search.front import fastest_to, print_front
+
+    study = load_study(args.storage, args.study)
+    if args.front:
+        print_front(study)
+        return None
+    if not math.isfinite(args.fastest_to):
+        raise ConfigError("--fastest-to", "", f"must be a finite number, got {args.fastest_to}")
+    pick = fastest_to(study, args.fastest_to)
+    if pick is None:
+        top = best_trial(study)
+        best = f"; the best front trial reaches {score(top):.4g} (#{top.number})" if top else ""
+        raise ConfigError("--fastest-to", "", f"no complete trial of study {study.study_name} reaches "
+                          f"{study.user_attrs.get('metric', 'the metric')} {args.fastest_to:g}{best}")
+    log.info("trial %d: the fastest front trial with %s >= %g (%.4g, full run predicted %.0f s)",
+             pick.number, study.user_attrs.get("metric", "value"), args.fastest_to, score(pick),
+             pick.user_attrs["predicted"]["seconds"])
+    return pick.number
 
 
 def run_promote_command(args) -> int:
     if (args.nodes is None) != (args.gpus_per_node is None):
         raise ConfigError("--nodes", "", "give --nodes and --gpus-per-node together")
+    number = chosen_trial(args)
+    if number is None:
+        return 0
     launch = Launch(args.nodes, args.gpus_per_node, args.device, args.master_addr) if args.nodes else None
-    out = promote(args.storage, args.study, args.trial, batch_size=args.batch_size,
+    out = promote(args.storage, args.study, number, batch_size=args.batch_size,
                   overrides=args.overrides, runs_dir=args.runs_dir, dry_run=args.dry_run, launch=launch)
     if args.dry_run:
         print(yaml.safe_dump(out["config"], sort_keys=False), end="")

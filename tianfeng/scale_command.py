@@ -70,7 +70,7 @@ def run_scale_command(args) -> int:
         raise ConfigError("--tolerance", "", f"must be a finite number >= 0 (points of the metric), got {args.tolerance}")
 
     from tianfeng.scale.study import ScalePlan, run_scale
-    from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan
+    from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan, rung_epochs
     from tianfeng.search.space import load_space
 
     space = load_space(args.space, data=args.data)
@@ -82,7 +82,7 @@ def run_scale_command(args) -> int:
     if too_big:
         raise ConfigError("--batch-sizes", "", f"{too_big[0]} is larger than the training set "
                           f"({size} images of {described})")
-    trial_epochs = space.fidelities[rung].epochs or space.base.total_epochs
+    trial_epochs = rung_epochs(space, rung)
     if budget["epochs"] is not None and budget["epochs"] < trial_epochs:
         raise ConfigError("--budget-per-batch", "", f"{args.budget_per_batch} allows no trial: one trial at "
                           f"rung {rung} trains {trial_epochs} epochs")

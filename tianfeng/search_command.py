@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from trainers.config import ConfigError
 SAMPLER_NAMES = ("tpe", "cmaes", "random", "grid", "qmc")
 PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
 DEFAULT_STORAGE = "sqlite:///tianfeng.db"
+OBJECTIVE_MODES = ("accuracy", "pareto", "time-to-target")
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
 
@@ -47,10 +49,13 @@ def run_search_command(args) -> int:
     if args.backend == "optuna" and any(v is not None for v in (args.address, args.cpus_per_trial, args.gpus_per_trial)):
         raise ConfigError("--backend", "", "--address, --cpus-per-trial and --gpus-per-trial need --backend ray")
 
-    from tianfeng.search.runner import SearchPlan, requeue_interrupted, run_search
+    if args.target is not None and not math.isfinite(args.target):
+        raise ConfigError("--target", "", f"must be a finite number, got {args.target}")
+    from tianfeng.search.runner import SearchPlan, requeue_interrupted, run_search, with_objective
     from tianfeng.search.space import load_space
 
-    space = load_space(args.space, data=args.data)
+    space = with_objective(load_space(args.space, data=args.data, gpus=args.gpus, gpus_per_node=args.gpus_per_node),
+                           args.objective, args.target)
     rung = args.fidelity or space.search_fidelity
     if rung not in space.fidelities:
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(space.fidelities)}; got {rung!r}")
@@ -59,7 +64,9 @@ def run_search_command(args) -> int:
                       study=args.study or space.name, sampler=args.sampler, pruner=args.pruner,
                       seed=args.seed, trials=args.trials, timeout_s=timeout_s,
                       runs_root=str(args.runs_dir), rung=rung, heartbeat_s=args.heartbeat_s,
-                      grace_s=args.grace_s, verbose=args.verbose, failure_limit=args.failure_limit)
+                      grace_s=args.grace_s, verbose=args.verbose, failure_limit=args.failure_limit,
+                      gpus=args.gpus, gpus_per_node=args.gpus_per_node, objective=args.objective,
+                      target=args.target)
     try:
         if args.backend == "ray":
             from tianfeng.search.ray_backend import RayOptions, run_ray_search
@@ -107,24 +114,36 @@ def write_report(storage: str, study: str) -> Path:
 def print_summary(study, plan) -> int:
     import optuna
 
+    from tianfeng.search.front import print_front
     from tianfeng.search.runner import FINISHED
+    from tianfeng.search.scores import best_trial, mode_of, score
+    from tianfeng.search.walltime import format_seconds
 
     trials = study.get_trials(deepcopy=False)
     counts = {s.name.lower(): sum(t.state == s for t in trials) for s in optuna.trial.TrialState}
     done = [t for t in trials if t.state in FINISHED]
+    mode = mode_of(study)
     print(f"study {plan.study}: {len(done)} trials finished "
-          f"({counts['complete']} complete, {counts['pruned']} pruned, {counts['fail']} failed)")
-    try:
-        best = study.best_trial
-    except ValueError:
+          f"({counts['complete']} complete, {counts['pruned']} pruned, {counts['fail']} failed); objective {mode}")
+    best = best_trial(study)
+    if best is None:
         print("no trial completed: nothing to promote", file=sys.stderr)
         return 1
     metric = study.user_attrs.get("metric", "value")
-    print(f"best trial: #{best.number}  {metric} {best.value:.4f}"
+    storage = "" if plan.storage == "sqlite:///tianfeng.db" else f" --storage {plan.storage}"
+    if mode == "pareto":
+        print_front(study)
+        print(f"promote one with:\n  tianfeng promote --fastest-to LEVEL --study {plan.study}{storage}\n"
+              f"  (or tianfeng promote TRIAL; list the front again with tianfeng promote --front)")
+        return 0
+    predicted = best.user_attrs.get("predicted")
+    label = "fastest trial reaching the target" if mode == "time-to-target" and all(
+        c <= 0 for c in best.constraints.values()) else "best trial"
+    print(f"{label}: #{best.number}  {metric} {score(best):.4f}"
+          + (f"  full run predicted {format_seconds(predicted['seconds'])} on {predicted['cluster']}" if predicted else "")
           + (f"  (prior: {best.user_attrs['prior']})" if "prior" in best.user_attrs else ""))
     for key, value in best.params.items():
         print(f"  {key}: {value:.6g}" if isinstance(value, float) else f"  {key}: {value}")
-    storage = "" if plan.storage == "sqlite:///tianfeng.db" else f" --storage {plan.storage}"
     print(f"promote it with:\n  tianfeng promote {best.number} --study {plan.study}{storage}")
     return 0
 
@@ -148,6 +167,15 @@ def add_search_arguments(parser) -> None:
     parser.add_argument("--cpus-per-trial", type=float, default=None, help="with --backend ray (default 1)")
     parser.add_argument("--gpus-per-trial", type=float, default=None, help="with --backend ray (default 1 on a cluster with GPUs, else 0)")
     parser.add_argument("--fidelity", default=None, help="the rung trials run at (default: the space's search_fidelity)")
+    parser.add_argument("--objective", choices=OBJECTIVE_MODES, default=None,
+                        help="accuracy: the metric alone; pareto: the metric against the full run's predicted wall "
+                             "time on the cluster; time-to-target: least predicted time whose metric reaches "
+                             "--target (default: the space's objective.mode, else accuracy)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="with --objective time-to-target: the metric the search rung must reach")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs of the cluster the full run is for "
+                        "(replaces the space's cluster.gpus)")
+    parser.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node of that cluster")
     parser.add_argument("--resume", action="store_true", help="continue an existing study")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where trial run directories go (default runs/)")

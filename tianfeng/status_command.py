@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
 from tianfeng.promote_command import load_study
+from tianfeng.search.scores import epochs_reported, score
+from tianfeng.search.walltime import format_seconds
 from tianfeng.tables import add_plain_row, plain_table
 
 
 def _study_row(summary: optuna.study.StudySummary) -> dict:
+    best = summary.best_trial  # None for pareto studies: their best is a front
     return {"study": summary.study_name, "trials": summary.n_trials,
-            "best_value": summary.best_trial.value if summary.best_trial else None,
-            "best_trial": summary.best_trial.number if summary.best_trial else None,
+            "objective": summary.user_attrs.get("objective_mode", "accuracy"),
+            "best_value": score(best) if best else None,
+            "best_trial": best.number if best else None,
             "created": str(summary.datetime_start or "")}
 
 
 def _trial_row(t: optuna.trial.FrozenTrial) -> dict:
-    return {"trial": t.number, "state": t.state.name.lower(), "value": t.value,
-            "epochs_reported": max(t.intermediate_values) if t.intermediate_values else 0,
+    predicted = t.user_attrs.get("predicted") or {}
+    return {"trial": t.number, "state": t.state.name.lower(), "value": score(t),
+            "predicted_s": predicted.get("seconds"), "gpu_hours": predicted.get("gpu_hours"),
+            "epochs_reported": epochs_reported(t),
             "prior": t.user_attrs.get("prior", ""), "params": t.params,
             "seconds": (t.datetime_complete - t.datetime_start).total_seconds()
             if t.datetime_complete and t.datetime_start else None}
@@ -29,15 +36,17 @@ def _trial_row(t: optuna.trial.FrozenTrial) -> dict:
 
 def run_status_command(args) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 200)  # a pipe or file: no wrapped cells
     if args.study is None and len(optuna.get_all_study_names(args.storage)) != 1:
         rows = [_study_row(s) for s in optuna.get_all_study_summaries(args.storage, include_best_trial=True)]
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
-        table = plain_table(f"studies in {args.storage}", ("study", "trials", "best value", "best trial", "created"))
+        table = plain_table(f"studies in {args.storage}",
+                            ("study", "objective", "trials", "best value", "best trial", "created"))
         for r in rows:
-            add_plain_row(table, r["study"], str(r["trials"]), _fmt(r["best_value"]), str(r["best_trial"]), r["created"])
+            add_plain_row(table, r["study"], r["objective"], str(r["trials"]), _fmt(r["best_value"]),
+                          "-" if r["best_trial"] is None else str(r["best_trial"]), r["created"])
         console.print(table)
         return 0
     study = load_study(args.storage, args.study)
@@ -49,10 +58,12 @@ def run_status_command(args) -> int:
     counts = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
     metric = study.user_attrs.get("metric", "value")
     table = plain_table(f"study {study.study_name}: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n),
-                        ("trial", "state", metric, "epochs", "prior", "params"))
+                        ("trial", "state", metric, "epochs", "predicted full run", "GPU-h", "prior", "params"))
     for r in rows:
         params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["params"].items())
-        add_plain_row(table, str(r["trial"]), r["state"], _fmt(r["value"]), str(r["epochs_reported"]), r["prior"], params)
+        add_plain_row(table, str(r["trial"]), r["state"], _fmt(r["value"]), str(r["epochs_reported"]),
+                      "-" if r["predicted_s"] is None else format_seconds(r["predicted_s"]), _fmt(r["gpu_hours"]),
+                      r["prior"], params)
     console.print(table)
     return 0
 

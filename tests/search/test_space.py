@@ -50,7 +50,7 @@ MALFORMED = [
     ("set/optimizer.lr", "base_lr * scale", "set.optimizer.lr", "unknown name 'scale'"),
     ("set/optimizer.lr", "base_lr.real", "set.optimizer.lr", "is not allowed"),
     ("phases/batch_size", DELETE, "phases.batch_size", "is required"),
-    ("phases/stride", 2, "phases.stride", "unknown key; allowed: stages"),
+    ("phases/stride", 2, "phases.stride", "unknown key; allowed: epochs, stages"),
     ("fidelities", {"proxy": {"epochs": 1}}, "fidelities", "include `target`"),
     ("fidelities/proxy/epochs", 0, "fidelities.proxy.epochs", "must be >= 1"),
     ("fidelities/proxy/precision", "fp8", "fidelities.proxy.precision", "must be one of auto, fp32, bf16, fp16"),

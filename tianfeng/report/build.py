@@ -17,6 +17,8 @@ from tianfeng.promote_command import load_study
 from tianfeng.report import figures
 from tianfeng.report.plotlyjs import bundle_for
 from tianfeng.report.templates import TEMPLATES
+from tianfeng.search.scores import best_trial, epochs_reported, maximizing, mode_of, ranked, score
+from tianfeng.search.walltime import format_seconds
 from tianfeng.store import RunStore
 
 
@@ -31,6 +33,18 @@ def _fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _objective_text(study: optuna.Study) -> str:
+    metric, mode = study.user_attrs.get("metric", "value"), mode_of(study)
+    direction = "maximize" if maximizing(study) else "minimize"
+    cluster = study.user_attrs.get("cluster")
+    on = f"; full runs predicted on {cluster}" if cluster else ""
+    if mode == "pareto":
+        return f"pareto: {metric} ({direction}) against predicted wall time (minimize){on}"
+    if mode == "time-to-target":
+        return f"time-to-target: least predicted wall time with {metric} reaching {study.user_attrs.get('target')}{on}"
+    return f"{metric} ({direction}){on}"
+
+
 def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
     attrs = study.user_attrs
     count = {s: sum(t.state == s for t in trials) for s in TrialState}
@@ -42,7 +56,7 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
     rows = [("data set", attrs.get("data", "-")), ("space file", attrs.get("space_path", "-")),
             ("search rung", attrs.get("rung", "-")),
             ("sampler / pruner", f"{attrs.get('sampler', '-')} / {attrs.get('pruner', '-')}"),
-            ("objective", f"{attrs.get('metric', 'value')} ({study.direction.name.lower()})"),
+            ("objective", _objective_text(study)),
             ("trials", f"{len(trials)}: {count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} "
                        f"pruned, {count[TrialState.FAIL]} failed, {count[TrialState.RUNNING]} running"),
             ("budget used", f"{seconds / 3600:.3f} trial-hours, {core_s / 3600:.3f} core-hours "
@@ -62,12 +76,11 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     trials = study.get_trials(deepcopy=False)
     runs = RunStore(storage).runs(study.study_name)
     metric = study.user_attrs.get("metric", "value")
-    complete = sorted([t for t in trials if t.state == TrialState.COMPLETE], key=lambda t: t.value,
-                      reverse=study.direction.name == "MAXIMIZE")
+    complete = ranked(study)
     best = None
-    if complete:
-        b = complete[0]
-        best = {"number": b.number, "value": _fmt(b.value), "prior": b.user_attrs.get("prior", ""),
+    b = best_trial(study)
+    if b is not None:
+        best = {"number": b.number, "value": _fmt(score(b)), "prior": b.user_attrs.get("prior", ""),
                 "params": [(k, _fmt(v)) for k, v in b.params.items()],
                 "config_yaml": yaml.safe_dump(b.user_attrs.get("config", {}), sort_keys=False)}
     importance_fig, _ = figures.importances(study)
@@ -77,6 +90,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     calibration = study.user_attrs.get("calibration") or {}
     drawn = [
         ("Optimisation history (best so far)", figures.history(study)),
+        ("Accuracy against predicted wall time on the cluster", figures.pareto(study, runs)),
         ("Timeline of trials per worker (complete, pruned, failed)", figures.timeline(study)),
         ("Learning curves: intermediate values per epoch", figures.learning_curves(study)),
         ("Parameter importances", (importance_fig, "not drawn: needs at least 3 complete trials")),
@@ -90,12 +104,13 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     figs = [{"id": f"fig-{i}", "title": title, "json": script_json(fig) if fig is not None else "",
              "note": note} for i, (title, (fig, note)) in enumerate(drawn)]
     params = sorted({k for t in trials for k in t.params})
-    columns = ["trial", "state", metric, "epochs", "seconds", "prior", *params]
+    columns = ["trial", "state", metric, "epochs", "seconds", "predicted full run", "GPU-h", "prior", *params]
     rows = []
     for t in trials:
         seconds = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None
-        rows.append([t.number, t.state.name.lower(), _fmt(t.value),
-                     max(t.intermediate_values) if t.intermediate_values else 0, _fmt(seconds),
+        predicted = t.user_attrs.get("predicted") or {}
+        rows.append([t.number, t.state.name.lower(), _fmt(score(t)), epochs_reported(t), _fmt(seconds),
+                     format_seconds(predicted["seconds"]) if predicted else "-", _fmt(predicted.get("gpu_hours")),
                      t.user_attrs.get("prior", ""), *[_fmt(t.params.get(p)) for p in params]])
     run_rows = [{**r, "proxy": _fmt(r["proxy_score"]), "full": _fmt(r["final_score"]),
                  "throughput": _fmt(r["epochs"][-1]["samples_per_s"]) if r["epochs"] else "-"} for r in runs]

@@ -10,6 +10,16 @@ import optuna.visualization as ov
 import plotly.graph_objects as go
 from optuna.trial import TrialState
 
+from tianfeng.search.scores import (
+    completed,
+    curve,
+    maximizing,
+    mode_of,
+    pareto_front,
+    predicted_s,
+    score,
+)
+from tianfeng.search.walltime import format_seconds, schedule_text
 from trainers.config import config_from_dict
 from trainers.schedules import learning_rate
 
@@ -23,8 +33,15 @@ def _optuna(draw, study: optuna.Study, **kwargs) -> Figure:
         return None, f"not drawn: {exc}"
 
 
+def _metric_target(study: optuna.Study) -> dict:
+    """Optuna's plots draw the first objective; with pareto or time-to-target they draw the metric."""
+    if mode_of(study) == "accuracy":
+        return {}
+    return {"target": score, "target_name": study.user_attrs.get("metric", "value")}
+
+
 def history(study: optuna.Study) -> Figure:
-    return _optuna(ov.plot_optimization_history, study)
+    return _optuna(ov.plot_optimization_history, study, **_metric_target(study))
 
 
 def timeline(study: optuna.Study) -> Figure:
@@ -70,9 +87,8 @@ def learning_curves(study: optuna.Study) -> Figure:
               TrialState.FAIL: ("failed", "#cf222e"), TrialState.RUNNING: ("running", "#0969da")}
     fig = go.Figure()
     for state, (label, colour) in groups.items():
-        series = [(t.number, sorted(t.intermediate_values), [t.intermediate_values[e] for e in
-                                                              sorted(t.intermediate_values)])
-                  for t in study.get_trials(deepcopy=False, states=(state,)) if t.intermediate_values]
+        series = [(t.number, sorted(c), [c[e] for e in sorted(c)])
+                  for t in study.get_trials(deepcopy=False, states=(state,)) if (c := curve(t))]
         if series:
             xs, ys, text = _joined(series)
             fig.add_trace(go.Scatter(x=xs, y=ys, text=text, mode="lines+markers", name=f"{label} ({len(series)})",
@@ -89,7 +105,7 @@ def importances(study: optuna.Study) -> Figure:
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     if len(complete) < 3:
         return None, "not drawn: needs at least 3 complete trials"
-    return _optuna(ov.plot_param_importances, study)
+    return _optuna(ov.plot_param_importances, study, **_metric_target(study))
 
 
 def _axis_position(trial: optuna.trial.FrozenTrial, name: str) -> float | None:
@@ -116,14 +132,13 @@ def parallel(study: optuna.Study) -> Figure:
     """Parallel coordinates drawn with lines (no parcoords trace, so the small plotly.js bundle
     draws it): one axis per parameter on its sampled scale, then the objective; trials coloured
     by quartile of their value, the best quartile darkest and on top."""
-    complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+    complete = completed(study)
     if len(complete) < 2:
         return None, "not drawn: needs at least 2 complete trials"
     names = sorted({n for t in complete for n in t.params})
-    values = sorted(t.value for t in complete)
+    values = sorted(score(t) for t in complete)
     low, high = values[0], values[-1]
-    maximize = study.direction.name == "MAXIMIZE"
-    ranked = sorted(complete, key=lambda t: t.value, reverse=not maximize)  # worst first
+    ranked = sorted(complete, key=score, reverse=not maximizing(study))  # worst first
     quarters = [ranked[i * len(ranked) // 4:(i + 1) * len(ranked) // 4] for i in range(4)]
     colours = ["#c6dbef", "#6baed6", "#2171b5", "#08306b"]
     fig = go.Figure()
@@ -132,7 +147,7 @@ def parallel(study: optuna.Study) -> Figure:
             continue
         series = []
         for t in group:
-            ys = [_axis_position(t, n) for n in names] + [(t.value - low) / (high - low) if high > low else 0.5]
+            ys = [_axis_position(t, n) for n in names] + [(score(t) - low) / (high - low) if high > low else 0.5]
             series.append((t.number, list(range(len(ys))), ys))
         xs, ys, text = _joined(series)
         fig.add_trace(go.Scatter(x=xs, y=ys, text=text, mode="lines", line={"color": colours[i], "width": 1.5},
@@ -152,7 +167,42 @@ def parallel(study: optuna.Study) -> Figure:
 
 
 def slices(study: optuna.Study, params: list[str]) -> Figure:
-    return _optuna(ov.plot_slice, study, params=params or None)
+    return _optuna(ov.plot_slice, study, params=params or None, **_metric_target(study))
+
+
+def pareto(study: optuna.Study, runs: list[dict]) -> Figure:
+    """Every complete trial's proxy metric against its full run's predicted wall time on the
+    study's cluster; the front joined by a line, promoted trials ringed."""
+    done = [t for t in completed(study) if predicted_s(t) is not None]
+    if not done:
+        return None, "not drawn: no complete trial has a predicted wall time"
+    front = pareto_front(study)
+    promoted = {r["trial_number"] for r in runs}
+    metric = study.user_attrs.get("metric", "value")
+
+    def hover(t) -> str:
+        p = t.user_attrs["predicted"]
+        return (f"#{t.number}: {metric} {score(t):.4g}, {format_seconds(p['seconds'])}, "
+                f"{p['gpu_hours']:.3g} GPU-h<br>{schedule_text(p.get('phases') or [])}")
+
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[predicted_s(t) for t in done], y=[score(t) for t in done], mode="markers",
+                             name=f"complete trials ({len(done)})", marker={"color": "#8c959f", "size": 7},
+                             hovertext=[hover(t) for t in done], hoverinfo="text"))
+    fig.add_trace(go.Scatter(x=[predicted_s(t) for t in front], y=[score(t) for t in front],
+                             mode="lines+markers", name=f"Pareto front ({len(front)})",
+                             line={"shape": "hv", "color": "#0969da"}, marker={"size": 9},
+                             hovertext=[hover(t) for t in front], hoverinfo="text"))
+    marked = [t for t in done if t.number in promoted]
+    if marked:
+        fig.add_trace(go.Scatter(x=[predicted_s(t) for t in marked], y=[score(t) for t in marked], mode="markers",
+                                 name="promoted", marker={"size": 16, "symbol": "circle-open", "color": "#cf222e",
+                                                          "line": {"width": 2}},
+                                 hovertext=[hover(t) for t in marked], hoverinfo="text"))
+    fig.update_layout(title=f"{metric} at the search rung against the full run's predicted wall time on "
+                            f"{study.user_attrs.get('cluster', 'the cluster')}",
+                      xaxis={"title": "predicted wall time (s, log scale)", "type": "log"}, yaxis_title=metric)
+    return fig, ""
 
 
 def schedules(trials: list[optuna.trial.FrozenTrial]) -> Figure:

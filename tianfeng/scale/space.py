@@ -50,5 +50,7 @@ def at_batch(space: SearchSpace, batch: int | None, *, assignments: dict[str, st
             if key not in seen:  # priors that differed only in batch size are one trial now
                 seen.add(key)
                 kept.append(Prior(prior.name, params))
+    # a batch-scaling study measures the metric at each batch: accuracy, whatever the space says
+    objective = dataclasses.replace(space.objective, mode="accuracy")
     return dataclasses.replace(space, base=base, parameters=parameters, phases=phases,
-                               assignments=sets, priors=tuple(kept))
+                               assignments=sets, priors=tuple(kept), objective=objective)

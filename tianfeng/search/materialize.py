@@ -91,13 +91,23 @@ def build_phases(t: PhasesTemplate, env: dict[str, Any], total_epochs: int) -> l
     return phases
 
 
+def rung_epochs_of(f: Fidelity, target_epochs: int) -> int:
+    """A rung's epochs for a run whose target trains `target_epochs`."""
+    if f.epoch_fraction is not None:
+        return max(1, round(f.epoch_fraction * target_epochs))
+    return f.epochs if f.epochs is not None else target_epochs
+
+
 def apply_fidelity(raw: dict[str, Any], f: Fidelity) -> None:
     """Shrink a run to a proxy rung: fewer epochs (the schedule compressed in proportion),
     lower resolution, a data subset, a narrower model, a cheaper precision."""
     total = sum(p["epochs"] for p in raw["phases"])
-    if f.epochs is not None and f.epochs != total:
-        ratio = f.epochs / total
-        for p, e in zip(raw["phases"], split_epochs(f.epochs, [p["epochs"] for p in raw["phases"]]),
+    epochs = rung_epochs_of(f, total)
+    if f.epoch_fraction is not None:
+        epochs = max(epochs, len(raw["phases"]))  # every phase keeps an epoch
+    if epochs != total:
+        ratio = epochs / total
+        for p, e in zip(raw["phases"], split_epochs(epochs, [p["epochs"] for p in raw["phases"]]),
                         strict=True):
             p["epochs"] = e
         raw["schedule"]["warmup_epochs"] = raw["schedule"]["warmup_epochs"] * ratio
@@ -114,7 +124,7 @@ def apply_fidelity(raw: dict[str, Any], f: Fidelity) -> None:
 def build_config(space: SearchSpace, values: dict[str, Any], rung: str, *, name: str | None = None,
                  run_dir: str | None = None) -> RunConfig:
     raw = config_to_dict(space.base)
-    env = dict(values)
+    env = {**space.constants, **values}
     for key, expr in space.assignments.items():
         try:
             value = expr.evaluate(env)
@@ -124,10 +134,27 @@ def build_config(space: SearchSpace, values: dict[str, Any], rung: str, *, name:
             continue  # it reads an inactive parameter: the base value stays
         _set_path(raw, key, value)
     if space.phases is not None:
-        raw["phases"] = build_phases(space.phases, env, sum(p.epochs for p in space.base.phases))
+        total = sum(p.epochs for p in space.base.phases)
+        if space.phases.epochs is not None:
+            total = int(_number(space.phases, "epochs", env, low=1, high=100_000))
+        raw["phases"] = build_phases(space.phases, env, total)
     apply_fidelity(raw, space.fidelities[rung])
     if name is not None:
         raw["name"] = name
     if run_dir is not None:
         raw["run_dir"] = run_dir
     return config_from_dict(raw, f"{space.path} [{rung}]")
+
+
+def max_rung_epochs(space: SearchSpace, rung: str) -> int:
+    """The most epochs a trial at `rung` trains: the rung's own count, or with an epoch fraction
+    the larger of the space's two corners (epochs grow with the searched epoch budget)."""
+    import functools
+
+    f = space.fidelities[rung]
+    if f.epoch_fraction is None:
+        return f.epochs or space.base.total_epochs
+    from tianfeng.search.space import corner_value
+
+    return max(build_config(space, sample_active(space, functools.partial(corner_value, low=low)), rung).total_epochs
+               for low in (True, False))

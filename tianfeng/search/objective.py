@@ -13,8 +13,10 @@ from typing import Any
 import optuna
 
 from tianfeng.search.materialize import build_config, sample_active
+from tianfeng.search.peer_pruning import PeerPruner, rung_passed
 from tianfeng.search.space import Parameter, SearchSpace
-from trainers.config import RunConfig, config_to_dict
+from tianfeng.search.walltime import predict_trial
+from trainers.config import ConfigError, RunConfig, config_to_dict
 from trainers.engine import EpochMetrics, RunResult, StopTraining, train
 from trainers.names import STUDY_MAX_LENGTH, check_name
 
@@ -70,6 +72,18 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     values = suggest(trial, space)
     run_dir = trial_run_dir(runs_root, study_name, trial)
     cfg = build_config(space, values, rung, name=f"{study_name}-{run_dir.name}", run_dir=str(run_dir))
+    try:
+        predicted = predict_trial(space, values)
+    except ConfigError as exc:
+        if space.objective.mode != "accuracy":
+            raise
+        log.debug("trial %d: no wall-time prediction: %s", trial.number, exc)
+        predicted = None
+    if predicted is not None:
+        trial.set_user_attr("predicted", {"seconds": predicted.seconds, "gpu_hours": predicted.gpu_hours,
+                                          "steps": predicted.steps, "efficiency": predicted.efficiency,
+                                          "cluster": space.cluster.describe(),
+                                          "phases": [list(p) for p in predicted.phases]})
     trial.set_user_attr("values", values)
     trial.set_user_attr("fidelity", rung)
     trial.set_user_attr("run_dir", str(run_dir))
@@ -95,9 +109,10 @@ class ProxyObjective:
     """`trainer` is the engine's `train`; the overhead benchmark swaps in one that does nothing."""
 
     def __init__(self, space: SearchSpace, study_name: str, runs_root: Path, rung: str,
-                 trainer: Callable[..., RunResult] = train) -> None:
+                 trainer: Callable[..., RunResult] = train, peers: PeerPruner | None = None) -> None:
         self.space, self.study_name, self.runs_root, self.rung = space, study_name, runs_root, rung
         self.trainer = trainer
+        self.peers = peers  # pareto and time-to-target: Optuna's pruners judge one objective only
 
     def __call__(self, trial: optuna.Trial) -> float:
         try:
@@ -105,15 +120,24 @@ class ProxyObjective:
         except Exception as exc:
             mark_failed(trial, exc)
             raise
-        metric = self.space.objective.metric
+        objective = self.space.objective
+        metric = objective.metric
 
         def report(m: EpochMetrics) -> None:
             # called only for epochs this process trained: a resumed trial reports no epoch twice
             value = getattr(m, metric)
-            trial.report(value, m.epoch)
-            # after the last epoch the work is spent: the trial completes whatever a pruner says
-            if m.epoch < cfg.total_epochs and trial.should_prune():
-                raise StopTraining("pruned", f"pruned at epoch {m.epoch} ({metric} {value:.4g})")
+            if objective.mode == "accuracy":
+                trial.report(value, m.epoch)
+                # after the last epoch the work is spent: the trial completes whatever a pruner says
+                if m.epoch < cfg.total_epochs and trial.should_prune():
+                    raise StopTraining("pruned", f"pruned at epoch {m.epoch} ({metric} {value:.4g})")
+                return
+            trial.set_user_attr("curve", {**trial.user_attrs.get("curve", {}), str(m.epoch): value})
+            rung = rung_passed(m.epoch, cfg.total_epochs)
+            if rung and self.peers and self.peers.should_prune(
+                    trial.study, trial, rung, value, objective.direction == "maximize"):
+                raise StopTraining("pruned", f"pruned at epoch {m.epoch} ({metric} {value:.4g}, below "
+                                             "the median of trials as fast or faster)")
 
         try:
             result = self.trainer(cfg, report)
@@ -133,4 +157,18 @@ class ProxyObjective:
         value = objective_value(self.space, [getattr(m, metric) for m in result.epochs])
         if not math.isfinite(value):
             raise optuna.TrialPruned(f"{metric} is {value}")
-        return value
+        return objective_values(trial, objective, value)
+
+
+def objective_values(trial: optuna.Trial, objective, value: float) -> float | tuple[float, float]:
+    """What Optuna is told, by mode: the metric; (metric, predicted s); or the predicted s with
+    the metric's shortfall from the target as a constraint (<= 0 when reached)."""
+    trial.set_user_attr("score", value)
+    seconds = trial.user_attrs["predicted"]["seconds"]
+    if objective.mode == "pareto":
+        return value, seconds
+    if objective.mode == "time-to-target":
+        shortfall = objective.target - value if objective.direction == "maximize" else value - objective.target
+        trial.set_constraint("target", shortfall)
+        return seconds
+    return value

@@ -9,6 +9,8 @@ import optuna
 from optuna.trial import TrialState
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from tianfeng.search.scores import best_trial, score
+
 
 class StudyProgress:
     def __init__(self, total: int | None, metric: str) -> None:
@@ -32,10 +34,8 @@ class StudyProgress:
             return
         trials = study.get_trials(deepcopy=False)
         count = {s: sum(t.state == s for t in trials) for s in TrialState}
-        try:
-            best = f"best {study.best_value:.4g} (#{study.best_trial.number})"
-        except ValueError:
-            best = "no result yet"
+        top = best_trial(study)
+        best = f"best {score(top):.4g} (#{top.number})" if top else "no result yet"
         self._progress.update(self._task, completed=count[TrialState.COMPLETE] + count[TrialState.PRUNED],
                               description=f"{best}  pruned {count[TrialState.PRUNED]}  "
                                           f"failed {count[TrialState.FAIL]}  running {count[TrialState.RUNNING]}")

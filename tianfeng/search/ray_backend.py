@@ -23,13 +23,14 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from tianfeng.ray_cluster import start_or_join
-from tianfeng.search.objective import objective_value, prepare_trial, record_final
+from tianfeng.search.objective import objective_value, objective_values, prepare_trial, record_final
 from tianfeng.search.progress import StudyProgress
 from tianfeng.search.runner import (
     Budget,
     SearchPlan,
     TrialLogger,
     counted,
+    log_objective,
     new_stream,
     open_study,
     plan_space,
@@ -137,7 +138,10 @@ class StudySearcher(Searcher):
         if not values and "worker" in result:
             trial.set_user_attr("worker", result["worker"])
         if epoch not in values:
-            trial.report(float(value), epoch)
+            if self.space.objective.mode == "accuracy":
+                trial.report(float(value), epoch)
+            else:  # Optuna keeps no intermediate values for these modes
+                trial.set_user_attr("curve", {**trial.user_attrs.get("curve", {}), str(epoch): float(value)})
             values[epoch] = float(value)
 
     def save(self, checkpoint_path: str) -> None:
@@ -171,8 +175,10 @@ class StudySearcher(Searcher):
             final = {k: result[k] for k in self.space_metrics() if k in result}
             record_final(trial, self.space, final)
             value = objective_value(self.space, values)
-            self.study.tell(trial, value if math.isfinite(value) else None,
-                            state=TrialState.COMPLETE if math.isfinite(value) else TrialState.PRUNED)
+            if math.isfinite(value):
+                self.study.tell(trial, objective_values(trial, self.space.objective, value))
+            else:
+                self.study.tell(trial, state=TrialState.PRUNED)
         frozen = next(t for t in self.study.get_trials(deepcopy=False) if t.number == trial.number)
         self.log_trial(self.study, frozen)
         if self.progress is not None:
@@ -251,7 +257,14 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
         logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
     study = open_study(plan, space, resume=resume, heartbeat=False,
                        seed=sampler_seed(plan, 0, new_stream() if resume else 0))
+    log_objective(space)
     epochs = rung_epochs(space, plan.rung)
+    pruner = plan.pruner
+    if space.objective.mode != "accuracy" and pruner != "none":
+        log.warning("Ray's schedulers stop trials on the metric alone; with objective %s no trial is "
+                    "pruned under --backend ray (the optuna backend compares trials of similar "
+                    "predicted time)", space.objective.mode)
+        pruner = "none"
     done = len(counted(study))
     concurrent = int(resources.get("CPU", 1) // options.cpus_per_trial)
     if options.gpus_per_trial:
@@ -259,7 +272,7 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
     log.info("study %s on Ray (%g CPUs, %g GPUs; up to %d trials at once): %d of %d trials done; "
              "sampler %s, scheduler %s, rung %s", plan.study, resources.get("CPU", 0),
              resources.get("GPU", 0), concurrent, done, plan.trials, plan.sampler,
-             RAY_PRUNERS[plan.pruner], plan.rung)
+             RAY_PRUNERS[pruner], plan.rung)
     storage_path = Path(plan.runs_root).resolve() / "ray"
     with StudyProgress(plan.trials, space.objective.metric) as progress:
         searcher = StudySearcher(study, space, plan, options, progress)
@@ -268,7 +281,7 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
-                search_alg=searcher, scheduler=_scheduler(plan.pruner, epochs),
+                search_alg=searcher, scheduler=_scheduler(pruner, epochs),
                 metric=space.objective.metric, mode="max" if space.objective.direction == "maximize" else "min",
                 num_samples=max(1, plan.trials - done), time_budget_s=plan.timeout_s, reuse_actors=True),
             run_config=tune.RunConfig(name=plan.study, storage_path=str(storage_path), verbose=0,

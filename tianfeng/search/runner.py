@@ -18,9 +18,12 @@ from optuna.trial import TrialState
 
 from tianfeng import search_command
 from tianfeng.search.objective import ProxyObjective
+from tianfeng.search.peer_pruning import PeerPruner
 from tianfeng.search.progress import StudyProgress
 from tianfeng.search.registry import PRUNERS, SAMPLERS
+from tianfeng.search.scores import best_trial, epochs_reported, score
 from tianfeng.search.space import SearchSpace, load_space
+from tianfeng.search.walltime import format_seconds
 from trainers.config import ConfigError
 from trainers.names import STUDY_MAX_LENGTH, check_name
 
@@ -76,6 +79,10 @@ class SearchPlan:
     study_attrs: dict[str, Any] = field(default_factory=dict)
     epoch_budget: int | None = None  # training epochs summed over trials (pruned ones count what they ran)
     failure_limit: int = FAILURE_LIMIT  # this many trials in a row failing with one error stop the search
+    gpus: int | None = None  # the cluster's size, replacing the space's cluster section
+    gpus_per_node: int | None = None
+    objective: str | None = None  # objective mode, replacing the space's
+    target: float | None = None  # time-to-target's target, replacing the space's
 
     def __post_init__(self) -> None:
         check_name(self.study, "--study", "", max_length=STUDY_MAX_LENGTH)  # runs/<study>/trial-N
@@ -83,12 +90,41 @@ class SearchPlan:
 
 def plan_space(plan: SearchPlan) -> SearchSpace:
     """The space a plan searches: the file's, pinned and adjusted as the plan says."""
-    space = load_space(plan.space_path, data=plan.data)
+    space = load_space(plan.space_path, data=plan.data, gpus=plan.gpus, gpus_per_node=plan.gpus_per_node)
+    space = with_objective(space, plan.objective, plan.target)
     if plan.batch_size is None and not plan.set_overrides and plan.priors:
         return space
     from tianfeng.scale.space import at_batch
 
     return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)
+
+
+def with_objective(space: SearchSpace, mode: str | None, target: float | None) -> SearchSpace:
+    """`--objective` and `--target` replace the space's objective mode and target."""
+    import dataclasses
+
+    if mode is None and target is None:
+        return space
+    objective = dataclasses.replace(space.objective, mode=mode or space.objective.mode,
+                                    target=space.objective.target if target is None else target)
+    if objective.mode == "time-to-target" and objective.target is None:
+        raise ConfigError("--target", "", f"is required with --objective time-to-target (the {objective.metric} "
+                          "the search rung must reach), unless the space's objective gives one")
+    return dataclasses.replace(space, objective=objective)
+
+
+def directions(space: SearchSpace) -> list[str]:
+    """Optuna's directions: the metric's; (metric, predicted time); or the predicted time."""
+    mode = space.objective.mode
+    if mode == "pareto":
+        return [space.objective.direction, "minimize"]
+    return ["minimize"] if mode == "time-to-target" else [space.objective.direction]
+
+
+def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePruner:
+    if space.objective.mode != "accuracy":
+        return optuna.pruners.NopPruner()  # the objective's PeerPruner judges, see peer_pruning
+    return PRUNERS[plan.pruner](rung_epochs(space, plan.rung))
 
 
 def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
@@ -100,12 +136,24 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat:
                           "continue it or choose another --study name")
     if not exists and resume:
         raise ConfigError("--study", plan.study, f"no such study in {plan.storage} to resume")
+    if space.objective.mode == "pareto" and plan.sampler == "cmaes":
+        raise ConfigError("--sampler", "cmaes", "optimises one objective; with objective pareto use tpe, "
+                          "random, qmc or grid")
+    if exists:
+        stored = optuna.load_study(study_name=plan.study, storage=storage)
+        was = stored.user_attrs.get("objective_mode", "accuracy")
+        if was != space.objective.mode:
+            raise ConfigError("--objective", space.objective.mode, f"study {plan.study} was created with "
+                              f"objective {was}; resume it with --objective {was}")
     study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
-                                direction=space.objective.direction,
+                                directions=directions(space),
                                 sampler=SAMPLERS[plan.sampler](space, plan.seed if seed is None else seed),
-                                pruner=PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
+                                pruner=make_pruner(space, plan))
     if not exists:
         attrs = {"kind": "search", "space_path": space.path, "space_yaml": Path(space.path).read_text(),
+                 "objective_mode": space.objective.mode, "direction": space.objective.direction,
+                 "target": space.objective.target, "cluster": space.cluster.describe(),
+                 "gpus": space.cluster.gpus, "gpus_per_node": space.cluster.gpus_per_node,
                  "data": plan.data or space.base.data.source, "rung": plan.rung,
                  "sampler": plan.sampler, "pruner": plan.pruner,
                  "metric": space.objective.metric, "runs_root": plan.runs_root,
@@ -131,7 +179,9 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat:
 
 
 def rung_epochs(space: SearchSpace, rung: str) -> int:
-    return space.fidelities[rung].epochs or space.base.total_epochs
+    from tianfeng.search.materialize import max_rung_epochs
+
+    return max_rung_epochs(space, rung)
 
 
 def finished_count(study: optuna.Study) -> int:
@@ -203,8 +253,7 @@ class Budget:
 
 def epochs_spent(trials: list[optuna.trial.FrozenTrial], trial_epochs: int) -> int:
     """Epochs trained by finished trials, plus a full trial's for each one still running."""
-    return sum(trial_epochs if t.state == TrialState.RUNNING else max(t.intermediate_values, default=0)
-               for t in trials)
+    return sum(trial_epochs if t.state == TrialState.RUNNING else epochs_reported(t) for t in trials)
 
 
 class TrialLogger:
@@ -214,18 +263,17 @@ class TrialLogger:
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         params = "  ".join(f"{k}={_short(v)}" for k, v in trial.params.items())
         took = (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete else 0
+        predicted = trial.user_attrs.get("predicted")
+        full = f"full run {format_seconds(predicted['seconds'])} ({predicted['gpu_hours']:.3g} GPU-h)  " \
+            if predicted else ""
         if trial.state == TrialState.COMPLETE:
-            try:
-                best = study.best_trial
-                best_text = f"best {best.value:.4g} (#{best.number})"
-            except ValueError:
-                best_text = ""
-            log.info("trial %d complete  %s %.4g  %s  %.1fs  %s", trial.number, self.metric,
-                     trial.value, best_text, took, params)
+            best = best_trial(study)
+            best_text = f"best {score(best):.4g} (#{best.number})" if best else ""
+            log.info("trial %d complete  %s %.4g  %s  %.1fs  %s%s", trial.number, self.metric,
+                     score(trial), best_text, took, full, params)
         elif trial.state == TrialState.PRUNED:
-            last = max(trial.intermediate_values) if trial.intermediate_values else 0
-            why = "diverged" if trial.user_attrs.get("status") == "diverged" else f"at epoch {last}"
-            log.info("trial %d pruned %s  %.1fs  %s", trial.number, why, took, params)
+            why = "diverged" if trial.user_attrs.get("status") == "diverged" else f"at epoch {epochs_reported(trial)}"
+            log.info("trial %d pruned %s  %.1fs  %s%s", trial.number, why, took, full, params)
         else:
             log.warning("trial %d %s  %.1fs  %s  %s", trial.number, trial.state.name.lower(), took,
                         params, trial.user_attrs.get("error", ""))
@@ -254,11 +302,12 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
     study = optuna.load_study(study_name=plan.study, storage=storage,
                               sampler=SAMPLERS[plan.sampler](space, sampler_seed(plan, worker, stream)),
-                              pruner=PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
+                              pruner=make_pruner(space, plan))
     budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
     if budget.exhausted(study):
         return
-    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
+    peers = PeerPruner() if space.objective.mode != "accuracy" and plan.pruner != "none" else None
+    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, peers=peers)
     callbacks = [budget, StopOnRepeatedFailure(plan.failure_limit), TrialLogger(space.objective.metric)] + (
         [progress.update] if progress else [])
     # any error fails the trial, not the search; repeated_failure stops a search that cannot work
@@ -287,10 +336,21 @@ def budget_text(plan: SearchPlan) -> str:
     return " or ".join(parts) or "unlimited"
 
 
+def log_objective(space: SearchSpace) -> None:
+    """Say once what the search optimises and for which cluster."""
+    o = space.objective
+    said = {"accuracy": f"{'maximise' if o.direction == 'maximize' else 'minimise'} {o.metric} "
+                        "(--objective pareto or time-to-target weigh the predicted time too)",
+            "pareto": f"{o.metric} against the predicted wall time (a Pareto front)",
+            "time-to-target": f"least predicted wall time with {o.metric} reaching {o.target}"}[o.mode]
+    log.info("objective %s: %s; full runs predicted on %s", o.mode, said, space.cluster.describe())
+
+
 def run_search(plan: SearchPlan, workers: int, *, resume: bool) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = plan_space(plan)
     study = open_study(plan, space, resume=resume)
+    log_objective(space)
     done = finished_count(study)
     log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s)",
              plan.study, done, budget_text(plan), plan.sampler, plan.pruner, plan.rung, workers)

@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tianfeng.search.cluster import ClusterSpec, read_cluster, with_overrides
 from tianfeng.search.expressions import Expression, ExpressionError
 from trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
 from trainers.engine import EpochMetrics
@@ -25,6 +27,9 @@ from trainers.yaml_input import parse_yaml, read_yaml
 PARAMETER_TYPES = ("float", "int", "categorical", "fixed")
 METRICS = tuple(f for f in EpochMetrics.__dataclass_fields__ if f not in ("epoch", "phase"))
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+OBJECTIVE_MODES = ("accuracy", "pareto", "time-to-target")
+# what every expression may read besides the parameters: the cluster's size and the data's
+CONSTANTS = ("gpus", "gpus_per_node", "train_images")
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class Parameter:
     low: float | None = None
     high: float | None = None
     log: bool = False
+    bounds: tuple[str, str] | None = None  # low and high as written, when they are expressions
     step: float | None = None
     choices: tuple[Any, ...] = ()
     value: Any = None
@@ -45,6 +51,7 @@ class Fidelity:
     """Proxy knobs: each shrinks the base run; the target rung is the run promotion aims at."""
     name: str
     epochs: int | None = None  # total epochs; None keeps the base's
+    epoch_fraction: float | None = None  # or this share of the trial's target epochs (at least 1)
     resolution_scale: float = 1.0
     data_fraction: float = 1.0
     width_scale: float = 1.0
@@ -59,6 +66,7 @@ class PhasesTemplate:
     batch_size: Expression
     final_stage_fraction: Expression
     scale_batch_with_resolution: Expression
+    epochs: Expression | None = None  # the full run's epochs; None keeps the base's
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,11 @@ class Objective:
     direction: str = "maximize"
     at: str = "final"  # final | best (over epochs)
     constraints: tuple[Expression, ...] = ()
+    mode: str = "accuracy"  # accuracy | pareto (metric against predicted wall time) | time-to-target
+    target: float | None = None  # time-to-target: the metric the search rung must reach
+
+    def reached(self, value: float) -> bool:
+        return value >= self.target if self.direction == "maximize" else value <= self.target
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,8 @@ class SearchSpace:
     search_fidelity: str
     objective: Objective
     priors: tuple[Prior, ...] = field(default=())
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    constants: dict[str, int] = field(default_factory=dict)  # CONSTANTS' values
 
     @property
     def target(self) -> Fidelity:
@@ -159,8 +174,12 @@ class _Reader:
             raise self.error(name, str(exc)) from None
 
 
-def _read_parameter(source: str, name: str, raw: Any) -> Parameter:
+def _read_parameter(source: str, name: str, raw: Any,
+                    constants: Callable[[], dict[str, int]] = dict) -> Parameter:
     path = f"parameters.{name}"
+    if name in CONSTANTS:
+        raise ConfigError(source, path, f"{name!r} is a name every expression reads (the cluster's or the "
+                          f"data's: {', '.join(CONSTANTS)}); choose another parameter name")
     if not isinstance(raw, dict):
         raise ConfigError(source, path, f"must be a mapping with a type ({', '.join(PARAMETER_TYPES)})")
     kind = raw.get("type")
@@ -186,6 +205,11 @@ def _read_parameter(source: str, name: str, raw: Any) -> Parameter:
             raise r.error("choices", f"must not repeat a value; got {choices}")
         return Parameter(name, kind, choices=tuple(choices), when=when)
     integer = kind == "int"
+    bounds = None
+    if isinstance(raw.get("low"), str) or isinstance(raw.get("high"), str):
+        bounds = (str(raw.get("low")), str(raw.get("high")))
+        raw = {**raw, **{k: _bound(r, k, constants, integer) for k in ("low", "high") if isinstance(raw.get(k), str)}}
+        r = _Reader(source, path, raw, allowed)
     low = r.number("low", required=True, integer=integer)
     high = r.number("high", required=True, integer=integer)
     if not high > low:
@@ -198,33 +222,69 @@ def _read_parameter(source: str, name: str, raw: Any) -> Parameter:
     step = r.number("step", integer=integer, gt=0)
     if step is not None and log:
         raise r.error("step", "cannot be combined with log: true")
-    return Parameter(name, kind, low=low, high=high, log=log, step=step, when=when)
+    return Parameter(name, kind, low=low, high=high, log=log, step=step, when=when, bounds=bounds)
+
+
+def _bound(r: _Reader, key: str, constants: Callable[[], dict[str, int]], integer: bool) -> Any:
+    """A range bound written as an expression of the cluster's and the data's sizes, e.g.
+    `high: "min(8192, train_images / 4)"`: its value for this data and cluster."""
+    try:
+        expr = Expression(r.raw[key])
+    except ExpressionError as exc:
+        raise r.error(key, str(exc)) from None
+    unknown = sorted(expr.names - set(CONSTANTS))
+    if unknown:
+        raise r.error(key, f"unknown name {unknown[0]!r}; a bound reads only {', '.join(CONSTANTS)}")
+    try:
+        value = expr.evaluate(constants())
+    except ExpressionError as exc:
+        raise r.error(key, str(exc)) from None
+    if integer and isinstance(value, float) and math.isfinite(value):
+        value = int(value)  # a bound of an int range rounds down
+    return value
 
 
 def _read_fidelity(source: str, name: str, raw: Any) -> Fidelity:
     r = _Reader(source, f"fidelities.{name}", raw,
-                ("epochs", "resolution_scale", "data_fraction", "width_scale", "precision"))
+                ("epochs", "epoch_fraction", "resolution_scale", "data_fraction", "width_scale", "precision"))
+    if "epochs" in raw and "epoch_fraction" in raw:
+        raise r.error("epoch_fraction", "give epochs (a fixed count) or epoch_fraction (a share of each "
+                                        "trial's target epochs), not both")
     return Fidelity(name=name,
                     epochs=r.number("epochs", integer=True, ge=1),
+                    epoch_fraction=r.number("epoch_fraction", gt=0, le=1),
                     resolution_scale=r.number("resolution_scale", 1.0, gt=0, le=4),
                     data_fraction=r.number("data_fraction", 1.0, gt=0, le=1),
                     width_scale=r.number("width_scale", 1.0, gt=0, le=8),
                     precision=r.choice("precision", PRECISIONS, "auto"))
 
 
-def load_space(path: str | Path, *, data: str | None = None) -> SearchSpace:
-    """Load and check a space file; `data` replaces the base run's data.source."""
-    return _parse_raw(read_yaml(path), str(path), data=data)
+def load_space(path: str | Path, *, data: str | None = None, gpus: int | None = None,
+               gpus_per_node: int | None = None) -> SearchSpace:
+    """Load and check a space file; `data` replaces the base run's data.source, `gpus` and
+    `gpus_per_node` the cluster section's."""
+    return _parse_raw(read_yaml(path), str(path), data=data, gpus=gpus, gpus_per_node=gpus_per_node)
 
 
-def parse_space(text: str, source: str, *, data: str | None = None) -> SearchSpace:
+def parse_space(text: str, source: str, *, data: str | None = None, gpus: int | None = None,
+                gpus_per_node: int | None = None) -> SearchSpace:
     """Check a space given as YAML text; `source` names it in errors (and is its path)."""
-    return _parse_raw(parse_yaml(text, source), source, data=data)
+    return _parse_raw(parse_yaml(text, source), source, data=data, gpus=gpus, gpus_per_node=gpus_per_node)
 
 
-def _parse_raw(raw: Any, source: str, *, data: str | None) -> SearchSpace:
+def data_constants(base: RunConfig, cluster: ClusterSpec) -> dict[str, int]:
+    """The values of CONSTANTS: the cluster's size and the base run's training images."""
+    from trainers.data.sources import open_source
+
+    d = base.data
+    train = len(open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes).train)
+    return {"gpus": cluster.gpus, "gpus_per_node": cluster.gpus_per_node, "train_images": int(train * d.fraction)}
+
+
+def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = None,
+               gpus_per_node: int | None = None) -> SearchSpace:
     top = _Reader(source, "", raw, ("name", "description", "base", "parameters", "set", "phases",
-                                     "fidelities", "search_fidelity", "objective", "priors"))
+                                     "fidelities", "search_fidelity", "objective", "priors", "cluster"))
     name = raw.get("name", Path(source).stem)
     check_name(name, source, "name", max_length=STUDY_MAX_LENGTH)  # the default study name
 
@@ -239,10 +299,18 @@ def _parse_raw(raw: Any, source: str, *, data: str | None) -> SearchSpace:
     except ConfigError as exc:
         raise ConfigError(source, f"base.{exc.key_path}", exc.message) from None
 
+    cluster = with_overrides(read_cluster(source, raw.get("cluster")), gpus=gpus, gpus_per_node=gpus_per_node)
+    constants: dict[str, int] = {}
+
+    def known_constants() -> dict[str, int]:
+        if not constants:
+            constants.update(data_constants(base, cluster))
+        return constants
+
     params_raw = raw.get("parameters") or {}
     if not isinstance(params_raw, dict) or not params_raw:
         raise top.error("parameters", "must map at least one parameter name to its definition")
-    parameters = tuple(_read_parameter(source, str(n), p) for n, p in params_raw.items())
+    parameters = tuple(_read_parameter(source, str(n), p, known_constants) for n, p in params_raw.items())
     names = {p.name for p in parameters}
     earlier: set[str] = set()
     for p in parameters:
@@ -254,16 +322,19 @@ def _parse_raw(raw: Any, source: str, *, data: str | None) -> SearchSpace:
                                   f"above it: {', '.join(sorted(earlier)) or 'none'}")
         earlier.add(p.name)
 
-    assignments = _read_assignments(source, raw.get("set") or {}, names, base)
-    phases = _read_phases(source, raw.get("phases"), names)
+    assignments = _read_assignments(source, raw.get("set") or {}, names | set(CONSTANTS), base)
+    phases = _read_phases(source, raw.get("phases"), names | set(CONSTANTS))
     fidelities = _read_fidelities(source, raw.get("fidelities"))
     search_fidelity = raw.get("search_fidelity", next(iter(fidelities)))
     if search_fidelity not in fidelities:
         raise top.error("search_fidelity", f"must be one of {', '.join(fidelities)}; got {search_fidelity!r}")
     objective = _read_objective(source, raw.get("objective") or {})
     priors = _read_priors(source, raw.get("priors") or [], parameters)
+    read = {n for e in [*assignments.values(), *(vars(phases).values() if phases else ())] if e for n in e.names}
+    if read & set(CONSTANTS):
+        known_constants()
     space = SearchSpace(source, name, base, parameters, assignments, phases, fidelities,
-                        search_fidelity, objective, priors)
+                        search_fidelity, objective, priors, cluster, constants)
     _check_builds(space)
     return space
 
@@ -304,12 +375,14 @@ def _config_paths(tree: dict[str, Any], prefix: str = "") -> set[str]:
 def _read_phases(source: str, raw: Any, names: set[str]) -> PhasesTemplate | None:
     if raw is None:
         return None
-    keys = ("stages", "start_resolution", "end_resolution", "batch_size", "final_stage_fraction",
+    keys = ("epochs", "stages", "start_resolution", "end_resolution", "batch_size", "final_stage_fraction",
             "scale_batch_with_resolution")
     r = _Reader(source, "phases", raw, keys)
     defaults = {"stages": 1, "final_stage_fraction": 0.25, "scale_batch_with_resolution": False}
-    exprs = {}
+    exprs: dict[str, Expression | None] = {"epochs": None}
     for key in keys:
+        if key == "epochs" and key not in raw:
+            continue
         expr = r.expression(key, defaults.get(key), required=key not in defaults)
         unknown = sorted(expr.names - names)
         if unknown:
@@ -329,10 +402,14 @@ def _read_fidelities(source: str, raw: Any) -> dict[str, Fidelity]:
 
 
 def _read_objective(source: str, raw: Any) -> Objective:
-    r = _Reader(source, "objective", raw, ("metric", "direction", "at", "constraints"))
+    r = _Reader(source, "objective", raw, ("metric", "direction", "at", "constraints", "mode", "target"))
     metric = r.choice("metric", METRICS, "val_top1")
     direction = r.choice("direction", ("maximize", "minimize"), "maximize")
     at = r.choice("at", ("final", "best"), "final")
+    mode = r.choice("mode", OBJECTIVE_MODES, "accuracy")
+    target = r.number("target")
+    if mode == "time-to-target" and target is None:
+        raise r.error("target", f"is required with mode time-to-target: the {metric} the search rung must reach")
     constraints_raw = raw.get("constraints") or []
     if not isinstance(constraints_raw, list):
         raise r.error("constraints", "must be a list of conditions such as 'samples_per_s >= 500'")
@@ -346,7 +423,7 @@ def _read_objective(source: str, raw: Any) -> Objective:
         if unknown:
             raise r.error(f"constraints.{i}", f"unknown metric {unknown[0]!r}; allowed: {', '.join(METRICS)}")
         constraints.append(expr)
-    return Objective(metric, direction, at, tuple(constraints))
+    return Objective(metric, direction, at, tuple(constraints), mode, target)
 
 
 def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...]) -> tuple[Prior, ...]:
@@ -393,17 +470,28 @@ def _check_builds(space: SearchSpace) -> None:
     from tianfeng.search.materialize import build_config, sample_active
 
     for corner in ("low", "high"):
-        values = sample_active(space, functools.partial(_corner_value, low=corner == "low"))
+        values = sample_active(space, functools.partial(corner_value, low=corner == "low"))
         for rung in space.fidelities:
             try:
-                build_config(space, values, rung)
+                cfg = build_config(space, values, rung)
+                if rung == "target":
+                    _check_fits_cluster(cfg, space.cluster)
             except (ConfigError, ExpressionError) as exc:
                 detail = str(exc.with_source(space.path)) if isinstance(exc, ConfigError) else str(exc)
                 raise ConfigError(space.path, f"fidelities.{rung}",
                                   f"the {corner} corner of the space gives a bad run: {detail}") from None
 
 
-def _corner_value(p: Parameter, *, low: bool) -> Any:
+def _check_fits_cluster(cfg: RunConfig, cluster: ClusterSpec) -> None:
+    for i, p in enumerate(cfg.phases):
+        if p.batch_size < cluster.gpus:
+            raise ConfigError("", f"phases.{i}.batch_size",
+                              f"{p.batch_size} is smaller than the cluster's {cluster.gpus} GPUs; give every GPU "
+                              "an image: snap the batch to a multiple of them, e.g. "
+                              "`gpus * max(1, round(batch_size / gpus))` in phases.batch_size")
+
+
+def corner_value(p: Parameter, *, low: bool) -> Any:
     if p.type == "categorical":
         return p.choices[0] if low else p.choices[-1]
     return p.low if low else p.high

@@ -1,0 +1,232 @@
+"""Issue 14: the cluster section, predicted wall time per trial, pareto and time-to-target
+objectives, peer pruning, promote --front / --fastest-to."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from tests.search.conftest import write_space
+from tianfeng.cli import main
+from tianfeng.search.cluster import ClusterSpec
+from tianfeng.search.materialize import build_config
+from tianfeng.search.peer_pruning import PeerPruner, rung_passed
+from tianfeng.search.scores import best_trial, pareto_front
+from tianfeng.search.space import load_space
+from tianfeng.search.walltime import predict_wall_time
+from tianfeng.throughput import DEVICES, reference_step_model
+from trainers.config import ConfigError, config_from_dict
+
+
+def _run(model: dict, phases: list[dict], precision: str = "auto"):
+    return config_from_dict({"model": model, "phases": phases, "precision": {"mode": precision},
+                             "data": {"source": "digits"}}, "test")
+
+
+RN50 = {"name": "resnet50"}
+
+
+def test_reference_step_model_reproduces_the_cited_throughput() -> None:
+    for device in DEVICES.values():
+        model = reference_step_model(device.mixed_images_per_s, device.batch, device.half_batch)
+        assert model.images_per_s(device.batch) == pytest.approx(device.mixed_images_per_s)
+        # half the asymptotic peak at half_batch: the saturating curve the search weighs
+        peak = 1 / model.image_s
+        assert model.images_per_s(round(device.half_batch)) == pytest.approx(peak / 2, rel=0.02)
+        assert model.images_per_s(8) < 0.2 * peak  # a GPU given 8 images is far from its peak
+
+
+def test_one_v100_runs_resnet50_at_the_cited_rate() -> None:
+    """90 epochs of ImageNet at 256 images per step on one V100: steps x 256 / 1,200 img/s."""
+    cfg = _run(RN50, [{"epochs": 90, "resolution": 224, "batch_size": 256}])
+    w = predict_wall_time(cfg, ClusterSpec(gpus=1, gpus_per_node=1), train_images=1_281_167, val_images=0,
+                          classes=1000)
+    assert w.train_s == pytest.approx(90 * (1_281_167 // 256) * 256 / 1200, rel=1e-6)
+    fp32 = predict_wall_time(_run(RN50, [{"epochs": 90, "resolution": 224, "batch_size": 256}], "fp32"),
+                             ClusterSpec(gpus=1, gpus_per_node=1), train_images=1_281_167, val_images=0, classes=1000)
+    assert fp32.train_s / w.train_s == pytest.approx(1200 / 367, rel=1e-6)
+
+
+def test_predicted_time_follows_what_the_search_changes() -> None:
+    spec = ClusterSpec(gpus=128, gpus_per_node=8)
+    small = {"name": "resnet_small", "width": 16}
+
+    def seconds(epochs: int, resolution: int, batch: int) -> float:
+        cfg = _run(small, [{"epochs": epochs, "resolution": resolution, "batch_size": batch}])
+        return predict_wall_time(cfg, spec, train_images=25_000, val_images=5_000, classes=5).seconds
+
+    base = seconds(12, 32, 1024)
+    assert seconds(24, 32, 1024) == pytest.approx(2 * base, rel=1e-6)  # epochs scale every phase
+    assert seconds(12, 32, 4096) < base / 2.5  # 4x fewer steps; per-step overhead dominates
+    assert seconds(12, 64, 1024) > base  # more pixels per image
+    # progressive resizing: a low-resolution first stage costs less than the same epochs at full size
+    two_stage = _run(small, [{"epochs": 6, "resolution": 16, "batch_size": 1024},
+                             {"epochs": 6, "resolution": 64, "batch_size": 1024}])
+    assert predict_wall_time(two_stage, spec, train_images=25_000, val_images=5_000, classes=5).seconds \
+        < seconds(12, 64, 1024)
+    with pytest.raises(ConfigError, match="smaller than the cluster's 128 GPUs"):
+        seconds(12, 32, 64)
+
+
+def _space(tiny_space: dict, **changes) -> dict:
+    space = {**tiny_space, **changes}
+    return space
+
+
+def test_bounds_tied_to_the_data_and_batches_snapped_to_the_gpus(tmp_path: Path, tiny_space: dict) -> None:
+    space = _space(tiny_space, cluster={"gpus": 16, "gpus_per_node": 8})
+    space["parameters"]["batch_size"] = {"type": "int", "low": 16, "high": "train_images / 4", "log": True}
+    space["phases"] = {**space["phases"], "batch_size": "gpus * max(1, round(batch_size / gpus))",
+                       "epochs": "epochs"}
+    space["parameters"]["epochs"] = {"type": "int", "low": 2, "high": 6}
+    space["fidelities"] = {"proxy": {"epoch_fraction": 0.5, "width_scale": 0.5}, "target": {}}
+    loaded = load_space(write_space(tmp_path, space))
+    batch = next(p for p in loaded.parameters if p.name == "batch_size")
+    assert batch.high == loaded.constants["train_images"] // 4 and loaded.constants["gpus"] == 16
+    values = {"optimizer": "sgd", "base_lr": 0.1, "warmup_epochs": 0.0, "batch_size": 100, "momentum": 0.9,
+              "epochs": 6}
+    target = build_config(loaded, values, "target")
+    assert target.phases[0].batch_size == 96 and target.total_epochs == 6  # 100 snapped to 6 x 16
+    assert build_config(loaded, values, "proxy").total_epochs == 3  # half of the trial's own epochs
+    assert build_config(loaded, {**values, "epochs": 2}, "proxy").total_epochs == 1
+    # unsnapped, the low corner (16) leaves GPUs of a 64-GPU cluster without an image: refused at load
+    unsnapped = {**space, "phases": {**space["phases"], "batch_size": "batch_size"},
+                 "cluster": {"gpus": 64, "gpus_per_node": 8}}
+    with pytest.raises(ConfigError, match="16 is smaller than the cluster's 64 GPUs"):
+        load_space(write_space(tmp_path, unsnapped))
+
+
+@pytest.mark.parametrize(("cluster", "flags", "expected"), [
+    ({"gpus": 0}, [], "cluster.gpus: must be an integer >= 1; got 0"),
+    ({"gpus": 12, "gpus_per_node": 8}, [], "cluster.gpus: must be a multiple of gpus_per_node (8); got 12"),
+    ({"device": "tpu"}, [], "cluster.device: must be one of v100, a100, h100; got 'tpu'"),
+    ({"images_per_s": -5}, [], "cluster.images_per_s: must be a number > 0; got -5"),
+    ({"overlap": 1.5}, [], "cluster.overlap: must be a number >= 0 and <= 1; got 1.5"),
+    ({"exchange": "ring"}, [], "cluster.exchange: must be one of flat, hierarchical"),
+    ({"gpu": 8}, [], "cluster.gpu: unknown key; allowed: gpus"),
+    ({}, ["--gpus", "0"], "--gpus: must be an integer >= 1; got 0"),
+    ({}, ["--gpus", "24", "--gpus-per-node", "16"], "--gpus: must be a multiple of gpus_per_node (16); got 24"),
+    ({}, ["--objective", "time-to-target"], "--target: is required with --objective time-to-target"),
+])
+def test_bad_cluster_values_are_one_line_errors(tmp_path: Path, tiny_space: dict, capsys, cluster: dict,
+                                                flags: list[str], expected: str) -> None:
+    path = write_space(tmp_path, _space(tiny_space, cluster=cluster) if cluster else tiny_space)
+    code = main(["search", "--space", str(path), "--storage", f"sqlite:///{tmp_path}/s.db",
+                 "--runs-dir", str(tmp_path / "runs"), "--trials", "1", *flags])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and expected in err, err
+    assert err.count("\n") == 0, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_pareto_search_front_and_fastest_to(tmp_path: Path, tiny_space: dict, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    tiny_space["parameters"]["batch_size"] = {"type": "categorical", "choices": [32, 64, 128, 256]}
+    path = write_space(tmp_path, _space(tiny_space, cluster={"gpus": 8, "gpus_per_node": 8}))
+    db = f"sqlite:///{tmp_path}/s.db"
+    assert main(["search", "--space", str(path), "--storage", db, "--trials", "6", "--objective", "pareto",
+                 "--sampler", "random", "--study", "p"]) == 0
+    out = capsys.readouterr()
+    assert "objective pareto" in out.out and "Pareto front of p" in out.out
+    study = optuna.load_study(study_name="p", storage=db)
+    assert len(study.directions) == 2
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert done and all(len(t.values) == 2 and t.values[1] == t.user_attrs["predicted"]["seconds"] for t in done)
+    assert all(t.values[0] == t.user_attrs["score"] for t in done)
+    front = pareto_front(study)
+    assert {t.number for t in front} == {t.number for t in study.best_trials}  # Optuna's own front agrees
+    # the lowest level any front trial reaches: the fastest front trial is promoted
+    level = min(t.values[0] for t in front)
+    assert main(["promote", "--fastest-to", str(level), "--storage", db, "--study", "p", "--dry-run"]) == 0
+    assert f"promote-trial-{front[0].number}-" in capsys.readouterr().err
+    # a level only the most accurate front trial reaches
+    top = max(front, key=lambda t: t.values[0])
+    assert main(["promote", "--fastest-to", str(top.values[0]), "--storage", db, "--study", "p", "--dry-run"]) == 0
+    assert f"promote-trial-{top.number}-" in capsys.readouterr().err
+    assert main(["promote", "--fastest-to", "101", "--storage", db, "--study", "p"]) == 2
+    assert "no complete trial of study p reaches val_top1 101" in capsys.readouterr().err
+    assert main(["promote", "--front", "--storage", db, "--study", "p"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"│ {t.number} " in listed for t in front)
+    assert main(["status", "--storage", db, "--study", "p", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert all(r["predicted_s"] == pytest.approx(r["predicted_s"]) for r in rows if r["state"] == "complete")
+    assert main(["report", "p", "--storage", db]) == 0
+    html = (tmp_path / "reports" / "p.html").read_text()
+    assert "Accuracy against predicted wall time on the cluster" in html and "predicted full run" in html
+    # a pareto study is resumed as one
+    assert main(["search", "--space", str(path), "--storage", db, "--trials", "7", "--study", "p", "--resume"]) == 2
+    assert "was created with objective pareto" in capsys.readouterr().err
+
+
+def test_time_to_target_prefers_the_fastest_trial_that_reaches_it(tmp_path: Path, tiny_space: dict, capsys,
+                                                                  monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    tiny_space["parameters"]["batch_size"] = {"type": "categorical", "choices": [32, 64, 128, 256]}
+    path = write_space(tmp_path, tiny_space)
+    db = f"sqlite:///{tmp_path}/s.db"
+    assert main(["search", "--space", str(path), "--storage", db, "--trials", "6", "--objective", "time-to-target",
+                 "--target", "30", "--sampler", "random", "--study", "t"]) == 0
+    study = optuna.load_study(study_name="t", storage=db)
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    for t in done:
+        assert t.values == [t.user_attrs["predicted"]["seconds"]]
+        assert t.constraints["target"] == pytest.approx(30 - t.user_attrs["score"])
+    reached = [t for t in done if t.user_attrs["score"] >= 30]
+    best = best_trial(study)
+    if reached:
+        assert best.number == min(reached, key=lambda t: t.values[0]).number
+        assert "fastest trial reaching the target" in capsys.readouterr().out
+    else:  # nothing reached it: the best metric stands in, and says so
+        assert best.user_attrs["score"] == max(t.user_attrs["score"] for t in done)
+
+
+def _trial(study: optuna.Study, seconds: float, rung_value: float | None, state=TrialState.COMPLETE):
+    attrs = {"predicted": {"seconds": seconds, "gpu_hours": seconds / 450}, "score": rung_value or 0.0}
+    if rung_value is not None:
+        attrs["rung_values"] = {"0.333": rung_value}
+    study.add_trial(create_trial(state=state, values=[rung_value or 0.0, seconds] if state == TrialState.COMPLETE
+                                 else None, params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
+                                 user_attrs=attrs))
+
+
+def test_peer_pruner_compares_only_with_trials_as_fast_or_faster() -> None:
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for value in (50, 60, 70, 80):  # fast trials
+        _trial(study, 10.0, value)
+    for value in (90, 95, 96, 97):  # slow, accurate trials
+        _trial(study, 100.0, value)
+    pruner = PeerPruner(slack=1.25, min_peers=4)
+
+    def judged(seconds: float, value: float) -> bool:
+        trial = study.ask()
+        trial.set_user_attr("predicted", {"seconds": seconds})
+        verdict = pruner.should_prune(study, trial, "0.333", value, maximize=True)
+        study.tell(trial, state=TrialState.FAIL)
+        assert trial.user_attrs["rung_values"] == {"0.333": value}  # recorded for later peers
+        return verdict
+
+    assert not judged(10.0, 66)  # above the median (65) of the four fast peers
+    assert judged(10.0, 64)
+    assert not judged(5.0, 1)  # faster than every trial: no peers, so nothing to lose to
+    assert judged(100.0, 84)  # slow and less accurate than the median (85) of all eight
+    assert not judged(100.0, 86)
+
+
+def test_rungs_are_fractions_of_each_trials_own_run() -> None:
+    assert [e for e in range(1, 7) if rung_passed(e, 6)] == [2, 4]
+    assert [e for e in range(1, 4) if rung_passed(e, 3)] == [1, 2]
+    assert [rung_passed(e, 30) for e in (10, 20, 30)] == ["0.333", "0.667", None]  # never after the last
+
+
+def test_pareto_front_by_hand() -> None:
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_user_attr("direction", "maximize")
+    for seconds, value in ((10, 50), (20, 70), (15, 40), (30, 70), (40, 90)):
+        _trial(study, seconds, value)
+    assert [t.user_attrs["predicted"]["seconds"] for t in pareto_front(study)] == [10, 20, 40]

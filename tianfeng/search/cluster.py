@@ -1,0 +1,125 @@
+"""The `cluster:` section of a search space: the machine the full-fidelity run is meant for,
+whose predicted wall time the search weighs against accuracy."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tianfeng.costmodel import BACKWARD_SHARE, PRESETS, VARIANTS, Cluster, Link
+from tianfeng.throughput import DEVICES
+from trainers.config import ConfigError
+
+KEYS = ("gpus", "gpus_per_node", "device", "images_per_s", "half_batch", "exchange", "overlap",
+        "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us", "adapters_per_node",
+        "train_images")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    gpus: int = 8
+    gpus_per_node: int = 8
+    device: str = "v100"  # a row of throughput.DEVICES (and its link preset)
+    images_per_s: float | None = None  # the searched model's per-GPU training throughput at the
+    # target's last resolution, 256 images per GPU; None: from the device's ResNet-50 figures
+    half_batch: float | None = None  # per-GPU batch at half the peak; None: the device's
+    exchange: str = "flat"  # a tianfeng.costmodel variant
+    overlap: float = BACKWARD_SHARE  # share of the compute an exchange can hide behind
+    intra_gbps: float | None = None
+    inter_gbps: float | None = None
+    intra_latency_us: float | None = None
+    inter_latency_us: float | None = None
+    adapters_per_node: int | None = None
+    train_images: int | None = None  # the full run's training set; None: the space's data
+
+    @property
+    def nodes(self) -> int:
+        return self.gpus // self.gpus_per_node
+
+    def links(self) -> Cluster:
+        preset = PRESETS[self.device if self.device in PRESETS else "a100"]
+        intra = Link(self.intra_gbps or preset.intra.gbit_s,
+                     preset.intra.latency_us if self.intra_latency_us is None else self.intra_latency_us)
+        inter = Link(self.inter_gbps or preset.inter.gbit_s,
+                     preset.inter.latency_us if self.inter_latency_us is None else self.inter_latency_us)
+        return Cluster(self.gpus, self.gpus_per_node, intra, inter,
+                       self.adapters_per_node or preset.adapters_per_node)
+
+    def describe(self) -> str:
+        return (f"{self.gpus} x {self.device.upper()} ({self.nodes} node(s) of {self.gpus_per_node}), "
+                f"{self.exchange} exchange")
+
+
+DEFAULT = ClusterSpec()
+
+
+def read_cluster(source: str, raw: Any) -> ClusterSpec:
+    """Check a `cluster:` mapping; every bad value is one error naming the key and what it allows."""
+    if raw is None:
+        return DEFAULT
+    if not isinstance(raw, dict):
+        raise ConfigError(source, "cluster", f"must be a mapping with keys {', '.join(KEYS)}")
+    unknown = sorted(set(map(str, raw)) - set(KEYS))
+    if unknown:
+        raise ConfigError(source, f"cluster.{unknown[0]}", f"unknown key; allowed: {', '.join(KEYS)}")
+    return checked(replace(DEFAULT, **{str(k): v for k, v in raw.items()}), source)
+
+
+def checked(spec: ClusterSpec, source: str, prefix: str = "cluster.") -> ClusterSpec:
+    """The spec with its values checked (command-line overrides go through here too)."""
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(source, f"{prefix}{key}", message)
+
+    def integer(key: str, low: int) -> None:
+        value = getattr(spec, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise fail(key, f"must be an integer >= {low}; got {value!r}")
+
+    def number(key: str, *, low: float = 0.0, high: float | None = None, strict: bool = True,
+               optional: bool = True) -> None:
+        value = getattr(spec, key)
+        if value is None and optional:
+            return
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
+            value > low if strict else value >= low) and (high is None or value <= high)
+        if not ok:
+            rule = f"{'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
+            raise fail(key, f"must be a number {rule}; got {value!r}")
+
+    integer("gpus", 1)
+    integer("gpus_per_node", 1)
+    if spec.gpus % spec.gpus_per_node and spec.gpus > spec.gpus_per_node:
+        raise fail("gpus", f"must be a multiple of gpus_per_node ({spec.gpus_per_node}); got {spec.gpus}")
+    if spec.device not in DEVICES:
+        raise fail("device", f"must be one of {', '.join(DEVICES)}; got {spec.device!r}")
+    if spec.exchange not in VARIANTS:
+        raise fail("exchange", f"must be one of {', '.join(VARIANTS)}; got {spec.exchange!r}")
+    number("images_per_s")
+    number("half_batch", strict=False)
+    number("overlap", high=1.0, strict=False, optional=False)
+    for key in ("intra_gbps", "inter_gbps"):
+        number(key)
+    for key in ("intra_latency_us", "inter_latency_us"):
+        number(key, strict=False)
+    if spec.adapters_per_node is not None:
+        integer("adapters_per_node", 1)
+    if spec.train_images is not None:
+        integer("train_images", 1)
+    if spec.gpus < spec.gpus_per_node:
+        spec = replace(spec, gpus_per_node=spec.gpus)  # fewer GPUs than a node holds: one node
+    return spec
+
+
+def with_overrides(spec: ClusterSpec, *, gpus: int | None, gpus_per_node: int | None,
+                   device: str | None = None) -> ClusterSpec:
+    """`--gpus N --gpus-per-node G --device D` on the command line replace the space's values."""
+    changes = {k: v for k, v in (("gpus", gpus), ("gpus_per_node", gpus_per_node), ("device", device))
+               if v is not None}
+    if not changes:
+        return spec
+    try:
+        return checked(replace(spec, **changes), "command line", prefix="")
+    except ConfigError as exc:  # named as the flag that set it
+        raise ConfigError(f"--{exc.key_path.replace('_', '-')}", "", exc.message) from None

@@ -1,0 +1,38 @@
+"""The Pareto front of a study as a table: proxy metric against predicted wall time."""
+
+from __future__ import annotations
+
+import optuna
+from rich.console import Console
+
+from tianfeng.search.scores import pareto_front, predicted_s, score
+from tianfeng.search.walltime import format_seconds, schedule_text
+from tianfeng.tables import add_plain_row, plain_table
+
+
+def front_table(study: optuna.Study, trials: list | None = None):
+    metric = study.user_attrs.get("metric", "value")
+    cluster = study.user_attrs.get("cluster", "")
+    table = plain_table(title=f"Pareto front of {study.study_name}: {metric} at the search rung against the "
+                              f"full run's predicted wall time on {cluster}",
+                        columns=("trial", metric, "predicted time", "GPU-hours", "batch", "resolution schedule"))
+    for t in pareto_front(study) if trials is None else trials:
+        predicted = t.user_attrs["predicted"]
+        phases = predicted.get("phases") or []
+        batches = sorted({b for _, _, b in phases})
+        add_plain_row(table, str(t.number), f"{score(t):.4f}", format_seconds(predicted_s(t)),
+                      f"{predicted['gpu_hours']:.3g}", "/".join(map(str, batches)), schedule_text(phases))
+    return table
+
+
+def print_front(study: optuna.Study, console: Console | None = None) -> None:
+    (console or Console(width=160)).print(front_table(study))
+
+
+def fastest_to(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial | None:
+    """The front trial with the least predicted time whose proxy metric reaches `level`."""
+    from tianfeng.search.scores import maximizing
+
+    up = maximizing(study)
+    reaching = [t for t in pareto_front(study) if (score(t) >= level if up else score(t) <= level)]
+    return min(reaching, key=predicted_s) if reaching else None

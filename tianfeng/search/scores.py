@@ -1,0 +1,77 @@
+"""A trial's proxy score and a study's best trial, whatever the objective mode.
+
+In `accuracy` mode Optuna's value is the metric. In `pareto` mode a trial has two values
+(metric, predicted wall time); in `time-to-target` its value is the predicted wall time and
+the metric is a constraint. Every trial records its metric as the user attribute `score`, and
+its per-epoch metric as `curve` where Optuna cannot keep intermediate values."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+
+def mode_of(study: optuna.Study) -> str:
+    return study.user_attrs.get("objective_mode", "accuracy")
+
+
+def maximizing(study: optuna.Study) -> bool:
+    """Whether the metric (not the predicted time) is maximised."""
+    direction = study.user_attrs.get("direction")
+    if direction is not None:
+        return direction == "maximize"
+    return study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
+
+
+def score(trial: FrozenTrial) -> float | None:
+    """The trial's proxy metric (None until it completes)."""
+    if "score" in trial.user_attrs:
+        return trial.user_attrs["score"]
+    if trial.values is None or len(trial.values) != 1:
+        return None
+    return trial.values[0]
+
+
+def curve(trial: FrozenTrial) -> dict[int, float]:
+    """The metric after each epoch the trial trained."""
+    if trial.intermediate_values:
+        return dict(trial.intermediate_values)
+    return {int(k): v for k, v in trial.user_attrs.get("curve", {}).items()}
+
+
+def epochs_reported(trial: FrozenTrial) -> int:
+    return max(curve(trial), default=0)
+
+
+def predicted_s(trial: FrozenTrial) -> float | None:
+    return (trial.user_attrs.get("predicted") or {}).get("seconds")
+
+
+def completed(study: optuna.Study) -> list[FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if score(t) is not None]
+
+
+def ranked(study: optuna.Study) -> list[FrozenTrial]:
+    """Completed trials, best metric first."""
+    return sorted(completed(study), key=lambda t: score(t), reverse=maximizing(study))
+
+
+def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
+    """Completed trials no other beats on both metric and predicted time, fastest first."""
+    sign = 1 if maximizing(study) else -1
+    done = [t for t in completed(study) if predicted_s(t) is not None]
+    front = [t for t in done if not any(
+        sign * score(o) >= sign * score(t) and predicted_s(o) <= predicted_s(t)
+        and (sign * score(o) > sign * score(t) or predicted_s(o) < predicted_s(t)) for o in done)]
+    return sorted(front, key=predicted_s)
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """accuracy and pareto: the best metric. time-to-target: the fastest trial that reached the
+    target (Optuna's feasible best), else the best metric."""
+    if mode_of(study) == "time-to-target":
+        feasible = [t for t in completed(study) if all(c <= 0 for c in t.constraints.values())]
+        if feasible:
+            return min(feasible, key=lambda t: t.values[0])
+    best = ranked(study)
+    return best[0] if best else None

@@ -1,0 +1,108 @@
+"""How long one training step takes on one GPU: the compute half of a predicted wall time.
+
+A GPU's step time is modelled as a fixed part plus a part per image,
+    step_s(b) = fixed_s + b * image_s,
+so throughput b / step_s(b) saturates: a GPU given few images per step is far from its peak
+(kernel launches, not arithmetic, bound it). Both parts come from ResNet-50 v1.5 at 224 px,
+whose figures NVIDIA publishes, and transfer to another model and resolution by what each part
+scales with: `image_s` by the training FLOPs per image, `fixed_s` by the number of layers (one
+kernel launch per layer and pass, whatever its size). `tianfeng calibrate --throughput` fits
+the same two parts on this machine instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from trainers.config import ModelConfig
+
+REFERENCE_RESOLUTION = 224
+DLE = ("NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md "
+       "(pytorch-21.03 NGC container), https://github.com/NVIDIA/DeepLearningExamples")
+
+
+@dataclass(frozen=True)
+class DeviceThroughput:
+    """ResNet-50 v1.5 training at 224 px on one GPU of the device."""
+    mixed_images_per_s: float  # mixed precision (fp16/bf16 autocast), at `batch` images per GPU
+    fp32_images_per_s: float  # fp32 (TF32 on A100 and later)
+    batch: int  # per-GPU batch of those figures
+    half_batch: float  # per-GPU batch at which a GPU reaches half its peak throughput
+    source: str
+
+
+# half_batch: V100's mixed-precision inference runs batch 1 in 12.8 ms and saturates at
+# 3,382 img/s (same source), so its fixed part is worth ~43 images; training runs a forward and
+# a backward pass per step, and we take the same ~45-image share for every device (an
+# assumption: the source gives no small-batch training figures).
+DEVICES: dict[str, DeviceThroughput] = {
+    "v100": DeviceThroughput(1200.0, 367.0, 256, 45.0,
+                             f"DGX-1 (8x V100 16GB), 1 GPU: 1,200 img/s mixed, 367 img/s FP32; {DLE}"),
+    "a100": DeviceThroughput(2470.0, 938.0, 256, 45.0,
+                             f"DGX A100 (8x A100 80GB), 1 GPU: 2,470 img/s mixed, 938 img/s TF32; {DLE}"),
+    # no per-GPU ResNet-50 table is published for H100 in the same form: Lambda's analysis puts
+    # vision models at ~2x an A100 (https://lambdalabs.com/blog/nvidia-h100-gpu-deep-learning-
+    # performance-analysis); give cluster.images_per_s for a measured figure
+    "h100": DeviceThroughput(4940.0, 1876.0, 256, 45.0,
+                             "2x the A100 figures above, per Lambda's H100 analysis (vision models "
+                             "~2x A100), https://lambdalabs.com/blog/nvidia-h100-gpu-deep-learning-"
+                             "performance-analysis"),
+}
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One model at one resolution: training FLOPs per image (forward and backward) and layers."""
+    flops: float
+    layers: int
+    params: int
+
+
+@functools.lru_cache(maxsize=256)
+def step_cost(model: ModelConfig, resolution: int, in_channels: int = 3, classes: int = 1000) -> StepCost:
+    """Counted on torch's meta device: shapes only, no memory, no arithmetic."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from trainers.models import build_model
+
+    with torch.device("meta"):
+        net = build_model(model, in_channels, classes)
+        x = torch.empty(1, in_channels, resolution, resolution)
+        with FlopCounterMode(display=False) as counter:
+            net(x).sum().backward()
+    layers = sum(1 for m in net.modules()
+                 if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False)))
+    return StepCost(float(counter.get_total_flops()), layers, sum(p.numel() for p in net.parameters()))
+
+
+def reference_cost() -> StepCost:
+    return step_cost(ModelConfig(name="resnet50"), REFERENCE_RESOLUTION)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """step_s(b) = fixed_s + b * image_s for one model at one resolution on one GPU."""
+    fixed_s: float
+    image_s: float
+
+    def step_s(self, per_gpu_batch: int) -> float:
+        return self.fixed_s + per_gpu_batch * self.image_s
+
+    def images_per_s(self, per_gpu_batch: int) -> float:
+        return per_gpu_batch / self.step_s(per_gpu_batch)
+
+
+def reference_step_model(images_per_s: float, batch: int, half_batch: float) -> StepModel:
+    """The two parts from a throughput at a batch and the batch of half the peak:
+    at half_batch, fixed_s = half_batch * image_s."""
+    step = batch / images_per_s  # = (half_batch + batch) * image_s
+    image_s = step / (half_batch + batch)
+    return StepModel(half_batch * image_s, image_s)
+
+
+def scaled_step_model(reference: StepModel, cost: StepCost, ref: StepCost | None = None) -> StepModel:
+    """The reference model's parts moved to another model and resolution."""
+    ref = ref or reference_cost()
+    return StepModel(reference.fixed_s * cost.layers / ref.layers, reference.image_s * cost.flops / ref.flops)
