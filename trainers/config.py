@@ -140,6 +140,9 @@ class RunConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = _bounded(0, ge=0)
     log_every_steps: int = _bounded(0, ge=0)  # 0: one line per epoch only
+    # every this many steps (and each epoch's first) a step runs in two halves to measure the
+    # gradient noise scale; 0 turns it off
+    noise_scale_every: int = _bounded(8, ge=0)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)

@@ -25,6 +25,7 @@ from trainers.data.loaders import DataPipeline, build_pipeline
 from trainers.data.sources import open_source
 from trainers.data.subset import stratified_subset
 from trainers.models import build_model
+from trainers.noise_scale import EpochNoise, measured_backward
 from trainers.optim import build_optimizer
 from trainers.phases import PhasePlan
 from trainers.precision import build_precision
@@ -48,6 +49,7 @@ class EpochMetrics:
     data_wait_fraction: float  # share of the epoch's wall time spent waiting for batches
     skipped_steps: int  # fp16 steps skipped for inf/nan gradients
     elapsed_s: float  # since the run (or its first resume) started
+    noise_scale: float | None = None  # B_simple over the epoch's measured steps (trainers/noise_scale)
 
 
 class StopTraining(Exception):
@@ -296,6 +298,8 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     check_every = divergence_check_steps(device)
     divergence = DivergenceCheck(ctx)
     nonfinite = torch.zeros((), dtype=torch.bool, device=device)
+    noise = EpochNoise(device)
+    params = [p for p in model.parameters() if p.requires_grad]
     started = time.perf_counter()
     status, message = "completed", ""
 
@@ -323,8 +327,14 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 for group in optimizer.param_groups:
                     group["lr"] = lr
 
-                with precision.autocast():
-                    loss = loss_fn(train_model(x), y)
+                optimizer.zero_grad(set_to_none=True)
+                # every noise_scale_every steps: the gradient noise scale, from the batch in halves
+                measure = cfg.noise_scale_every and pos.step % cfg.noise_scale_every == 0 and len(y) >= 2
+                if measure:
+                    loss = measured_backward(train_model, loss_fn, x, y, precision, params, noise, ctx.world)
+                else:
+                    with precision.autocast():
+                        loss = loss_fn(train_model(x), y)
                 # divergence: flagged on the device every step, read (and agreed by every rank)
                 # every `check_every` steps and before anything is saved, so all ranks stop together
                 nonfinite |= ~torch.isfinite(loss.detach())
@@ -337,8 +347,8 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                         break
                 loss_total += loss.detach().float() * len(y)
 
-                optimizer.zero_grad(set_to_none=True)
-                precision.scaler.scale(loss).backward()  # loss scaling: fp16 only, else a no-op
+                if not measure:
+                    precision.scaler.scale(loss).backward()  # loss scaling: fp16 only, else a no-op
                 if cfg.optimizer.grad_clip_norm is not None:
                     precision.scaler.unscale_(optimizer)
                     nn.utils.clip_grad_norm_(model.parameters(), cfg.optimizer.grad_clip_norm)
@@ -378,14 +388,17 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 torch.cuda.synchronize()
             train_s = time.perf_counter() - epoch_start
             val_loss, top1, top5 = evaluate(model, data, phase.resolution, precision, device, ctx)
-            loss_sum, loss_count = dist_utils.all_reduce_sum([pos.loss_sum, pos.loss_count], device, ctx)
+            loss_sum, loss_count, *terms = dist_utils.all_reduce_sum(
+                [pos.loss_sum, pos.loss_count, *noise.sums.tolist()], device, ctx)
+            noise_scale = noise.value(terms)
+            noise.reset()
             metrics = EpochMetrics(
                 epoch=pos.epoch + 1, phase=phase.index, resolution=phase.resolution,
                 batch_size=phase.batch_size, lr=lr, train_loss=loss_sum / max(loss_count, 1),
                 val_loss=val_loss, val_top1=top1, val_top5=top5,
                 samples_per_s=samples / max(train_s, 1e-9),
                 data_wait_fraction=wait_s / max(train_s, 1e-9), skipped_steps=pos.skipped,
-                elapsed_s=time.perf_counter() - started)
+                elapsed_s=time.perf_counter() - started, noise_scale=noise_scale)
             history.append(metrics)
             pos.history.append(asdict(metrics))
             pos.epoch, pos.step, pos.loss_sum, pos.loss_count = pos.epoch + 1, 0, 0.0, 0
@@ -394,10 +407,10 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 lines = "".join(json.dumps(h) + "\n" for h in pos.history)
                 (run_dir / "metrics.jsonl").write_text(lines)
                 log.info("epoch %d/%d  res %d  batch %d  lr %.4g  loss %.4f  val top-1 %.2f%%  "
-                         "top-5 %.2f%%  %.0f img/s  data wait %.1f%%", metrics.epoch,
+                         "top-5 %.2f%%  %.0f img/s  data wait %.1f%%  noise scale %s", metrics.epoch,
                          plan.total_epochs, phase.resolution, phase.batch_size, lr,
                          metrics.train_loss, top1, top5, metrics.samples_per_s,
-                         100 * metrics.data_wait_fraction)
+                         100 * metrics.data_wait_fraction, "-" if noise_scale is None else f"{noise_scale:.0f}")
             if comm is not None:
                 # the busiest rank's: ranks can send different amounts (PowerSGD across nodes
                 # splits the matrices unevenly) and a synchronous step waits for the slowest

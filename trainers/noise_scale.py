@@ -10,7 +10,10 @@ so the two terms are averaged (exponentially, over steps) before dividing, as th
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+
+import torch
 
 
 def unbiased_terms(small_sq: float, big_sq: float, b_small: int, b_big: int) -> tuple[float, float]:
@@ -43,3 +46,61 @@ class NoiseScale:
         if self.g2 is None or self.g2 <= 0:
             return None
         return self.trace / self.g2
+
+
+def squared_grad_norm(params: list) -> torch.Tensor:
+    """The squared norm of all gradients as a device scalar (no host sync)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    return torch.stack([n.float() for n in torch._foreach_norm(grads)]).square().sum()
+
+
+class EpochNoise:
+    """The epoch's sums of both unbiased terms, on the device, from every measured step; each
+    rank's small-batch norm is its own, so the world's sums average them (linear terms)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.reset()
+
+    def reset(self) -> None:
+        self.sums = torch.zeros(3, device=self.device)  # |G|^2, tr(Sigma), measured steps
+
+    def add(self, small_sq: torch.Tensor, big_sq: torch.Tensor, b_small: int, b_big: int) -> None:
+        g2 = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
+        trace = (small_sq - big_sq) / (1 / b_small - 1 / b_big)
+        ok = torch.isfinite(g2) & torch.isfinite(trace)  # an fp16 overflow step says nothing
+        zero = torch.zeros((), device=self.device)
+        self.sums += torch.stack([torch.where(ok, g2, zero), torch.where(ok, trace, zero), ok.float()])
+
+    def value(self, world_sums: list[float]) -> float | None:
+        """B_simple from the world's summed terms (None when no step was measured or |G|^2 <= 0)."""
+        g2, trace, steps = world_sums
+        if steps == 0 or g2 <= 0:
+            return None
+        return trace / g2
+
+
+def measured_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision, params: list,
+                      noise: EpochNoise, world: int) -> torch.Tensor:
+    """Forward and backward in two halves, each loss weighted by its share, so the accumulated
+    gradient is the full batch's (the optimizer sees the same step); the first half's gradient,
+    kept local (DDP's no_sync), is the small-batch one. Returns the batch's mean loss."""
+    n = len(y)
+    half = n // 2
+    unscale = precision.scaler._get_scale_async() if precision.scaler.is_enabled() else None
+    no_sync = model.no_sync() if hasattr(model, "no_sync") else contextlib.nullcontext()
+    with no_sync:
+        with precision.autocast():
+            first = loss_fn(model(x[:half]), y[:half])
+        precision.scaler.scale(first * (half / n)).backward()
+    small_sq = squared_grad_norm(params) * (n / half) ** 2
+    with precision.autocast():
+        second = loss_fn(model(x[half:]), y[half:])
+    precision.scaler.scale(second * ((n - half) / n)).backward()  # DDP averages the world's here
+    big_sq = squared_grad_norm(params)
+    if unscale is not None:
+        small_sq, big_sq = small_sq / unscale**2, big_sq / unscale**2
+    noise.add(small_sq, big_sq, half, n * world)
+    return (first.detach() * half + second.detach() * (n - half)) / n

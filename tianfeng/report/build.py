@@ -97,6 +97,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
         ("Parallel coordinates", figures.parallel(study)),
         ("Slices of the top parameters", figures.slices(study, top_params)),
         ("Schedules of the top trials", figures.schedules(complete[:3])),
+        ("Gradient noise scale (the critical batch size)", figures.noise_scale(complete[:3], runs)),
         ("Proxy against full fidelity", figures.proxy_vs_full(runs, calibration)),
     ]
     curves, _ = figures.promoted_curves(runs, metric)  # drawn in the promoted runs' own section

@@ -278,3 +278,23 @@ def promoted_curves(runs: list[dict], metric: str) -> Figure:
     fig.update_layout(title="Promoted runs: per-epoch metric and throughput", xaxis_title="epoch",
                       yaxis_title=metric, yaxis2={"title": "samples/s", "overlaying": "y", "side": "right"})
     return fig, ""
+
+
+def noise_scale(trials: list[optuna.trial.FrozenTrial], runs: list[dict]) -> Figure:
+    """The gradient noise scale per epoch: the top trials' (proxy runs) and the promoted runs'."""
+    fig = go.Figure()
+    for t in trials:
+        points = sorted((int(e), v) for e, v in t.user_attrs.get("noise_curve", {}).items())
+        if points:
+            fig.add_trace(go.Scatter(x=[e for e, _ in points], y=[v for _, v in points], mode="lines+markers",
+                                     name=f"trial #{t.number}"))
+    for r in runs:
+        points = [(e["epoch"], e["noise_scale"]) for e in r["epochs"] if e.get("noise_scale") is not None]
+        if points:
+            fig.add_trace(go.Scatter(x=[e for e, _ in points], y=[v for _, v in points], mode="lines",
+                                     line={"dash": "dot"}, name=f"run {r['id']} (trial #{r['trial_number']})"))
+    if not fig.data:
+        return None, "not drawn: no run measured it (noise_scale_every: 0)"
+    fig.update_layout(title="Gradient noise scale B_simple per epoch (McCandlish et al. 2018)",
+                      xaxis_title="epoch", yaxis={"title": "B_simple (images)", "type": "log"})
+    return fig, ""

@@ -33,6 +33,7 @@ class ScalePoint:
     steps_per_epoch: int
     epochs_per_trial: int
     extra: dict[str, Any] = field(default_factory=dict)
+    noise_scale: float | None = None  # B_simple at the searched winner's last epoch
 
 
 class _Base(DeclarativeBase):

@@ -158,7 +158,8 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
             pruned=sum(t.state == TrialState.PRUNED for t in trials),
             warm_started=sum("warm_start" in t.user_attrs for t in trials),
             wall_s=time.perf_counter() - started, trial_s=trial_s, pruned_s=pruned_s,
-            steps_per_epoch=steps_per_epoch.get(batch, 0), epochs_per_trial=rung_epochs(space, plan.search.rung))
+            steps_per_epoch=steps_per_epoch.get(batch, 0), epochs_per_trial=rung_epochs(space, plan.search.rung),
+            noise_scale=(best.user_attrs.get("final") or {}).get("noise_scale") if best else None)
         store.save(plan.name, point, settings)
         points.append(point)
         previous = study

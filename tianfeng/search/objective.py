@@ -126,6 +126,9 @@ class ProxyObjective:
         def report(m: EpochMetrics) -> None:
             # called only for epochs this process trained: a resumed trial reports no epoch twice
             value = getattr(m, metric)
+            if m.noise_scale is not None:
+                trial.set_user_attr("noise_curve", {**trial.user_attrs.get("noise_curve", {}),
+                                                    str(m.epoch): m.noise_scale})
             if objective.mode == "accuracy":
                 trial.report(value, m.epoch)
                 # after the last epoch the work is spent: the trial completes whatever a pruner says

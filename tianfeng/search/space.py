@@ -25,7 +25,7 @@ from trainers.names import STUDY_MAX_LENGTH, check_name
 from trainers.yaml_input import parse_yaml, read_yaml
 
 PARAMETER_TYPES = ("float", "int", "categorical", "fixed")
-METRICS = tuple(f for f in EpochMetrics.__dataclass_fields__ if f not in ("epoch", "phase"))
+METRICS = tuple(f for f in EpochMetrics.__dataclass_fields__ if f not in ("epoch", "phase", "noise_scale"))
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OBJECTIVE_MODES = ("accuracy", "pareto", "time-to-target")
 # what every expression may read besides the parameters: the cluster's size and the data's
