@@ -50,7 +50,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         space_path = ROOT / "search_spaces" / "large_batch.yaml"
-        plan = SearchPlan(space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/r.db",
+        plan = SearchPlan(objective="accuracy", space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/r.db",
                           study="big", sampler="tpe", pruner="asha", seed=0, trials=args.trials,
                           timeout_s=None, runs_root=str(tmp / "runs"), rung="proxy")
         space = load_space(space_path)

@@ -23,7 +23,7 @@ from tianfeng.search.space import load_space
 
 def tianfeng_per_trial(tmp: Path, trials: int) -> float:
     space_path = ROOT / "search_spaces" / "large_batch.yaml"
-    plan = SearchPlan(space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/tf.db",
+    plan = SearchPlan(objective="accuracy", space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/tf.db",
                       study="overhead", sampler="random", pruner="asha", seed=0, trials=trials,
                       timeout_s=None, runs_root=str(tmp / "runs"), rung="proxy")
     space = load_space(space_path)
@@ -45,7 +45,7 @@ def ray_per_trial(tmp: Path, trials: int) -> tuple[float, float]:
              object_store_memory=256 * 2**20,
              runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parent), "RAY_CHDIR_TO_TRIAL_DIR": "0"}})
     startup = time.perf_counter() - start
-    plan = SearchPlan(space_path=str(ROOT / "search_spaces" / "large_batch.yaml"), data=None,
+    plan = SearchPlan(objective="accuracy", space_path=str(ROOT / "search_spaces" / "large_batch.yaml"), data=None,
                       storage=f"sqlite:///{tmp}/ray.db", study="overhead-ray", sampler="random", pruner="asha",
                       seed=0, trials=trials, timeout_s=None, runs_root=str(tmp / "runs"), rung="proxy")
     options = RayOptions(cpus_per_trial=1, trainer="null_trainer:empty_trainer")

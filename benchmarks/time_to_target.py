@@ -29,7 +29,7 @@ DATA: str | None = None  # None: the space's own (digits); set from --data
 
 
 def _plan(tmp: Path, name: str, trials: int, **changes) -> SearchPlan:
-    plan = SearchPlan(space_path=str(SPACE), data=DATA, storage=f"sqlite:///{tmp}/{name}.db",
+    plan = SearchPlan(objective="accuracy", space_path=str(SPACE), data=DATA, storage=f"sqlite:///{tmp}/{name}.db",
                       study=name, sampler="tpe", pruner="asha", seed=0, trials=trials, timeout_s=None,
                       runs_root=str(tmp / "runs"), rung="proxy")
     return dataclasses.replace(plan, **changes)

@@ -137,7 +137,8 @@ def test_ctrl_c_with_two_workers_requeues_every_cut_trial_and_resume_finishes(tm
     out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     trials = optuna.load_study(study_name="w", storage=db).get_trials()
-    assert sum(t.state == TrialState.COMPLETE for t in trials) == 5
+    # two workers checking the budget at once may start one trial too many (documented in the README)
+    assert 5 <= sum(t.state == TrialState.COMPLETE for t in trials) <= 6
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     for number in cut:  # each cut trial went on from its checkpoint under a new number
         retry = next(t for t in trials if t.system_attrs.get("failed_trial") == number)

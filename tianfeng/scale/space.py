@@ -14,7 +14,9 @@ def batch_parameter(space: SearchSpace) -> str | None:
     """The parameter the phases template reads its batch size from, if it reads exactly one."""
     if space.phases is None:
         return None
-    names = space.phases.batch_size.names
+    from tianfeng.search.space import CONSTANTS
+
+    names = space.phases.batch_size.names - set(CONSTANTS)  # `gpus * round(batch_size / gpus)` reads one
     return next(iter(names)) if len(names) == 1 else None
 
 
