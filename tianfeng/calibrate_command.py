@@ -54,9 +54,64 @@ def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int
 MIN_PAIRS = 3  # Spearman's rho on fewer (proxy, full) pairs says nothing
 
 
+def _sizes(flag: str, text: str | None, low: int) -> list[int] | None:
+    from trainers.config import ConfigError
+
+    if text is None:
+        return None
+    try:
+        sizes = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise ConfigError(flag, "", f"must be comma-separated integers, e.g. 32,128,512; got {text!r}") from None
+    if not sizes or sizes[0] < low:
+        raise ConfigError(flag, "", f"must be integers >= {low}; got {text!r}")
+    return sizes
+
+
+def run_throughput(args) -> int:
+    """Measure and fit this machine's step time for the space's full-fidelity model."""
+    import functools
+
+    import torch
+
+    from tianfeng.search.materialize import build_config, sample_active
+    from tianfeng.search.space import corner_value, load_space
+    from tianfeng.throughput_measure import measure_throughput, write_throughput
+    from trainers.config import ConfigError
+    from trainers.data.sources import default_cache_dir, open_source
+
+    if args.space is None:
+        raise ConfigError("--throughput", "", "needs --space: the model and precision to measure")
+    resolutions = _sizes("--resolutions", args.resolutions, 4)
+    batches = _sizes("--batches", args.batches, 1) or [32, 128, 512]
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError("--threads", "", f"must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    space = load_space(args.space, data=args.data)
+    targets = [build_config(space, sample_active(space, functools.partial(corner_value, low=low)), "target")
+               for low in (True, False)]
+    cfg = targets[0]
+    if resolutions is None:  # every resolution the space's full runs can use, at its two corners
+        resolutions = sorted({p.resolution for t in targets for p in t.phases})
+    d = cfg.data
+    source = open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes)
+    result = measure_throughput(cfg, resolutions, batches, in_channels=source.channels,
+                                classes=source.num_classes)
+    output = args.output or default_cache_dir() / "throughput" / f"{space.name}-{result['host']}.json"
+    write_throughput(result, output)
+    print(json.dumps({"throughput": str(output), "threads": result["threads"], "precision": result["precision"],
+                      "fits": result["fits"]}, indent=2))
+    print(f"tianfeng: use it with `cluster: {{gpus: 1, gpus_per_node: 1, device: measured, throughput: {output}}}`",
+          file=sys.stderr)
+    return 0
+
+
 def run_calibrate_command(args) -> int:
     from trainers.config import ConfigError
 
+    if args.throughput:
+        return run_throughput(args)
     for flag, value in (("--top-k", args.top_k), ("--random", args.random)):
         if value < 0:
             raise ConfigError(flag, "", f"must be >= 0, got {value}")

@@ -92,6 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--random", type=int, default=2, help="further random complete trials (default 2)")
     calibrate.add_argument("--seed", type=int, default=0)
     calibrate.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    calibrate.add_argument("--throughput", action="store_true",
+                           help="instead: measure this machine's training step time for --space's full-fidelity "
+                                "model per resolution and batch, and write the fit a cluster section with "
+                                "`device: measured` reads")
+    calibrate.add_argument("--space", type=Path, default=None, help="with --throughput: the search space")
+    calibrate.add_argument("--data", default=None, help="with --throughput: replace the space's data source")
+    calibrate.add_argument("--resolutions", default=None,
+                           help="with --throughput: e.g. 8,16,32 (default: those the space's full runs use)")
+    calibrate.add_argument("--batches", default=None, help="with --throughput: per-process batches (default 32,128,512)")
+    calibrate.add_argument("--threads", type=int, default=None, help="with --throughput: torch threads (default: all)")
+    calibrate.add_argument("-o", "--output", type=Path, default=None,
+                           help="with --throughput: where to write it (default $TIANFENG_CACHE/throughput/)")
 
     report = sub.add_parser("report", help="write a study's self-contained HTML report",
                             description="Write one HTML file (plotly.js embedded, opens offline) with "
@@ -135,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "(default 1250: V100, mixed precision, ResNet-50 at 224 px)")
     plan.add_argument("--compute-ms", type=float, default=None, help="compute time per step of the last phase instead (measured)")
     plan.add_argument("--train-images", type=int, default=1_281_167, help="training set size (default ImageNet-1k's)")
-    plan.add_argument("--preset", choices=("v100", "a100"), default="v100",
+    plan.add_argument("--preset", choices=("v100", "a100", "h100"), default="v100",
                       help="links of a DGX-1 V100 (default) or DGX A100 cluster with InfiniBand; the flags below override")
     plan.add_argument("--intra-gbps", type=float, default=None, help="one GPU's NVLink bandwidth inside a node, Gbit/s per direction")
     plan.add_argument("--intra-latency-us", type=float, default=None)
@@ -167,7 +179,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
         value = getattr(args, attr, None)
         if value is not None:
             check_name(value, flag, "", max_length=STUDY_MAX_LENGTH)
-    if getattr(args, "storage", None) is not None:
+    if getattr(args, "storage", None) is not None and not getattr(args, "throughput", False):
         creates = args.command in ("search", "scale") and not args.resume
         check_storage(args.storage, must_exist=not creates)
 

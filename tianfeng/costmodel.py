@@ -58,6 +58,11 @@ PRESETS = {
         "DGX A100: NVSwitch, 600 GB/s GPU-to-GPU (300 GB/s per direction; NVIDIA A100 Tensor Core "
         "GPU architecture white paper, 2020); eight 200 Gbit/s HDR InfiniBand adapters per node "
         "(NVIDIA DGX A100 datasheet)"),
+    "h100": ClusterPreset(
+        Link(3600.0, 5.0), Link(400.0, 10.0), 8,
+        "DGX H100: fourth-generation NVLink, 900 GB/s per GPU (450 GB/s per direction; NVIDIA H100 "
+        "Tensor Core GPU datasheet); eight 400 Gbit/s NDR InfiniBand ConnectX-7 adapters per node "
+        "(NVIDIA DGX H100 datasheet)"),
 }
 DEFAULT_PRESET = "v100"
 BACKWARD_SHARE = 2 / 3  # of a step's compute: what an overlapping allreduce can hide behind

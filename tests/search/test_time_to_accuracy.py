@@ -104,7 +104,7 @@ def test_bounds_tied_to_the_data_and_batches_snapped_to_the_gpus(tmp_path: Path,
 @pytest.mark.parametrize(("cluster", "flags", "expected"), [
     ({"gpus": 0}, [], "cluster.gpus: must be an integer >= 1; got 0"),
     ({"gpus": 12, "gpus_per_node": 8}, [], "cluster.gpus: must be a multiple of gpus_per_node (8); got 12"),
-    ({"device": "tpu"}, [], "cluster.device: must be one of v100, a100, h100; got 'tpu'"),
+    ({"device": "tpu"}, [], "cluster.device: must be one of v100, a100, h100, measured; got 'tpu'"),
     ({"images_per_s": -5}, [], "cluster.images_per_s: must be a number > 0; got -5"),
     ({"overlap": 1.5}, [], "cluster.overlap: must be a number >= 0 and <= 1; got 1.5"),
     ({"exchange": "ring"}, [], "cluster.exchange: must be one of flat, hierarchical"),
@@ -230,3 +230,36 @@ def test_pareto_front_by_hand() -> None:
     for seconds, value in ((10, 50), (20, 70), (15, 40), (30, 70), (40, 90)):
         _trial(study, seconds, value)
     assert [t.user_attrs["predicted"]["seconds"] for t in pareto_front(study)] == [10, 20, 40]
+
+
+def test_calibrate_throughput_writes_a_fit_that_a_measured_cluster_predicts_with(tmp_path: Path, tiny_space: dict,
+                                                                                  capsys) -> None:
+    space_file = write_space(tmp_path, tiny_space)
+    out = tmp_path / "tp.json"
+    assert main(["calibrate", "--throughput", "--space", str(space_file), "--resolutions", "8,12",
+                 "--batches", "8,32", "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert sorted(data["fits"]) == ["12", "8"] and len(data["points"]) == 4
+    assert all(f["fixed_s"] >= 0 and f["image_s"] > 0 for f in data["fits"].values())
+    assert data["model"]["width"] == 8 and data["classes"] == 10
+    # a measured cluster predicts with those fits: steps x (fixed + batch x per image), plus evaluation
+    measured = {**tiny_space, "cluster": {"gpus": 1, "gpus_per_node": 1, "device": "measured",
+                                          "throughput": str(out)}}
+    space = load_space(write_space(tmp_path, measured, "measured.yaml"))
+    cfg = build_config(space, {"optimizer": "sgd", "base_lr": 0.1, "warmup_epochs": 0.0, "batch_size": 64,
+                               "momentum": 0.9}, "target")
+    w = predict_wall_time(cfg, space.cluster, train_images=1000, val_images=0, classes=10,
+                          in_channels=data["in_channels"])
+    fit = data["fits"]["8"]
+    assert w.train_s == pytest.approx(3 * (1000 // 64) * (fit["fixed_s"] + 64 * fit["image_s"]), rel=1e-9)
+
+
+@pytest.mark.parametrize(("cluster", "expected"), [
+    ({"device": "measured"}, "cluster.throughput: goes with device: measured"),
+    ({"device": "v100", "throughput": "x.json"}, "cluster.throughput: goes with device: measured"),
+    ({"device": "measured", "throughput": "missing.json"}, "cluster.throughput: cannot read missing.json"),
+])
+def test_bad_measured_clusters(tmp_path: Path, tiny_space: dict, cluster: dict, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_space(write_space(tmp_path, {**tiny_space, "cluster": cluster}))
+    assert expected in str(info.value) and "\n" not in str(info.value)

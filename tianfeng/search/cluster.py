@@ -7,11 +7,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tianfeng.costmodel import BACKWARD_SHARE, PRESETS, VARIANTS, Cluster, Link
+from tianfeng.costmodel import BACKWARD_SHARE, DEFAULT_PRESET, PRESETS, VARIANTS, Cluster, Link
 from tianfeng.throughput import DEVICES
 from trainers.config import ConfigError
+from trainers.yaml_input import MAX_BYTES
 
-KEYS = ("gpus", "gpus_per_node", "device", "images_per_s", "half_batch", "exchange", "overlap",
+KEYS = ("gpus", "gpus_per_node", "device", "throughput", "images_per_s", "half_batch", "exchange", "overlap",
         "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us", "adapters_per_node",
         "train_images")
 
@@ -20,7 +21,8 @@ KEYS = ("gpus", "gpus_per_node", "device", "images_per_s", "half_batch", "exchan
 class ClusterSpec:
     gpus: int = 8
     gpus_per_node: int = 8
-    device: str = "v100"  # a row of throughput.DEVICES (and its link preset)
+    device: str = "v100"  # a row of throughput.DEVICES (and its link preset), or measured
+    throughput: str | None = None  # with device measured: the file `calibrate --throughput` wrote
     images_per_s: float | None = None  # the searched model's per-GPU training throughput at the
     # target's last resolution, 256 images per GPU; None: from the device's ResNet-50 figures
     half_batch: float | None = None  # per-GPU batch at half the peak; None: the device's
@@ -38,7 +40,7 @@ class ClusterSpec:
         return self.gpus // self.gpus_per_node
 
     def links(self) -> Cluster:
-        preset = PRESETS[self.device if self.device in PRESETS else "a100"]
+        preset = PRESETS[self.device if self.device in PRESETS else DEFAULT_PRESET]
         intra = Link(self.intra_gbps or preset.intra.gbit_s,
                      preset.intra.latency_us if self.intra_latency_us is None else self.intra_latency_us)
         inter = Link(self.inter_gbps or preset.inter.gbit_s,
@@ -47,8 +49,8 @@ class ClusterSpec:
                        self.adapters_per_node or preset.adapters_per_node)
 
     def describe(self) -> str:
-        return (f"{self.gpus} x {self.device.upper()} ({self.nodes} node(s) of {self.gpus_per_node}), "
-                f"{self.exchange} exchange")
+        what = f"{self.device.upper()}" if self.device != "measured" else f"measured ({self.throughput})"
+        return f"{self.gpus} x {what} ({self.nodes} node(s) of {self.gpus_per_node}), {self.exchange} exchange"
 
 
 DEFAULT = ClusterSpec()
@@ -92,8 +94,13 @@ def checked(spec: ClusterSpec, source: str, prefix: str = "cluster.") -> Cluster
     integer("gpus_per_node", 1)
     if spec.gpus % spec.gpus_per_node and spec.gpus > spec.gpus_per_node:
         raise fail("gpus", f"must be a multiple of gpus_per_node ({spec.gpus_per_node}); got {spec.gpus}")
-    if spec.device not in DEVICES:
-        raise fail("device", f"must be one of {', '.join(DEVICES)}; got {spec.device!r}")
+    if spec.device not in (*DEVICES, "measured"):
+        raise fail("device", f"must be one of {', '.join(DEVICES)}, measured; got {spec.device!r}")
+    if (spec.device == "measured") != (spec.throughput is not None):
+        raise fail("throughput", "goes with device: measured (a file tianfeng calibrate --throughput wrote), "
+                                 "and device: measured needs it")
+    if spec.throughput is not None:
+        read_throughput(spec.throughput, source, f"{prefix}throughput")
     if spec.exchange not in VARIANTS:
         raise fail("exchange", f"must be one of {', '.join(VARIANTS)}; got {spec.exchange!r}")
     number("images_per_s")
@@ -123,3 +130,25 @@ def with_overrides(spec: ClusterSpec, *, gpus: int | None, gpus_per_node: int | 
         return checked(replace(spec, **changes), "command line", prefix="")
     except ConfigError as exc:  # named as the flag that set it
         raise ConfigError(f"--{exc.key_path.replace('_', '-')}", "", exc.message) from None
+
+
+def read_throughput(path: str, source: str = "", key: str = "cluster.throughput") -> dict:
+    """A throughput file of `tianfeng calibrate --throughput`, checked."""
+    import json
+    from pathlib import Path
+
+    file = Path(path).expanduser()
+    try:
+        if file.stat().st_size > MAX_BYTES:
+            raise ConfigError(source, key, f"{path} is larger than {MAX_BYTES} bytes")
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(source, key, f"cannot read {path} ({type(exc).__name__}); write it with "
+                          "tianfeng calibrate --throughput") from None
+    fits = data.get("fits") if isinstance(data, dict) else None
+    if data.get("kind") != "tianfeng-throughput" or not isinstance(fits, dict) or not fits or not all(
+            str(r).isdigit() and isinstance(f, dict) and all(
+                isinstance(f.get(k), int | float) and math.isfinite(f[k]) and f[k] >= 0 for k in ("fixed_s", "image_s"))
+            and f["image_s"] > 0 for r, f in fits.items()):
+        raise ConfigError(source, key, f"{path} is not a throughput file of tianfeng calibrate --throughput")
+    return data

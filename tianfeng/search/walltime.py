@@ -50,6 +50,8 @@ def format_seconds(seconds: float) -> str:
 def _step_models(cfg: RunConfig, spec: ClusterSpec, in_channels: int, classes: int) -> dict[int, StepModel]:
     """One step model per resolution the run uses."""
     resolutions = sorted({p.resolution for p in cfg.phases})
+    if spec.device == "measured":
+        return _measured_step_models(cfg, spec, resolutions, in_channels, classes)
     mixed = cfg.precision.mode != "fp32"
     device = DEVICES[spec.device]
     half = device.half_batch if spec.half_batch is None else spec.half_batch
@@ -61,6 +63,25 @@ def _step_models(cfg: RunConfig, spec: ClusterSpec, in_channels: int, classes: i
     reference = reference_step_model(device.mixed_images_per_s if mixed else device.fp32_images_per_s,
                                      device.batch, half)
     return {r: scaled_step_model(reference, step_cost(cfg.model, r, in_channels, classes)) for r in resolutions}
+
+
+def _measured_step_models(cfg: RunConfig, spec: ClusterSpec, resolutions: list[int], in_channels: int,
+                          classes: int) -> dict[int, StepModel]:
+    """This machine's fits (calibrate --throughput), moved to the run's model and to resolutions
+    not measured from the nearest measured one, as the cited figures are."""
+    from tianfeng.search.cluster import read_throughput
+    from trainers.config import ModelConfig
+
+    data = read_throughput(spec.throughput)
+    measured_model = ModelConfig(**data["model"])
+    fits = {int(r): StepModel(f["fixed_s"], f["image_s"]) for r, f in data["fits"].items()}
+    models = {}
+    for r in resolutions:
+        near = min(fits, key=lambda m: (abs(m - r), m))
+        models[r] = scaled_step_model(fits[near], step_cost(cfg.model, r, in_channels, classes),
+                                      step_cost(measured_model, near, data.get("in_channels", in_channels),
+                                                data.get("classes", classes)))
+    return models
 
 
 def predict_wall_time(cfg: RunConfig, spec: ClusterSpec, *, train_images: int, val_images: int,
