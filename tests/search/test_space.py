@@ -62,7 +62,6 @@ MALFORMED = [
     ("priors", [{"name": "x", "params": {"base_lr": 99.0}}], "priors.0.params.base_lr", "outside the parameter's range [0.05, 5]"),
     ("priors", [{"name": "x", "params": {"lr": 0.1}}], "priors.0.params.lr", "is not a parameter"),
     ("base/optimizer/name", "adam", "base.optimizer.name", "must be one of sgd, lars, lamb"),
-    ("phases/stages", 3, "fidelities.proxy", "2 epochs cannot fill 3 phases"),
     ("set/optimizer.name", "lars", "set.optimizer.name", "unknown name 'lars'"),
     ("bogus", 1, "bogus", "unknown key; allowed: name, description, base"),
 ]
@@ -195,3 +194,14 @@ def test_imagenet_space_checks_and_builds_its_rungs() -> None:
     assert proxy.data.fraction == pytest.approx(0.1) and proxy.precision.mode == "bf16"
     assert proxy.schedule.warmup_epochs == pytest.approx(5.0 * 5 / 35)
     assert len(space.priors) == 4
+
+
+def test_a_rung_too_short_for_its_phases_and_identical_stages_merged(tmp_path: Path) -> None:
+    three = mutate("phases/stages", 3)
+    three["phases"]["end_resolution"] = 16  # 8, 12, 16 px: three phases
+    with pytest.raises(ConfigError, match="fidelities.proxy: .*2 epochs cannot fill 3 phases"):
+        load_space(write_space(tmp_path, three))
+    same = mutate("phases/stages", 3)  # start = end: three stages at one resolution are one phase
+    space = load_space(write_space(tmp_path, same))
+    values = {"optimizer": "sgd", "base_lr": 0.1, "warmup_epochs": 0.0, "batch_size": 64, "momentum": 0.9}
+    assert [(p.epochs, p.resolution) for p in build_config(space, values, "target").phases] == [(3, 8)]

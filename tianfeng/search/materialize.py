@@ -83,11 +83,14 @@ def build_phases(t: PhasesTemplate, env: dict[str, Any], total_epochs: int) -> l
     weights = [(1 - final) / (stages - 1)] * (stages - 1) + [final]
     epochs = split_epochs(total_epochs, weights)
     scale_batch = bool(t.scale_batch_with_resolution.evaluate(env))
-    phases = []
+    phases: list[dict[str, int]] = []
     for i, e in enumerate(epochs):
         res = round_resolution(start + (end - start) * i / (stages - 1))
         b = max(8, int(8 * round(batch * (end / res) ** 2 / 8))) if scale_batch else batch
-        phases.append({"epochs": e, "resolution": res, "batch_size": b})
+        if phases and (phases[-1]["resolution"], phases[-1]["batch_size"]) == (res, b):
+            phases[-1]["epochs"] += e  # a stage like the one before (start = end): one phase
+        else:
+            phases.append({"epochs": e, "resolution": res, "batch_size": b})
     return phases
 
 
