@@ -58,10 +58,13 @@ def squared_grad_norm(params: list) -> torch.Tensor:
 
 class EpochNoise:
     """The epoch's sums of both unbiased terms, on the device, from every measured step; each
-    rank's small-batch norm is its own, so the world's sums average them (linear terms)."""
+    rank's small-batch norm is its own, so the world's sums average them (linear terms). Each
+    epoch's per-step means join an average over epochs (weight `decay` on the past), as the paper
+    smooths its estimates: one epoch's few measured steps give a noisy ratio."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device, decay: float = 0.5) -> None:
+        self.device, self.decay = device, decay
+        self.smoothed: tuple[float, float] | None = None  # (|G|^2, tr(Sigma)) per measured step
         self.reset()
 
     def reset(self) -> None:
@@ -75,11 +78,16 @@ class EpochNoise:
         self.sums += torch.stack([torch.where(ok, g2, zero), torch.where(ok, trace, zero), ok.float()])
 
     def value(self, world_sums: list[float]) -> float | None:
-        """B_simple from the world's summed terms (None when no step was measured or |G|^2 <= 0)."""
+        """B_simple after this epoch, from the world's summed terms (None until a step was
+        measured and the smoothed |G|^2 is positive)."""
         g2, trace, steps = world_sums
-        if steps == 0 or g2 <= 0:
+        if steps > 0:
+            mean = (g2 / steps, trace / steps)
+            self.smoothed = mean if self.smoothed is None else tuple(
+                self.decay * old + (1 - self.decay) * new for old, new in zip(self.smoothed, mean, strict=True))
+        if self.smoothed is None or self.smoothed[0] <= 0:
             return None
-        return trace / g2
+        return self.smoothed[1] / self.smoothed[0]
 
 
 def measured_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision, params: list,
