@@ -72,8 +72,6 @@ def run_throughput(args) -> int:
     """Measure and fit this machine's step time for the space's full-fidelity model."""
     import functools
 
-    import torch
-
     from tianfeng.search.materialize import build_config, sample_active
     from tianfeng.search.space import corner_value, load_space
     from tianfeng.throughput_measure import measure_throughput, write_throughput
@@ -84,26 +82,30 @@ def run_throughput(args) -> int:
         raise ConfigError("--throughput", "", "needs --space: the model and precision to measure")
     resolutions = _sizes("--resolutions", args.resolutions, 4)
     batches = _sizes("--batches", args.batches, 1) or [32, 128, 512]
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError("--threads", "", f"must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError("--threads", "", f"must be >= 1, got {args.threads}")
+    if args.processes < 1:
+        raise ConfigError("--processes", "", f"must be >= 1, got {args.processes}")
     space = load_space(args.space, data=args.data)
     targets = [build_config(space, sample_active(space, functools.partial(corner_value, low=low)), "target")
                for low in (True, False)]
     cfg = targets[0]
-    if resolutions is None:  # every resolution the space's full runs can use, at its two corners
-        resolutions = sorted({p.resolution for t in targets for p in t.phases})
+    if resolutions is None:  # the space's corners' resolutions, and half and 3/4 of the largest
+        from tianfeng.search.space import round_resolution
+
+        used = {p.resolution for t in targets for p in t.phases}
+        resolutions = sorted(used | {round_resolution(max(used) * f) for f in (0.5, 0.75)})
     d = cfg.data
     source = open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes)
     result = measure_throughput(cfg, resolutions, batches, in_channels=source.channels,
-                                classes=source.num_classes)
+                                classes=source.num_classes, processes=args.processes, threads=args.threads)
     output = args.output or default_cache_dir() / "throughput" / f"{space.name}-{result['host']}.json"
     write_throughput(result, output)
-    print(json.dumps({"throughput": str(output), "threads": result["threads"], "precision": result["precision"],
-                      "fits": result["fits"]}, indent=2))
-    print(f"tianfeng: use it with `cluster: {{gpus: 1, gpus_per_node: 1, device: measured, throughput: {output}}}`",
-          file=sys.stderr)
+    print(json.dumps({"throughput": str(output), "processes": result["processes"], "threads": result["threads"],
+                      "precision": result["precision"], "fits": result["fits"], "links": result["links"]}, indent=2))
+    gpus = result["processes"]
+    print(f"tianfeng: use it with `cluster: {{gpus: {gpus}, gpus_per_node: {gpus}, device: measured, "
+          f"throughput: {output}}}`", file=sys.stderr)
     return 0
 
 

@@ -101,7 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--resolutions", default=None,
                            help="with --throughput: e.g. 8,16,32 (default: those the space's full runs use)")
     calibrate.add_argument("--batches", default=None, help="with --throughput: per-process batches (default 32,128,512)")
-    calibrate.add_argument("--threads", type=int, default=None, help="with --throughput: torch threads (default: all)")
+    calibrate.add_argument("--threads", type=int, default=None,
+                           help="with --throughput: torch threads per process (default: all, or 1 with --processes)")
+    calibrate.add_argument("--processes", type=int, default=1,
+                           help="with --throughput: time this many processes at once (emulated GPUs sharing the "
+                                "machine, as `launch --device cpu` runs them) and fit gloo's allreduce links")
     calibrate.add_argument("-o", "--output", type=Path, default=None,
                            help="with --throughput: where to write it (default $TIANFENG_CACHE/throughput/)")
 

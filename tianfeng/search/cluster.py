@@ -41,12 +41,16 @@ class ClusterSpec:
 
     def links(self) -> Cluster:
         preset = PRESETS[self.device if self.device in PRESETS else DEFAULT_PRESET]
-        intra = Link(self.intra_gbps or preset.intra.gbit_s,
-                     preset.intra.latency_us if self.intra_latency_us is None else self.intra_latency_us)
-        inter = Link(self.inter_gbps or preset.inter.gbit_s,
-                     preset.inter.latency_us if self.inter_latency_us is None else self.inter_latency_us)
-        return Cluster(self.gpus, self.gpus_per_node, intra, inter,
-                       self.adapters_per_node or preset.adapters_per_node)
+        intra_default, inter_default, adapters = preset.intra, preset.inter, preset.adapters_per_node
+        measured = read_throughput(self.throughput).get("links") if self.throughput else None
+        if measured:  # gloo on this machine: one shared loopback for every link
+            intra_default = inter_default = Link(measured["gbit_s"], measured["latency_us"])
+            adapters = 1
+        intra = Link(self.intra_gbps or intra_default.gbit_s,
+                     intra_default.latency_us if self.intra_latency_us is None else self.intra_latency_us)
+        inter = Link(self.inter_gbps or inter_default.gbit_s,
+                     inter_default.latency_us if self.inter_latency_us is None else self.inter_latency_us)
+        return Cluster(self.gpus, self.gpus_per_node, intra, inter, self.adapters_per_node or adapters)
 
     def describe(self) -> str:
         what = f"{self.device.upper()}" if self.device != "measured" else f"measured ({self.throughput})"
