@@ -143,7 +143,8 @@ def measure_throughput(cfg: RunConfig, resolutions: list[int], batches: list[int
     args = (cfg, resolutions, batches, in_channels, classes, steps)
     links = None
     if processes > 1:
-        grid, exchange = _concurrent(processes, threads or 1, args)
+        threads = threads or 1  # as `launch --device cpu` runs each rank (OMP_NUM_THREADS=1)
+        grid, exchange = _concurrent(processes, threads, args)
         links = fit_ring(processes, exchange)
         log.info("gloo allreduce over %d processes: %s -> %.2f Gbit/s, %.0f us a step", processes,
                  ", ".join(f"{n >> 10} kB {1000 * s:.1f} ms" for n, s in exchange.items()),

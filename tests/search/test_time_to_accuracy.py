@@ -263,3 +263,17 @@ def test_bad_measured_clusters(tmp_path: Path, tiny_space: dict, cluster: dict, 
     with pytest.raises(ConfigError) as info:
         load_space(write_space(tmp_path, {**tiny_space, "cluster": cluster}))
     assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_calibrate_with_processes_fits_gloo_links_that_the_cost_model_uses(tmp_path: Path, tiny_space: dict) -> None:
+    out = tmp_path / "tp2.json"
+    assert main(["calibrate", "--throughput", "--space", str(write_space(tmp_path, tiny_space)), "--resolutions", "8",
+                 "--batches", "8,32", "--processes", "2", "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["processes"] == 2 and data["threads"] == 1
+    links = data["links"]
+    assert links["gbit_s"] > 0 and links["latency_us"] >= 0
+    measured = {**tiny_space, "cluster": {"gpus": 2, "gpus_per_node": 1, "device": "measured", "throughput": str(out)}}
+    cluster = load_space(write_space(tmp_path, measured, "m.yaml")).cluster.links()
+    assert cluster.inter.gbit_s == pytest.approx(links["gbit_s"]) and cluster.adapters_per_node == 1
