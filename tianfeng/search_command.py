@@ -116,7 +116,7 @@ def print_summary(study, plan) -> int:
 
     from tianfeng.search.front import print_front
     from tianfeng.search.runner import FINISHED
-    from tianfeng.search.scores import best_trial, mode_of, score
+    from tianfeng.search.scores import best_trial, mode_of, pruned_share, score
     from tianfeng.search.walltime import format_seconds
 
     trials = study.get_trials(deepcopy=False)
@@ -124,7 +124,8 @@ def print_summary(study, plan) -> int:
     done = [t for t in trials if t.state in FINISHED]
     mode = mode_of(study)
     print(f"study {plan.study}: {len(done)} trials finished "
-          f"({counts['complete']} complete, {counts['pruned']} pruned, {counts['fail']} failed); objective {mode}")
+          f"({counts['complete']} complete, {counts['pruned']} pruned, {counts['fail']} failed; "
+          f"{pruned_share(trials):.0%} of trial time in pruned trials); objective {mode}")
     best = best_trial(study)
     if best is None:
         print("no trial completed: nothing to promote", file=sys.stderr)

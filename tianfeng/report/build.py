@@ -17,7 +17,15 @@ from tianfeng.promote_command import load_study
 from tianfeng.report import figures
 from tianfeng.report.plotlyjs import bundle_for
 from tianfeng.report.templates import TEMPLATES
-from tianfeng.search.scores import best_trial, epochs_reported, maximizing, mode_of, ranked, score
+from tianfeng.search.scores import (
+    best_trial,
+    epochs_reported,
+    maximizing,
+    mode_of,
+    pruned_share,
+    ranked,
+    score,
+)
 from tianfeng.search.walltime import format_seconds
 from tianfeng.store import RunStore
 
@@ -60,7 +68,7 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
             ("trials", f"{len(trials)}: {count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} "
                        f"pruned, {count[TrialState.FAIL]} failed, {count[TrialState.RUNNING]} running"),
             ("budget used", f"{seconds / 3600:.3f} trial-hours, {core_s / 3600:.3f} core-hours "
-                            f"({seconds:.0f} s of trial wall time)"),
+                            f"({seconds:.0f} s of trial wall time, {pruned_share(trials):.0%} of it in pruned trials)"),
             ("created", attrs.get("created", "-"))]
     if calibration:
         used = calibration.get("pairs_used", len(calibration["pairs"]))

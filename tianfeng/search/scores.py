@@ -75,3 +75,12 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
             return min(feasible, key=lambda t: t.values[0])
     best = ranked(study)
     return best[0] if best else None
+
+
+def pruned_share(trials: list[FrozenTrial]) -> float:
+    """The share of trial wall time spent in trials that were pruned."""
+    def took(t: FrozenTrial) -> float:
+        return (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else 0
+
+    total = sum(took(t) for t in trials)
+    return sum(took(t) for t in trials if t.state == TrialState.PRUNED) / total if total else 0.0
