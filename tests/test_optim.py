@@ -43,15 +43,17 @@ def test_sgd_step_matches_hand_computation() -> None:
     torch.testing.assert_close(model[0].bias, b0 - 0.5 * gb)  # no decay on bias
 
 
+@pytest.mark.parametrize("implementation", ["per_tensor", "foreach", "fused"])
 @pytest.mark.parametrize("nesterov", [False, True])
-def test_lars_two_steps_match_hand_computation(nesterov: bool) -> None:
+def test_sgd_style_lars_two_steps_match_hand_computation(nesterov: bool, implementation: str) -> None:
     lr, m, wd, eta, eps = 0.3, 0.9, 0.01, 0.02, 1e-9
     w = torch.tensor([[3.0, -4.0]])
     b = torch.tensor([0.5])
     pw, pb = nn.Parameter(w.clone()), nn.Parameter(b.clone())
     opt = Lars([{"params": [pw], "weight_decay": wd, "layer_adaptation": True},
                 {"params": [pb], "weight_decay": 0.0, "layer_adaptation": False}],
-               lr=lr, momentum=m, nesterov=nesterov, trust_coefficient=eta, eps=eps)
+               lr=lr, momentum=m, nesterov=nesterov, trust_coefficient=eta, eps=eps,
+               update="sgd_style", implementation=implementation)
     grads = [(torch.tensor([[1.0, 2.0]]), torch.tensor([0.2])), (torch.tensor([[-1.0, 0.5]]), torch.tensor([-0.1]))]
     buf_w = buf_b = None
     for gw, gb in grads:
@@ -70,22 +72,26 @@ def test_lars_two_steps_match_hand_computation(nesterov: bool) -> None:
         torch.testing.assert_close(pb.detach(), b)
 
 
-def test_lars_uses_ratio_one_for_zero_weights() -> None:
+@pytest.mark.parametrize("implementation", ["per_tensor", "foreach", "fused"])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_lars_uses_ratio_one_for_zero_weights(implementation: str, momentum: float) -> None:
     p = nn.Parameter(torch.zeros(2, 2))
-    opt = Lars([{"params": [p], "weight_decay": 0.0, "layer_adaptation": True}], lr=1.0, momentum=0.0)
+    opt = Lars([{"params": [p], "weight_decay": 0.0, "layer_adaptation": True}], lr=1.0, momentum=momentum,
+               implementation=implementation)
     p.grad = torch.ones(2, 2)
     opt.step()
     torch.testing.assert_close(p.detach(), -torch.ones(2, 2))
 
 
-def test_lamb_two_steps_match_hand_computation() -> None:
+@pytest.mark.parametrize("foreach", [False, True])
+def test_lamb_two_steps_match_hand_computation(foreach: bool) -> None:
     lr, b1, b2, eps, wd = 0.1, 0.9, 0.99, 1e-6, 0.05
     w = torch.tensor([[1.0, -2.0, 2.0]])
     pw = nn.Parameter(w.clone())
     pb = nn.Parameter(torch.tensor([1.0]))
     opt = Lamb([{"params": [pw], "weight_decay": wd, "layer_adaptation": True},
                 {"params": [pb], "weight_decay": 0.0, "layer_adaptation": False}],
-               lr=lr, betas=(b1, b2), eps=eps)
+               lr=lr, betas=(b1, b2), eps=eps, implementation="foreach" if foreach else "per_tensor")
     m = v = torch.zeros(1, 3)
     mb = vb = torch.zeros(1)
     b = torch.tensor([1.0])
@@ -106,6 +112,9 @@ def test_build_optimizer_wires_config() -> None:
     model = tiny_model()
     lars = build_optimizer(model, OptimizerConfig(name="lars", lars=LarsConfig(trust_coefficient=0.005)))
     assert isinstance(lars, Lars) and lars.param_groups[0]["trust_coefficient"] == 0.005
+    assert lars.update == "reference" and lars.param_groups[0]["eps"] == 1e-7
+    torch_style = build_optimizer(model, OptimizerConfig(name="lars", lars=LarsConfig(update="sgd_style")))
+    assert torch_style.update == "sgd_style"
     lamb = build_optimizer(model, OptimizerConfig(name="lamb", lamb=LambConfig(beta2=0.98)))
     assert isinstance(lamb, Lamb) and lamb.param_groups[0]["betas"] == (0.9, 0.98)
     assert [g["layer_adaptation"] for g in lamb.param_groups] == [True, False]

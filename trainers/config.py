@@ -58,7 +58,12 @@ class DataConfig:
 @dataclass(frozen=True)
 class LarsConfig:
     trust_coefficient: float = _bounded(0.001, gt=0.0)
-    eps: float = _bounded(1e-9, ge=0.0)
+    # the MLPerf reference passes epsilon 0, which its Keras base class replaces by 1e-7
+    eps: float = _bounded(1e-7, ge=0.0)
+    # reference: v = m v + lr trust (g + wd w); w -= v (MLPerf, You et al.: the LR inside the
+    # momentum). sgd_style: v = m v + trust (g + wd w); w -= lr v (torch SGD's placement); the two
+    # differ whenever the LR changes (every warm-up and decay step)
+    update: Literal["reference", "sgd_style"] = "reference"
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,9 @@ class OptimizerConfig:
 class ScheduleConfig:
     warmup_epochs: float = _bounded(0.0, ge=0.0)
     warmup_shape: Literal["linear", "exponential"] = "linear"
-    warmup_start_factor: float = _bounded(0.01, gt=0.0, le=1.0)
+    # x peak LR at the first step; None: 0 for a linear warm-up (the MLPerf reference starts
+    # from 0), 0.01 for an exponential one (which cannot start at 0)
+    warmup_start_factor: float | None = _bounded(None, ge=0.0, le=1.0)
     decay: Literal["poly", "cosine", "step", "constant"] = "cosine"
     poly_power: float = _bounded(2.0, gt=0.0)
     final_lr_factor: float = _bounded(0.0, ge=0.0, le=1.0)  # end of poly/cosine, x peak LR
@@ -268,6 +275,9 @@ def _validate_cross_fields(cfg: RunConfig, source: str) -> None:
         if list(milestones) != sorted(milestones) or milestones[0] <= 0:
             raise ConfigError(source, "schedule.step_milestones",
                               f"must be increasing epochs > 0; got {list(milestones)}")
+    if cfg.schedule.warmup_shape == "exponential" and cfg.schedule.warmup_start_factor == 0:
+        raise ConfigError(source, "schedule.warmup_start_factor",
+                          "must be > 0 for an exponential warm-up (or leave it out: 0.01); got 0")
     if cfg.schedule.warmup_epochs > cfg.total_epochs:
         raise ConfigError(source, "schedule.warmup_epochs",
                           f"must be <= the total epochs of all phases ({cfg.total_epochs}), "

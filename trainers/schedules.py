@@ -20,11 +20,18 @@ def batch_scale(batch_size: int, schedule: ScheduleConfig) -> float:
     return 1.0
 
 
+def warmup_start(schedule: ScheduleConfig) -> float:
+    """The warm-up's first LR as a fraction of the peak."""
+    if schedule.warmup_start_factor is not None:
+        return schedule.warmup_start_factor
+    return 0.0 if schedule.warmup_shape == "linear" else 0.01
+
+
 def shape_factor(epoch: float, total_epochs: float, schedule: ScheduleConfig) -> float:
     """Warm-up then decay, as a fraction of the peak LR; continuous in `epoch`."""
     warmup = schedule.warmup_epochs
     if warmup > 0 and epoch < warmup:
-        start = schedule.warmup_start_factor
+        start = warmup_start(schedule)
         frac = epoch / warmup
         if schedule.warmup_shape == "linear":
             return start + (1.0 - start) * frac

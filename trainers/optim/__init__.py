@@ -32,7 +32,8 @@ def build_optimizer(model: nn.Module, cfg: OptimizerConfig) -> torch.optim.Optim
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
     if cfg.name == "lars":
         return Lars(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                    trust_coefficient=cfg.lars.trust_coefficient, eps=cfg.lars.eps)
+                    trust_coefficient=cfg.lars.trust_coefficient, eps=cfg.lars.eps,
+                    update=cfg.lars.update)
     return Lamb(groups, lr=cfg.lr, betas=(cfg.lamb.beta1, cfg.lamb.beta2), eps=cfg.lamb.eps)
 
 
