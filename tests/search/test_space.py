@@ -61,6 +61,8 @@ MALFORMED = [
     ("objective/constraints", ["speed > 10"], "objective.constraints.0", "unknown metric 'speed'"),
     ("priors", [{"name": "x", "params": {"base_lr": 99.0}}], "priors.0.params.base_lr", "outside the parameter's range [0.05, 5]"),
     ("priors", [{"name": "x", "params": {"lr": 0.1}}], "priors.0.params.lr", "is not a parameter"),
+    ("priors", [{"name": "x", "params": {"optimizer": "lars", "base_lr": 0.1, "batch_size": 64, "warmup_epochs": 0.0}}],
+     "priors.0.params", "sets no value for 'trust_coefficient', which it makes active"),
     ("base/optimizer/name", "adam", "base.optimizer.name", "must be one of sgd, lars, lamb"),
     ("set/optimizer.name", "lars", "set.optimizer.name", "unknown name 'lars'"),
     ("bogus", 1, "bogus", "unknown key; allowed: name, description, base"),
@@ -131,7 +133,7 @@ def test_split_epochs_keeps_totals_and_minimum() -> None:
     assert sum(split_epochs(17, [0.4, 0.4, 0.2])) == 17
 
 
-@pytest.mark.parametrize("text", ["open('x')", "a.b", "a[0]", "lambda: 1", "[1, 2]", "{'a': 1}",
+@pytest.mark.parametrize("text", ["open('x')", "a.b", "a[0]", "lambda: 1", "[x for x in y]", "{'a': 1}",
                                   "x := 1", "f'{x}'"])
 def test_expressions_reject_everything_but_arithmetic(text: str) -> None:
     with pytest.raises(ExpressionError):
@@ -149,7 +151,7 @@ def test_expressions_evaluate_and_short_circuit() -> None:
 @pytest.mark.parametrize("text", [
     "((10**64)**64)**64", "2**62 * 2**62 * 2**62", "9**9**9", "(2**63)**(2**63)", "'a' * 10**9",
     "('ab' * 500) * 500", "'%0999999d' % 1", "10.0**400", "-" * 999 + "1", "not " * 240 + "1",
-    "max(" * 60 + "1" + ")" * 60, "1" + "+1" * 499,
+    "max(" * 60 + "1" + ")" * 60, "1" + "+1" * 499, "[1] * 10**9", "[0] + [0] * 2**40", "[[1, 2] * 9] * 9",
 ])
 def test_hostile_expressions_stop_fast_in_little_memory(text: str) -> None:
     """Each either evaluates to something small or is refused, within a bound that only a hang
@@ -165,6 +167,12 @@ def test_hostile_expressions_stop_fast_in_little_memory(text: str) -> None:
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert elapsed < 5 and peak < 20 * 2**20, (elapsed, peak)
+
+
+def test_list_literals_evaluate_but_cannot_be_computed_with() -> None:
+    assert Expression("[epochs / 3, epochs * 2 / 3]").evaluate({"epochs": 9}) == [3.0, 6.0]
+    with pytest.raises(ExpressionError, match="lists are written out"):
+        Expression("[1] * 3").evaluate({})
 
 
 def test_and_or_return_the_deciding_operand_as_python_does() -> None:
@@ -183,17 +191,35 @@ def test_cli_names_match_the_registry() -> None:
 
 def test_imagenet_space_checks_and_builds_its_rungs() -> None:
     space = load_space(REPO / "search_spaces" / "imagenet_resnet50.yaml")
-    values = {"optimizer": "lars", "base_lr": 0.1, "trust_coefficient": 0.001, "weight_decay": 5e-5,
-              "warmup_epochs": 5.0, "warmup_shape": "linear", "batch_size": 32768, "label_smoothing": 0.1,
-              "decay": "poly", "stages": 3, "start_resolution": 128}
+    prior = next(p for p in space.priors if p.name == "google-mlperf-v1.0-32k")
+    values = {**prior.params, "stages": 3, "start_resolution": 128, "end_resolution": 288}
     proxy = build_config(space, values, "proxy")
     target = build_config(space, values, "target")
-    assert target.model.name == "resnet50" and target.total_epochs == 35
-    assert [p.resolution for p in target.phases] == [128, 176, 224]
-    assert [p.resolution for p in proxy.phases] == [64, 88, 112]
+    assert target.model.name == "resnet50" and target.total_epochs == 60
+    assert [p.resolution for p in target.phases] == [128, 208, 288]
+    assert [p.resolution for p in proxy.phases] == [64, 104, 144]
     assert proxy.data.fraction == pytest.approx(0.1) and proxy.precision.mode == "bf16"
-    assert proxy.schedule.warmup_epochs == pytest.approx(5.0 * 5 / 35)
-    assert len(space.priors) == 4
+    assert proxy.schedule.warmup_epochs == pytest.approx(18.0 * 5 / 60)
+    assert target.data.min_crop_scale == 0.08 and len(space.priors) == 9
+
+
+def test_min_steps_stretches_a_rung_that_leaves_too_few_steps(tmp_path: Path) -> None:
+    space = mutate("min_steps", 50)
+    space["parameters"]["batch_size"]["choices"] = [16, 512]
+    space["fidelities"]["proxy"]["data_fraction"] = 0.5
+    space["priors"] = []
+    loaded = load_space(write_space(tmp_path, space))
+    train = loaded.constants["all_train_images"]
+    values = {"optimizer": "sgd", "base_lr": 0.1, "warmup_epochs": 0.0, "momentum": 0.9}
+    small = build_config(loaded, {**values, "batch_size": 16}, "proxy")
+    assert small.total_epochs == 2 and small.data.fraction == 0.5  # 2 x (train/2 // 16) steps: enough
+    big = build_config(loaded, {**values, "batch_size": 512}, "proxy")
+    target = build_config(loaded, {**values, "batch_size": 512}, "target")
+    steps = big.total_epochs * (int(train * big.data.fraction) // 512)
+    assert big.data.fraction == 1.0 and big.total_epochs > 2
+    assert steps >= min(50, target.total_epochs * (train // 512)) and big.total_epochs <= target.total_epochs
+    with pytest.raises(ConfigError, match="min_steps: must be an integer >= 0"):
+        load_space(write_space(tmp_path, mutate("min_steps", -1)))
 
 
 def test_a_rung_too_short_for_its_phases_and_identical_stages_merged(tmp_path: Path) -> None:

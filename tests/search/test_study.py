@@ -72,7 +72,8 @@ def test_each_pruner_stops_recipes_that_cannot_win(tmp_path: Path, tiny_space: d
 
 def test_nan_trial_is_pruned_and_the_study_goes_on(tmp_path: Path, tiny_space: dict) -> None:
     tiny_space["parameters"]["base_lr"]["high"] = 1e9
-    tiny_space["priors"] = [{"name": "explode", "params": {"optimizer": "sgd", "base_lr": 1e9, "batch_size": 64}}]
+    tiny_space["priors"] = [{"name": "explode", "params": {"optimizer": "sgd", "base_lr": 1e9, "batch_size": 64},
+                            "partial": True}]
     space_file = write_space(tmp_path, tiny_space)
     plan = plan_for(tmp_path, space_file, trials=3)
     run_search(plan, workers=1, resume=False)

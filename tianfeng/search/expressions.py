@@ -22,7 +22,7 @@ MAX_DEPTH = 40  # nesting of its syntax tree
 MAX_INT = 2**63  # the largest integer any step may produce
 MAX_STRING = 1000  # the longest string any step may produce
 ALLOWED = "numbers, strings, names, + - * / // % **, comparisons, and/or/not, x if c else y, " \
-          f"and the functions {', '.join(_FUNCTIONS)}"
+          f"[lists of these] and the functions {', '.join(_FUNCTIONS)}"
 
 
 class ExpressionError(ValueError):
@@ -69,6 +69,9 @@ class Expression:
                     self._check(v, depth)
             case ast.Call(func=ast.Name(id=fn), args=args, keywords=[]) if fn in _FUNCTIONS:
                 for v in args:
+                    self._check(v, depth)
+            case ast.List(elts=items):  # a literal list, e.g. step milestones
+                for v in items:
                     self._check(v, depth)
             case _:
                 raise ExpressionError(f"{self.text!r}: {ast.unparse(node)!r} is not allowed; "
@@ -132,10 +135,14 @@ class Expression:
                 return self._eval(body, env) if self._eval(test, env) else self._eval(orelse, env)
             case ast.Call(func=ast.Name(id=fn), args=args):
                 return self._bounded(_FUNCTIONS[fn](*(self._eval(a, env) for a in args)))
+            case ast.List(elts=items):
+                return [self._eval(v, env) for v in items]
         raise ExpressionError(f"{self.text!r}: cannot evaluate {ast.unparse(node)!r}")
 
     def _check_operands(self, op: ast.operator, a: Any, b: Any) -> None:
         """Refuse, before computing it, what would be too large to compute."""
+        if isinstance(a, list) or isinstance(b, list):
+            raise ExpressionError(f"{self.text!r}: lists are written out, not computed with {type(op).__name__}")
         if isinstance(a, str) or isinstance(b, str):
             if isinstance(op, ast.Mod):
                 raise ExpressionError(f"{self.text!r}: % does not format strings here")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -101,9 +103,55 @@ def rung_epochs_of(f: Fidelity, target_epochs: int) -> int:
     return f.epochs if f.epochs is not None else target_epochs
 
 
-def apply_fidelity(raw: dict[str, Any], f: Fidelity) -> None:
-    """Shrink a run to a proxy rung: fewer epochs (the schedule compressed in proportion),
-    lower resolution, a data subset, a narrower model, a cheaper precision."""
+DEFAULT_MIN_STEPS = 50
+
+
+def optimizer_steps(phases: list[dict[str, int]], images: int) -> int:
+    """Optimizer steps of a run over `images` training images (the engine drops the last
+    partial batch, and takes at least one step an epoch)."""
+    return sum(p["epochs"] * max(1, images // p["batch_size"]) for p in phases)
+
+
+def apply_fidelity(raw: dict[str, Any], f: Fidelity, *, train_images: int | None = None,
+                   min_steps: int = 0) -> None:
+    """Shrink a run to rung `f`. With `train_images` (the whole training set) and `min_steps`,
+    a rung that would leave fewer optimizer steps than min_steps (or than the full run has, if
+    fewer) trains more instead: on more of the full run's data (the least that is enough), then,
+    on all of it, on more epochs, up to the full run's. A large-batch trial at a few-epoch rung otherwise takes a handful of steps, and
+    nothing about its recipe can be read from them."""
+    full = copy.deepcopy(raw)
+    _shrink(raw, f)
+    if not train_images or not min_steps:
+        return
+    want = min(min_steps, optimizer_steps(full["phases"], int(train_images * full["data"]["fraction"])))
+
+    def shrunk(rung: Fidelity) -> tuple[dict[str, Any], int]:
+        out = copy.deepcopy(full)
+        _shrink(out, rung)
+        return out, optimizer_steps(out["phases"], int(train_images * out["data"]["fraction"]))
+
+    if optimizer_steps(raw["phases"], int(train_images * raw["data"]["fraction"])) >= want:
+        return
+    rung = dataclasses.replace(f, epochs=sum(p["epochs"] for p in raw["phases"]), epoch_fraction=None)
+    stretched, steps = shrunk(dataclasses.replace(rung, data_fraction=1.0))
+    if steps >= want:  # the least data that gives enough steps at the rung's epochs
+        low, high = f.data_fraction, 1.0
+        for _ in range(30):
+            middle = (low + high) / 2
+            low, high = (low, middle) if shrunk(dataclasses.replace(rung, data_fraction=middle))[1] >= want else (middle, high)
+        stretched = shrunk(dataclasses.replace(rung, data_fraction=high))[0]
+    else:  # all the data, and the fewest more epochs
+        for epochs in range(rung.epochs + 1, sum(p["epochs"] for p in full["phases"]) + 1):
+            stretched, steps = shrunk(dataclasses.replace(rung, epochs=epochs, data_fraction=1.0))
+            if steps >= want:
+                break
+    raw.clear()
+    raw.update(stretched)
+
+
+def _shrink(raw: dict[str, Any], f: Fidelity) -> None:
+    """Fewer epochs (the schedule compressed in proportion), lower resolution, a data subset,
+    a narrower model, a cheaper precision."""
     total = sum(p["epochs"] for p in raw["phases"])
     epochs = rung_epochs_of(f, total)
     if f.epoch_fraction is not None:
@@ -141,7 +189,11 @@ def build_config(space: SearchSpace, values: dict[str, Any], rung: str, *, name:
         if space.phases.epochs is not None:
             total = int(_number(space.phases, "epochs", env, low=1, high=100_000))
         raw["phases"] = build_phases(space.phases, env, total)
-    apply_fidelity(raw, space.fidelities[rung])
+    if rung == "target":
+        apply_fidelity(raw, space.target)
+    else:
+        apply_fidelity(raw, space.fidelities[rung], train_images=space.constants.get("all_train_images"),
+                       min_steps=space.min_steps)
     if name is not None:
         raw["name"] = name
     if run_dir is not None:
@@ -155,7 +207,7 @@ def max_rung_epochs(space: SearchSpace, rung: str) -> int:
     import functools
 
     f = space.fidelities[rung]
-    if f.epoch_fraction is None:
+    if f.epoch_fraction is None and not space.min_steps:
         return f.epochs or space.base.total_epochs
     from tianfeng.search.space import corner_value
 

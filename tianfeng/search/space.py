@@ -102,6 +102,7 @@ class SearchSpace:
     priors: tuple[Prior, ...] = field(default=())
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
     constants: dict[str, int] = field(default_factory=dict)  # CONSTANTS' values
+    min_steps: int = 50  # the fewest optimizer steps a proxy rung may leave a trial (0: any)
 
     @property
     def target(self) -> Fidelity:
@@ -278,13 +279,15 @@ def data_constants(base: RunConfig, cluster: ClusterSpec) -> dict[str, int]:
 
     d = base.data
     train = len(open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes).train)
-    return {"gpus": cluster.gpus, "gpus_per_node": cluster.gpus_per_node, "train_images": int(train * d.fraction)}
+    return {"gpus": cluster.gpus, "gpus_per_node": cluster.gpus_per_node, "train_images": int(train * d.fraction),
+            "all_train_images": train}
 
 
 def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = None,
                gpus_per_node: int | None = None) -> SearchSpace:
     top = _Reader(source, "", raw, ("name", "description", "base", "parameters", "set", "phases",
-                                     "fidelities", "search_fidelity", "objective", "priors", "cluster"))
+                                     "fidelities", "search_fidelity", "objective", "priors", "cluster",
+                                     "min_steps"))
     name = raw.get("name", Path(source).stem)
     check_name(name, source, "name", max_length=STUDY_MAX_LENGTH)  # the default study name
 
@@ -330,11 +333,19 @@ def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = No
         raise top.error("search_fidelity", f"must be one of {', '.join(fidelities)}; got {search_fidelity!r}")
     objective = _read_objective(source, raw.get("objective") or {})
     priors = _read_priors(source, raw.get("priors") or [], parameters)
+    min_steps = raw.get("min_steps", 50)
+    if isinstance(min_steps, bool) or not isinstance(min_steps, int) or min_steps < 0:
+        raise top.error("min_steps", f"must be an integer >= 0 (0: no guard); got {min_steps!r}")
     read = {n for e in [*assignments.values(), *(vars(phases).values() if phases else ())] if e for n in e.names}
     if read & set(CONSTANTS):
         known_constants()
+    elif min_steps:
+        # the guard counts steps on the searched data; a space whose data is elsewhere (ImageNet
+        # on the cluster) is loaded without it and gets it where its trials run
+        with contextlib.suppress(ConfigError):
+            known_constants()
     space = SearchSpace(source, name, base, parameters, assignments, phases, fidelities,
-                        search_fidelity, objective, priors, cluster, constants)
+                        search_fidelity, objective, priors, cluster, constants, min_steps)
     _check_builds(space)
     return space
 
@@ -432,7 +443,7 @@ def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...]) -> tu
     by_name = {p.name: p for p in parameters}
     priors = []
     for i, item in enumerate(raw):
-        r = _Reader(source, f"priors.{i}", item, ("name", "params"))
+        r = _Reader(source, f"priors.{i}", item, ("name", "params", "partial"))
         params = item.get("params")
         if not isinstance(params, dict):
             raise r.error("params", "must map parameter names to values")
@@ -442,8 +453,25 @@ def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...]) -> tu
                 raise r.error(f"params.{key}", f"is not a parameter; parameters are: {', '.join(by_name)}")
             if not _value_fits(p, value):
                 raise r.error(f"params.{key}", f"{value!r} is outside the parameter's {_domain(p)}")
+        if item.get("partial") is not True:  # partial: true marks a warm start, not a recipe
+            _check_complete(r, params, parameters)
         priors.append(Prior(str(item.get("name", f"prior-{i}")), dict(params)))
     return tuple(priors)
+
+
+def _check_complete(r: _Reader, params: dict[str, Any], parameters: tuple[Parameter, ...]) -> None:
+    """A prior is a published recipe: it sets every parameter its own values make active (one it
+    left out would come from the sampler, e.g. label smoothing in a recipe that has none)."""
+    from tianfeng.search.materialize import is_active
+
+    values = dict(params)
+    for p in parameters:  # in order: a condition reads parameters declared before it
+        if p.type == "fixed" or p.name in values:
+            continue
+        if is_active(p, values):
+            raise r.error("params", f"sets no value for {p.name!r}, which it makes active; a prior "
+                                    f"fixes every active parameter (the sampler would choose it; "
+                                    f"partial: true makes it a warm start)")
 
 
 def _value_fits(p: Parameter, value: Any) -> bool:

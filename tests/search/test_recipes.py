@@ -1,0 +1,90 @@
+"""Every confirmed recipe of ../shared/recipes.md, enqueued as a trial of imagenet_resnet50.yaml,
+materialises to the recipe: the table below is transcribed from recipes.md on its own, not from
+the space file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tianfeng.search.materialize import build_config
+from tianfeng.search.objective import suggest
+from tianfeng.search.space import load_space
+from trainers.schedules import learning_rate, warmup_start
+
+REPO = Path(__file__).resolve().parents[2]
+
+# name: (batch, optimizer, momentum, peak LR, warm-up epochs, warm-up start LR, decay, poly power,
+#        end LR, LARS eta, LARS eps, weight decay, label smoothing, epochs)
+RECIPES = {
+    "mlperf-reference-lars-4k": (4096, "lars", 0.9, 10.0, 5, 0.0, "poly", 2.0, 1e-4, 0.001, 1e-7, 2e-4, 0.1, 42),
+    "google-mlperf-v0.6-32k": (32768, "lars", 0.9, 31.2, 25, 0.0, "poly", 2.0, 1e-4, 0.001, 1e-5, 1e-4, 0.1, 76),
+    "google-mlperf-v0.7-64k": (65536, "lars", 0.951807, 24.699, 31, 0.0, "poly", 2.0, 1e-4, 0.001, 0.0, 1e-4, 0.1, 89),
+    "google-mlperf-v1.0-32k": (32768, "lars", 0.929, 29.0, 18, 0.0, "poly", 2.0, 1e-4, 0.001, 0.0, 1e-4, 0.1, 60),
+    "nvidia-mlperf-v1.0-64k": (64480, "lars", 0.9518, 24.699, 31, 0.0, "poly", 2.0, 1e-4, 0.001, 0.0, 1e-4, 0.1, 90),
+    "nvidia-mlperf-v1.0-35k": (35840, "lars", 0.94, 21.9, 17, 0.0, "poly", 2.0, 1e-4, 0.001, 0.0, 2.5e-5, 0.1, 60),
+    "fujitsu-mlperf-v0.6-86k": (86016, "lars", 0.96, 13.0, 36, 0.0, "poly", 2.2, 0.0325, 0.0025, 1e-9, 5e-5, 0.1, 90),
+    "nvidia-dle-rn50-v1.5": (2048, "sgd", 0.875, 2.048, 8, 0.0, "cosine", None, 0.0, None, None, 3.05e-5, 0.1, 90),
+}
+
+
+@pytest.fixture(scope="module")
+def space():
+    return load_space(REPO / "search_spaces" / "imagenet_resnet50.yaml")
+
+
+def test_every_confirmed_recipe_is_a_prior(space) -> None:
+    assert set(RECIPES) <= {p.name for p in space.priors}
+    assert not any(p.name.startswith(("you2017", "jia2018")) for p in space.priors)  # unconfirmed values
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_an_enqueued_recipe_materialises_to_the_recipe(space, name: str) -> None:
+    (batch, optimizer, momentum, peak, warmup, start_lr, decay, power, end_lr, eta, eps, wd, smoothing,
+     epochs) = RECIPES[name]
+    study = optuna.create_study()
+    study.enqueue_trial(next(p.params for p in space.priors if p.name == name))
+    values = suggest(study.ask(), space)
+    cfg = build_config(space, values, "target")
+
+    assert [(p.epochs, p.resolution, p.batch_size) for p in cfg.phases] == [(epochs, 224, batch)]
+    o, s = cfg.optimizer, cfg.schedule
+    assert (o.name, o.label_smoothing) == (optimizer, smoothing)
+    assert o.momentum == pytest.approx(momentum) and o.weight_decay == pytest.approx(wd)
+    assert learning_rate(warmup, batch, cfg) == pytest.approx(peak, rel=1e-6)  # the peak, after warm-up
+    assert learning_rate(0.0, batch, cfg) == pytest.approx(start_lr, abs=1e-12)
+    assert s.warmup_epochs == warmup and s.warmup_shape == "linear" and warmup_start(s) == start_lr
+    assert s.decay == decay
+    assert learning_rate(epochs, batch, cfg) == pytest.approx(end_lr, rel=1e-6, abs=1e-12)
+    if decay == "poly":
+        assert s.poly_power == pytest.approx(power)
+        middle = warmup + (epochs - warmup) / 2
+        assert learning_rate(middle, batch, cfg) == pytest.approx(end_lr + (peak - end_lr) * 0.5**power, rel=1e-6)
+    if optimizer == "lars":
+        assert o.lars.trust_coefficient == eta and o.lars.eps == eps and o.lars.update == "reference"
+
+
+def test_goyal_is_marked_unconfirmed_and_steps_at_30_60_80(space) -> None:
+    prior = next(p for p in space.priors if p.name.startswith("goyal2017"))
+    assert "unconfirmed" in prior.name
+    cfg = build_config(space, prior.params, "target")
+    assert cfg.schedule.decay == "step" and list(cfg.schedule.step_milestones) == [30, 60, 80]
+    assert learning_rate(0.0, 8192, cfg) == pytest.approx(0.1)  # warm-up from 0.1, as the paper
+    assert learning_rate(85, 8192, cfg) == pytest.approx(0.0032)
+
+
+def test_a_64k_trial_at_the_proxy_rung_takes_at_least_min_steps(space) -> None:
+    """At 10% of ImageNet a 64K batch is one step an epoch; the guard gives it the least data that
+    makes 50 steps in the rung's 5 epochs (the space is loaded without its data here, so the
+    count is set)."""
+    import dataclasses
+
+    sized = dataclasses.replace(space, constants={**space.constants, "all_train_images": 1_281_167})
+    prior = next(p for p in space.priors if p.name == "google-mlperf-v0.7-64k")
+    proxy = build_config(sized, prior.params, "proxy")
+    steps = sum(p.epochs * (int(1_281_167 * proxy.data.fraction) // p.batch_size) for p in proxy.phases)
+    assert 50 <= steps <= 55 and proxy.total_epochs == 5 and 0.5 < proxy.data.fraction < 0.6
+    small = build_config(sized, {**prior.params, "batch_size": 1024}, "proxy")
+    assert small.data.fraction == pytest.approx(0.1) and small.total_epochs == 5  # enough steps as it is
