@@ -162,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="share of a step's compute (its backward pass) that an overlapping exchange hides behind")
     plan.add_argument("--json", action="store_true")
 
+    sub.add_parser("spaces", help="list the search spaces shipped with tianfeng",
+                   description="List the shipped search spaces: --space takes each by its bare name "
+                               "(e.g. --space large_batch.yaml) when no such file is in the working directory.")
+
     status = sub.add_parser("status", help="show studies or one study's trials",
                             description="Without --study (and with several studies), list the studies in "
                                         "the database; otherwise list one study's trials.")
@@ -176,6 +180,10 @@ def _check_inputs(args: argparse.Namespace) -> None:
     from tianfeng.storage_url import check_storage
     from trainers.names import STUDY_MAX_LENGTH, check_name
 
+    if getattr(args, "space", None) is not None:
+        from tianfeng.shipped_spaces import resolve_space
+
+        args.space = resolve_space(args.space)  # a bare name: the shipped space
     flags = {"study": "STUDY" if args.command == "report" else "--study", "scale": "--scale"}
     if args.command == "scale":
         flags["name"] = "--name"
@@ -249,6 +257,7 @@ _COMMANDS = {
     "launch": ("tianfeng.launch_command", "run_launch_command"),
     "plan": ("tianfeng.plan_command", "run_plan_command"),
     "status": ("tianfeng.status_command", "run_status_command"),
+    "spaces": ("tianfeng.spaces_command", "run_spaces_command"),
 }
 
 

@@ -263,7 +263,10 @@ def _read_fidelity(source: str, name: str, raw: Any) -> Fidelity:
 def load_space(path: str | Path, *, data: str | None = None, gpus: int | None = None,
                gpus_per_node: int | None = None) -> SearchSpace:
     """Load and check a space file; `data` replaces the base run's data.source, `gpus` and
-    `gpus_per_node` the cluster section's."""
+    `gpus_per_node` the cluster section's. A bare name that is not a file names a shipped space."""
+    from tianfeng.shipped_spaces import resolve_space
+
+    path = resolve_space(path)
     return _parse_raw(read_yaml(path), str(path), data=data, gpus=gpus, gpus_per_node=gpus_per_node)
 
 

@@ -1,0 +1,79 @@
+"""The search spaces ship inside the package: found by bare name, listed by `tianfeng spaces`,
+and a wheel installed into a fresh environment runs the mission's command from an empty folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from tianfeng.cli import main
+from tianfeng.shipped_spaces import SPACES_DIR, resolve_space, shipped_spaces
+from trainers.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_bare_name_resolves_to_the_shipped_space(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert resolve_space("large_batch.yaml") == SPACES_DIR / "large_batch.yaml"
+    assert resolve_space("imagenet_resnet50") == SPACES_DIR / "imagenet_resnet50.yaml"
+    (tmp_path / "large_batch.yaml").write_text("name: mine\n")
+    assert resolve_space("large_batch.yaml") == Path("large_batch.yaml")  # a local file wins
+    with pytest.raises(ConfigError, match="no shipped space of that name; shipped: imagenet_resnet50.yaml, large_batch.yaml"):
+        resolve_space("nope.yaml")
+    # a path with folders is never looked up among the shipped: reading it says it is missing
+    assert resolve_space("somewhere/large_batch.yaml") == Path("somewhere/large_batch.yaml")
+
+
+def test_the_checkout_folder_is_the_shipped_one() -> None:
+    assert (REPO / "search_spaces").resolve() == SPACES_DIR
+    assert {p.name for p in shipped_spaces()} == {"large_batch.yaml", "imagenet_resnet50.yaml"}
+
+
+def test_spaces_command_lists_them_and_a_missing_space_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["spaces"]) == 0
+    out = capsys.readouterr().out
+    assert "large_batch.yaml" in out and "imagenet_resnet50.yaml" in out and "pareto" in out
+    assert main(["search", "--space", "missing.yaml", "--trials", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tianfeng: error: missing.yaml: no such file")
+
+
+@pytest.mark.slow
+def test_the_wheel_runs_the_mission_command_from_an_empty_folder(tmp_path: Path) -> None:
+    """Built as a wheel and installed (not editable) into a fresh virtual environment whose only
+    other packages are this one's installed dependencies."""
+    source = tmp_path / "source"  # a copy: building writes build/ and egg-info beside the sources
+    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "runs", "*.html", "*.db", "__pycache__", "*.egg-info", ".pytest_cache"))
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+                    str(source)], check=True, capture_output=True)
+    wheel = next(wheels.glob("tianfeng-*.whl"))
+    env_dir = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    fresh_site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                     check=True, capture_output=True, text=True).stdout.strip())
+    # the dependencies (torch, optuna, ...) from this environment; tianfeng itself only from the wheel
+    (fresh_site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+                   check=True, capture_output=True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    where = subprocess.run([str(python), "-c", "import tianfeng; print(tianfeng.__file__)"], cwd=empty, env=env,
+                           check=True, capture_output=True, text=True).stdout
+    assert str(fresh_site) in where and str(REPO) not in where
+    done = subprocess.run([str(env_dir / "bin" / "tianfeng"), "search", "--space", "large_batch.yaml", "--trials", "2"],
+                          cwd=empty, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "2 trials finished" in done.stdout and "objective pareto" in done.stdout
+    assert (empty / "tianfeng.db").exists()
