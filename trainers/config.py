@@ -32,7 +32,9 @@ def _bounded(default: Any, **kw: float) -> Any:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: Literal["resnet_small", "resnet50"] = "resnet_small"
+    # resnet_small | resnet50 | package.module:function, your builder, called as
+    # function(num_classes=N, in_channels=C) and returning an nn.Module
+    name: str = "resnet_small"
     width: int = _bounded(16, ge=1)  # channels of the first stage (resnet_small)
     depth: int = _bounded(1, ge=1)  # residual blocks per stage (resnet_small)
     stages: int = _bounded(3, ge=1, le=5)  # stages of resnet_small, each halving resolution
@@ -261,10 +263,16 @@ def _validate_cross_fields(cfg: RunConfig, source: str) -> None:
     check_name(cfg.name, source, "name")  # a path, a job name and a rendezvous id
     if not cfg.phases:
         raise ConfigError(source, "phases", "must list at least one {epochs, resolution, batch_size}")
+    from trainers.user_code import is_reference
+
     src = cfg.data.source
-    if not (src in ("digits", "synthetic") or (src.startswith("imagefolder:") and len(src) > 12)):
+    if not (src in ("digits", "synthetic") or (src.startswith("imagefolder:") and len(src) > 12)
+            or is_reference(src)):
         raise ConfigError(source, "data.source",
-                          f"must be digits, synthetic or imagefolder:DIR; got {src!r}")
+                          f"must be digits, synthetic, imagefolder:DIR or package.module:function; got {src!r}")
+    if cfg.model.name not in ("resnet_small", "resnet50") and not is_reference(cfg.model.name):
+        raise ConfigError(source, "model.name",
+                          f"must be resnet_small, resnet50 or package.module:function; got {cfg.model.name!r}")
     if cfg.data.loader == "dali" and not src.startswith("imagefolder:"):
         raise ConfigError(source, "data.loader", f"dali reads files: it needs an imagefolder:DIR "
                           f"source, got {src!r}; allowed here: auto, cache, torch")

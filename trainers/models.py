@@ -108,6 +108,15 @@ def resnet50(cfg: ModelConfig, in_channels: int, num_classes: int) -> ResNet:
     return model
 
 
-def build_model(cfg: ModelConfig, in_channels: int, num_classes: int) -> ResNet:
+def build_model(cfg: ModelConfig, in_channels: int, num_classes: int) -> nn.Module:
+    """A built-in ResNet, or the user's builder named `package.module:function`."""
     builders = {"resnet_small": resnet_small, "resnet50": resnet50}
-    return builders[cfg.name](cfg, in_channels, num_classes)
+    if cfg.name in builders:
+        return builders[cfg.name](cfg, in_channels, num_classes)
+    from trainers.config import ConfigError
+    from trainers.user_code import load_callable
+
+    model = load_callable(cfg.name, "model.name")(num_classes=num_classes, in_channels=in_channels)
+    if not isinstance(model, nn.Module):
+        raise ConfigError("", "model.name", f"{cfg.name} returned {type(model).__name__}, not a torch.nn.Module")
+    return model

@@ -240,4 +240,45 @@ def open_source(spec: str, *, synthetic_images: int = 2048, synthetic_classes: i
         return synthetic_source(synthetic_images, synthetic_classes, resolution)
     if spec.startswith("imagefolder:"):
         return imagefolder_source(spec.removeprefix("imagefolder:"))
-    raise DataSourceError(f"unknown data source {spec!r}; allowed: digits, synthetic, imagefolder:DIR")
+    from trainers.user_code import is_reference
+
+    if is_reference(spec):
+        return user_source(spec)
+    raise DataSourceError(f"unknown data source {spec!r}; allowed: digits, synthetic, imagefolder:DIR, "
+                          f"package.module:function")
+
+
+@functools.cache
+def user_source(spec: str) -> ImageSource:
+    """The user's data set: `package.module:function` returns an ImageSource, or the four arrays
+    (train_images, train_labels, val_images, val_labels): images uint8, N x H x W x C (or N x H x W
+    for one channel), labels integers from 0."""
+    from trainers.user_code import load_callable
+
+    made = load_callable(spec, "data.source")()
+    if isinstance(made, ImageSource):
+        return made
+    if not (isinstance(made, tuple | list) and len(made) == 4):
+        raise DataSourceError(f"{spec} must return an ImageSource or (train_images, train_labels, val_images, "
+                              f"val_labels); got {type(made).__name__}")
+    arrays = []
+    for images, labels, split in ((made[0], made[1], "train"), (made[2], made[3], "val")):
+        images, labels = np.asarray(images), np.asarray(labels)
+        if images.ndim == 3:
+            images = images[..., None]
+        if images.dtype != np.uint8 or images.ndim != 4 or len(images) != len(labels) or len(labels) == 0:
+            raise DataSourceError(f"{spec}: {split} images must be uint8 N x H x W x C with one label each; got "
+                                  f"{images.dtype} {images.shape} and {len(labels)} labels")
+        if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
+            raise DataSourceError(f"{spec}: {split} labels must be integers >= 0")
+        arrays.append((np.ascontiguousarray(images), labels.astype(np.int64)))
+    (train_x, train_y), (val_x, val_y) = arrays
+    if train_x.shape[1:] != val_x.shape[1:]:
+        raise DataSourceError(f"{spec}: train and val images differ in shape: {train_x.shape[1:]} and {val_x.shape[1:]}")
+    digest = hashlib.sha256()
+    for a in (train_x, train_y, val_x, val_y):
+        digest.update(a.tobytes())
+    classes = int(max(train_y.max(), val_y.max())) + 1
+    return ImageSource(key=f"user-{digest.hexdigest()[:16]}", channels=train_x.shape[3],
+                       class_names=[str(c) for c in range(classes)],
+                       train=Split(train_y, images=train_x), val=Split(val_y, images=val_x))
