@@ -18,7 +18,7 @@ import optuna
 from common import ROOT, cifar5_dir, print_table
 from optuna.trial import TrialState
 
-from tianfeng.promote_command import promote
+from tianfeng.promotion.run import promote
 from tianfeng.search.runner import SearchPlan, run_search
 from tianfeng.store import RunStore
 

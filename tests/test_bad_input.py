@@ -130,7 +130,7 @@ CASES = [
     ("search-missing-data", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--data", "imagefolder:/no/such"],
      2, "/no/such: no such directory"),
     ("search-unknown-data", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--data", "cifar"], 2,
-     "data.source: must be digits, synthetic or imagefolder:DIR"),
+     "data.source: must be digits, synthetic, imagefolder:DIR or package.module:function"),
     ("search-resume-nothing", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--resume", "--storage",
                                             "sqlite:///{tmp}/none.db"], 2, "no database at {tmp}/none.db"),
     ("search-zero-grace", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--grace-s", "0"], 2,

@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 from tests.search.test_study import plan_for
-from tianfeng.calibrate_command import calibrate
+from tianfeng.promotion.calibration import calibrate
 from tianfeng.report.build import build_report
 from tianfeng.search.runner import run_search
 

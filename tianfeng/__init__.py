@@ -1,3 +1,15 @@
-"""tianfeng: cheap hyper-parameter search for large-batch training, and promotion of the winners."""
+"""tianfeng: cheap hyper-parameter search for large-batch training, and promotion of the winners.
+
+The Python API (tianfeng.api) is reachable from here: tianfeng.search, promote, scale, report,
+train; it is imported on first use, so `import tianfeng` (and `tianfeng --help`) stays light."""
 
 __version__ = "0.1.0"
+__all__ = ["promote", "report", "scale", "search", "train"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from tianfeng import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tianfeng' has no attribute {name!r}")

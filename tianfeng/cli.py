@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "and checkpoints.")
     _add_config_args(train)
 
-    from tianfeng.search_command import add_search_arguments
+    from tianfeng.commands.search_command import add_search_arguments
 
     search = sub.add_parser("search", help="search a space with cheap proxy runs (Optuna)",
                             description="Search a space of large-batch recipes with cheap proxy runs, "
@@ -41,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "and the promote command to stdout.")
     add_search_arguments(search)
 
-    from tianfeng.scale_command import add_scale_arguments
-    from tianfeng.search_command import DEFAULT_STORAGE
+    from tianfeng.commands.scale_command import add_scale_arguments
+    from tianfeng.commands.search_command import DEFAULT_STORAGE
 
     scale = sub.add_parser("scale", help="best accuracy against batch size: a search per batch size",
                            description="For each batch size (increasing), search the space with the batch "
@@ -248,16 +248,16 @@ def main(argv: list[str] | None = None) -> int:
 # command -> (module, function taking the parsed arguments); imported only when the command runs,
 # so `--help` and bad flags do not pay for torch and optuna
 _COMMANDS = {
-    "search": ("tianfeng.search_command", "run_search_command"),
-    "scale": ("tianfeng.scale_command", "run_scale_command"),
-    "promote": ("tianfeng.promote_command", "run_promote_command"),
-    "runs": ("tianfeng.promote_command", "run_runs_command"),
-    "calibrate": ("tianfeng.calibrate_command", "run_calibrate_command"),
+    "search": ("tianfeng.commands.search_command", "run_search_command"),
+    "scale": ("tianfeng.commands.scale_command", "run_scale_command"),
+    "promote": ("tianfeng.commands.promote_command", "run_promote_command"),
+    "runs": ("tianfeng.commands.promote_command", "run_runs_command"),
+    "calibrate": ("tianfeng.commands.calibrate_command", "run_calibrate_command"),
     "report": ("tianfeng.report.build", "run_report_command"),
-    "launch": ("tianfeng.launch_command", "run_launch_command"),
-    "plan": ("tianfeng.plan_command", "run_plan_command"),
-    "status": ("tianfeng.status_command", "run_status_command"),
-    "spaces": ("tianfeng.spaces_command", "run_spaces_command"),
+    "launch": ("tianfeng.commands.launch_command", "run_launch_command"),
+    "plan": ("tianfeng.commands.plan_command", "run_plan_command"),
+    "status": ("tianfeng.commands.status_command", "run_status_command"),
+    "spaces": ("tianfeng.commands.spaces_command", "run_spaces_command"),
 }
 
 
@@ -265,7 +265,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     import importlib
 
     if args.command == "train":
-        from tianfeng.train_command import run_train
+        from tianfeng.commands.train_command import run_train
 
         return run_train(args.config, args.overrides)
     module, function = _COMMANDS[args.command]

@@ -11,7 +11,7 @@ import pytest
 
 from tests.search.conftest import write_space
 from tests.search.test_study import plan_for
-from tianfeng.promote_command import promote
+from tianfeng.promotion.run import promote
 from tianfeng.promotion.transfer import transfer
 from tianfeng.search.runner import run_search
 from tianfeng.search.space import load_space
@@ -108,8 +108,8 @@ def test_calibrate_reuses_promoted_runs_and_ranks_like_with_like(tmp_path: Path,
     import optuna
     from scipy.stats import spearmanr
 
-    from tianfeng import promote_command
-    from tianfeng.calibrate_command import calibrate
+    from tianfeng.promotion import run as promote_run
+    from tianfeng.promotion.calibration import calibrate
 
     tiny_space["objective"]["at"] = "best"  # the proxy score is a trial's best epoch: so must the full one be
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=5, study="cal")
@@ -117,8 +117,8 @@ def test_calibrate_reuses_promoted_runs_and_ranks_like_with_like(tmp_path: Path,
     best = optuna.load_study(study_name="cal", storage=plan.storage).best_trial.number
     first = promote(plan.storage, "cal", best, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=False)
     trained = []
-    real_train = promote_command.train
-    monkeypatch.setattr(promote_command, "train", lambda cfg, cb: trained.append(cfg.name) or real_train(cfg, cb))
+    real_train = promote_run.train
+    monkeypatch.setattr(promote_run, "train", lambda cfg, cb: trained.append(cfg.name) or real_train(cfg, cb))
     result = calibrate(plan.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
     assert len(result["pairs"]) == 4 and len(trained) == 3  # the promoted best trial was not trained again
     rows = {r["trial_number"]: r for r in RunStore(plan.storage).runs("cal")}
@@ -139,13 +139,13 @@ def test_calibrate_reuses_promoted_runs_and_ranks_like_with_like(tmp_path: Path,
 
 def test_rho_needs_three_usable_pairs(tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture) -> None:
-    from tianfeng import calibrate_command
     from tianfeng.cli import main
+    from tianfeng.promotion import calibration
 
     plan = plan_for(tmp_path, tiny_space_file, trials=4, study="few")
     run_search(plan, workers=1, resume=False)
     scores = iter([70.0, None, None])  # two of three full runs without a score (diverged or failed)
-    monkeypatch.setattr(calibrate_command, "promote", lambda *a, **k: {"status": "diverged",
+    monkeypatch.setattr(calibration, "promote", lambda *a, **k: {"status": "diverged",
                                                                          "full_val_top1": next(scores)})
     code = main(["calibrate", "--study", "few", "--storage", plan.storage, "--top-k", "3", "--random", "0",
                  "--runs-dir", str(tmp_path / "c")])
@@ -157,7 +157,7 @@ def test_rho_needs_three_usable_pairs(tmp_path: Path, tiny_space_file: Path, mon
 def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
     """--nodes 2 --gpus-per-node 1: the plan is written; on CPU it runs here as two emulated nodes
     (torchrun + gloo) and the run is collected into the store; for GPUs it is left planned."""
-    from tianfeng.promote_command import Launch
+    from tianfeng.promotion.run import Launch
 
     plan = finished_study
     runs_dir = tmp_path / "promoted"
@@ -196,7 +196,7 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
 
 
 def test_promote_plan_must_fit_the_world(finished_study, tmp_path: Path) -> None:
-    from tianfeng.promote_command import Launch
+    from tianfeng.promotion.run import Launch
 
     with pytest.raises(ConfigError, match=r"must be divisible by nodes x GPUs \(3 x 1 = 3\)"):
         promote(finished_study.storage, "p", 0, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True,

@@ -12,9 +12,9 @@ import optuna
 import pytest
 
 from tests.search.conftest import write_space
+from tianfeng.commands.scale_command import parse_batch_sizes, parse_budget
 from tianfeng.scale.results import ScaleStore
 from tianfeng.scale.study import largest_within
-from tianfeng.scale_command import parse_batch_sizes, parse_budget
 from trainers.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

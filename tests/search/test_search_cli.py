@@ -42,7 +42,7 @@ def test_bad_search_arguments(tmp_path: Path, args: list[str], expected: str) ->
 
 def test_missing_space_file(tmp_path: Path) -> None:
     out = search("--space", "nope.yaml", cwd=tmp_path)
-    assert out.returncode == 2 and "nope.yaml: cannot read" in out.stderr
+    assert out.returncode == 2 and "nope.yaml: no such file, and no shipped space of that name" in out.stderr
 
 
 def test_resume_without_study_is_an_error(tmp_path: Path) -> None:

@@ -183,8 +183,8 @@ def test_and_or_return_the_deciding_operand_as_python_does() -> None:
 
 
 def test_cli_names_match_the_registry() -> None:
+    from tianfeng.defaults import PRUNER_NAMES, SAMPLER_NAMES
     from tianfeng.search.registry import PRUNERS, SAMPLERS
-    from tianfeng.search_command import PRUNER_NAMES, SAMPLER_NAMES
 
     assert set(SAMPLERS) == set(SAMPLER_NAMES) and set(PRUNERS) == set(PRUNER_NAMES)
 

@@ -13,7 +13,7 @@ import yaml
 from optuna.trial import TrialState
 
 from tianfeng import __version__
-from tianfeng.promote_command import load_study
+from tianfeng.promotion.run import load_study
 from tianfeng.report import figures
 from tianfeng.report.plotlyjs import bundle_for
 from tianfeng.report.templates import TEMPLATES

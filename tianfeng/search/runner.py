@@ -16,7 +16,6 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from tianfeng import search_command
 from tianfeng.search.objective import ProxyObjective
 from tianfeng.search.peer_pruning import PeerPruner
 from tianfeng.search.progress import StudyProgress
@@ -29,7 +28,7 @@ from trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.search")
 
-DEFAULT_STORAGE = search_command.DEFAULT_STORAGE
+
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 

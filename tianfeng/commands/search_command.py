@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from pathlib import Path
 
+from tianfeng.defaults import DEFAULT_STORAGE, OBJECTIVE_MODES, PRUNER_NAMES, SAMPLER_NAMES
 from trainers.config import ConfigError
-
-# Kept here, light, so `--help` does not import optuna and torch; registry.py checks they match.
-SAMPLER_NAMES = ("tpe", "cmaes", "random", "grid", "qmc")
-PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
-DEFAULT_STORAGE = "sqlite:///tianfeng.db"
-OBJECTIVE_MODES = ("accuracy", "pareto", "time-to-target")
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
 
@@ -49,104 +43,33 @@ def run_search_command(args) -> int:
     if args.backend == "optuna" and any(v is not None for v in (args.address, args.cpus_per_trial, args.gpus_per_trial)):
         raise ConfigError("--backend", "", "--address, --cpus-per-trial and --gpus-per-trial need --backend ray")
 
-    if args.target is not None and not math.isfinite(args.target):
-        raise ConfigError("--target", "", f"must be a finite number, got {args.target}")
-    from tianfeng.search.runner import SearchPlan, requeue_interrupted, run_search, with_objective
-    from tianfeng.search.space import load_space
+    from tianfeng import api
+    from tianfeng.search.runner import requeue_interrupted
+    from tianfeng.search.summary import print_summary, write_report
+    from trainers.yaml_input import read_yaml
 
-    space = with_objective(load_space(args.space, data=args.data, gpus=args.gpus, gpus_per_node=args.gpus_per_node),
-                           args.objective, args.target)
-    rung = args.fidelity or space.search_fidelity
-    if rung not in space.fidelities:
-        raise ConfigError("--fidelity", "", f"must be one of {', '.join(space.fidelities)}; got {rung!r}")
-    check_data(space)
-    plan = SearchPlan(space_path=str(args.space), data=args.data, storage=args.storage,
-                      study=args.study or space.name, sampler=args.sampler, pruner=args.pruner,
-                      seed=args.seed, trials=args.trials, timeout_s=timeout_s,
-                      runs_root=str(args.runs_dir), rung=rung, heartbeat_s=args.heartbeat_s,
-                      grace_s=args.grace_s, verbose=args.verbose, failure_limit=args.failure_limit,
-                      gpus=args.gpus, gpus_per_node=args.gpus_per_node, objective=args.objective,
-                      target=args.target)
+    raw = read_yaml(args.space)
+    study_name = args.study or (raw.get("name") if isinstance(raw, dict) else None) or Path(args.space).stem
     try:
-        if args.backend == "ray":
-            from tianfeng.search.ray_backend import RayOptions, run_ray_search
-
-            options = RayOptions(address=args.address, cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
-                                 gpus_per_trial=args.gpus_per_trial)
-            study = run_ray_search(plan, options, resume=args.resume)
-        else:
-            study = run_search(plan, args.workers, resume=args.resume)
+        study = api.search(args.space, data=args.data, study=args.study, storage=args.storage, sampler=args.sampler,
+                           pruner=args.pruner, trials=args.trials, timeout_s=timeout_s, workers=args.workers,
+                           fidelity=args.fidelity, objective=args.objective, target=args.target, gpus=args.gpus,
+                           gpus_per_node=args.gpus_per_node, resume=args.resume, seed=args.seed,
+                           runs_dir=args.runs_dir, verbose=args.verbose, failure_limit=args.failure_limit,
+                           heartbeat_s=args.heartbeat_s, grace_s=args.grace_s, backend=args.backend,
+                           ray_address=args.address,
+                           cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
+                           gpus_per_trial=args.gpus_per_trial)
     except KeyboardInterrupt:
-        requeued = requeue_interrupted(plan.storage, plan.study)
+        requeued = requeue_interrupted(args.storage, study_name)
         again = f"; trial(s) {', '.join(map(str, requeued))} will continue from their checkpoints" if requeued else ""
-        print(f"tianfeng: interrupted; finished trials are saved in {plan.storage}{again}. Continue with:\n"
-              f"  tianfeng search --space {args.space} --study {plan.study} --storage {plan.storage} --resume",
+        print(f"tianfeng: interrupted; finished trials are saved in {args.storage}{again}. Continue with:\n"
+              f"  tianfeng search --space {args.space} --study {study_name} --storage {args.storage} --resume",
               file=sys.stderr)
         return 130
-    import optuna
-
-    study = optuna.load_study(study_name=plan.study, storage=plan.storage)
-    code = print_summary(study, plan)
-    print(f"report: {write_report(plan.storage, plan.study)}")
+    code = print_summary(study, args.storage)
+    print(f"report: {write_report(args.storage, study.study_name)}")
     return code
-
-
-def check_data(space) -> None:
-    """Open the space's data source once before any trial: a missing or empty image folder is
-    one error here, not a failure in every trial."""
-    from trainers.data.sources import open_source
-
-    base = space.base.data
-    open_source(base.source, synthetic_images=base.synthetic_images, synthetic_classes=base.synthetic_classes)
-
-
-def write_report(storage: str, study: str) -> Path:
-    """The study's HTML report, rewritten after every command that changes the study."""
-    import logging
-
-    from tianfeng.report.build import build_report
-
-    path = build_report(storage, study)
-    logging.getLogger("tianfeng").info("report written to %s", path)
-    return path
-
-
-def print_summary(study, plan) -> int:
-    import optuna
-
-    from tianfeng.search.front import print_front
-    from tianfeng.search.runner import FINISHED
-    from tianfeng.search.scores import best_trial, mode_of, pruned_share, score
-    from tianfeng.search.walltime import format_seconds
-
-    trials = study.get_trials(deepcopy=False)
-    counts = {s.name.lower(): sum(t.state == s for t in trials) for s in optuna.trial.TrialState}
-    done = [t for t in trials if t.state in FINISHED]
-    mode = mode_of(study)
-    print(f"study {plan.study}: {len(done)} trials finished "
-          f"({counts['complete']} complete, {counts['pruned']} pruned, {counts['fail']} failed; "
-          f"{pruned_share(trials):.0%} of trial time in pruned trials); objective {mode}")
-    best = best_trial(study)
-    if best is None:
-        print("no trial completed: nothing to promote", file=sys.stderr)
-        return 1
-    metric = study.user_attrs.get("metric", "value")
-    storage = "" if plan.storage == "sqlite:///tianfeng.db" else f" --storage {plan.storage}"
-    if mode == "pareto":
-        print_front(study)
-        print(f"promote one with:\n  tianfeng promote --fastest-to LEVEL --study {plan.study}{storage}\n"
-              f"  (or tianfeng promote TRIAL; list the front again with tianfeng promote --front)")
-        return 0
-    predicted = best.user_attrs.get("predicted")
-    label = "fastest trial reaching the target" if mode == "time-to-target" and all(
-        c <= 0 for c in best.constraints.values()) else "best trial"
-    print(f"{label}: #{best.number}  {metric} {score(best):.4f}"
-          + (f"  full run predicted {format_seconds(predicted['seconds'])} on {predicted['cluster']}" if predicted else "")
-          + (f"  (prior: {best.user_attrs['prior']})" if "prior" in best.user_attrs else ""))
-    for key, value in best.params.items():
-        print(f"  {key}: {value:.6g}" if isinstance(value, float) else f"  {key}: {value}")
-    print(f"promote it with:\n  tianfeng promote {best.number} --study {plan.study}{storage}")
-    return 0
 
 
 def add_search_arguments(parser) -> None:

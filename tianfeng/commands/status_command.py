@@ -9,7 +9,7 @@ import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
-from tianfeng.promote_command import load_study
+from tianfeng.promotion.run import load_study
 from tianfeng.search.scores import epochs_reported, score
 from tianfeng.search.walltime import format_seconds
 from tianfeng.tables import add_plain_row, plain_table

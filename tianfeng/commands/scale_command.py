@@ -44,21 +44,6 @@ def parse_budget(text: str) -> dict[str, float | int | None]:
     return {"trials": None, "epochs": None, "timeout_s": amount * {"s": 1, "m": 60, "h": 3600}[unit]}
 
 
-def training_set_size(space, rung: str) -> tuple[int, str]:
-    """Training images a trial at `rung` sees, and a description for errors."""
-    import numpy as np
-
-    from trainers.data.sources import open_source
-    from trainers.data.subset import stratified_subset
-
-    base = space.base
-    fraction = base.data.fraction * space.fidelities[rung].data_fraction
-    source = open_source(base.data.source, synthetic_images=base.data.synthetic_images,
-                         synthetic_classes=base.data.synthetic_classes)
-    n = len(stratified_subset(np.asarray(source.train.labels), fraction, base.seed))
-    return n, f"{base.data.source} at data fraction {fraction:g}"
-
-
 def run_scale_command(args) -> int:
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     budget = parse_budget(args.budget_per_batch)
@@ -69,6 +54,7 @@ def run_scale_command(args) -> int:
     if not 0 <= args.tolerance < float("inf"):
         raise ConfigError("--tolerance", "", f"must be a finite number >= 0 (points of the metric), got {args.tolerance}")
 
+    from tianfeng.scale.sizes import training_set_size
     from tianfeng.scale.study import ScalePlan, run_scale
     from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan, rung_epochs
     from tianfeng.search.space import load_space
@@ -110,7 +96,7 @@ def run_scale_command(args) -> int:
 
 
 def add_scale_arguments(parser) -> None:
-    from tianfeng.search_command import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES
+    from tianfeng.defaults import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES
 
     parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
     parser.add_argument("--batch-sizes", required=True, help="increasing global batch sizes, e.g. 64,256,1024,2048")

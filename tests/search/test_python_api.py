@@ -1,0 +1,31 @@
+"""A whole search, promotion and report driven from Python alone: no subprocess, no argparse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+import tianfeng
+from tests.search.conftest import write_space
+
+
+def test_search_promote_report_from_python(tmp_path: Path, tiny_space: dict, monkeypatch) -> None:
+    import subprocess
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"a subprocess was started: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    monkeypatch.chdir(tmp_path)
+    storage = f"sqlite:///{tmp_path / 'api.db'}"
+    study = tianfeng.search(write_space(tmp_path, tiny_space), study="api", storage=storage, trials=3,
+                            sampler="random", pruner="none", runs_dir=tmp_path / "runs")
+    assert isinstance(study, optuna.Study) and len(study.get_trials()) == 3
+    best = max((t for t in study.get_trials() if t.value is not None), key=lambda t: t.value)
+    run = tianfeng.promote(best.number, study="api", storage=storage, runs_dir=tmp_path / "runs")
+    assert run["status"] == "completed" and run["trial"] == best.number and run["full_val_top1"] is not None
+    report = tianfeng.report("api", storage=storage)
+    assert report.exists() and "api" in report.read_text()
+    result = tianfeng.train(overrides=[f"run_dir={tmp_path / 'train'}", "phases.0.epochs=1", "precision.mode=fp32"])
+    assert result.status == "completed" and len(result.epochs) == 1

@@ -1,0 +1,164 @@
+"""The Python API: what `tianfeng search | promote | scale | report | train` do, callable from
+notebooks and scripts with the same options, returning the Optuna study or the run's results.
+
+    import tianfeng
+    study = tianfeng.search("large_batch.yaml", trials=30)
+    run = tianfeng.promote(study=study.study_name, fastest_to=80)
+    tianfeng.report(study.study_name)
+
+Errors are `trainers.config.ConfigError` (bad input: it names the file or option, the key and
+what is allowed) or the environment's own exceptions; nothing here prints the summary tables the
+commands print, except the Pareto front and the transfer rules logged to stderr.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from tianfeng.defaults import DEFAULT_STORAGE, OBJECTIVE_MODES
+from trainers.config import ConfigError
+
+
+def search(space: str | Path, *, data: str | None = None, study: str | None = None,
+           storage: str = DEFAULT_STORAGE, sampler: str = "tpe", pruner: str = "asha", trials: int = 30,
+           timeout_s: float | None = None, workers: int = 1, fidelity: str | None = None,
+           objective: str | None = None, target: float | None = None, gpus: int | None = None,
+           gpus_per_node: int | None = None, resume: bool = False, seed: int = 0,
+           runs_dir: str | Path = "runs", verbose: bool = False, failure_limit: int = 3,
+           heartbeat_s: int = 10, grace_s: int = 60, backend: str = "optuna", ray_address: str | None = None,
+           cpus_per_trial: float = 1.0, gpus_per_trial: float | None = None) -> optuna.Study:
+    """Search `space` (a file, or a shipped space's bare name) with proxy runs; the study is kept
+    in `storage` and returned. As `tianfeng search`."""
+    from tianfeng.search.runner import SearchPlan, run_search, with_objective
+    from tianfeng.search.space import load_space
+    from tianfeng.search.summary import check_data
+    from tianfeng.shipped_spaces import resolve_space
+
+    if objective is not None and objective not in OBJECTIVE_MODES:
+        raise ConfigError("--objective", "", f"must be one of {', '.join(OBJECTIVE_MODES)}; got {objective!r}")
+    if target is not None and not math.isfinite(target):
+        raise ConfigError("--target", "", f"must be a finite number, got {target}")
+    path = resolve_space(space)
+    loaded = with_objective(load_space(path, data=data, gpus=gpus, gpus_per_node=gpus_per_node), objective, target)
+    rung = fidelity or loaded.search_fidelity
+    if rung not in loaded.fidelities:
+        raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
+    check_data(loaded)
+    plan = SearchPlan(space_path=str(path), data=data, storage=storage, study=study or loaded.name,
+                      sampler=sampler, pruner=pruner, seed=seed, trials=trials, timeout_s=timeout_s,
+                      runs_root=str(runs_dir), rung=rung, heartbeat_s=heartbeat_s, grace_s=grace_s,
+                      verbose=verbose, failure_limit=failure_limit, gpus=gpus, gpus_per_node=gpus_per_node,
+                      objective=objective, target=target)
+    if backend == "ray":
+        from tianfeng.search.ray_backend import RayOptions, run_ray_search
+
+        run_ray_search(plan, RayOptions(address=ray_address, cpus_per_trial=cpus_per_trial,
+                                        gpus_per_trial=gpus_per_trial), resume=resume)
+    elif backend == "optuna":
+        run_search(plan, workers, resume=resume)
+    else:
+        raise ConfigError("--backend", "", f"must be optuna or ray; got {backend!r}")
+    return optuna.load_study(study_name=plan.study, storage=plan.storage)
+
+
+def promote(trial: int | None = None, *, study: str | None = None, storage: str = DEFAULT_STORAGE,
+            fastest_to: float | None = None, batch_size: int | None = None, overrides: Sequence[str] = (),
+            runs_dir: str | Path = "runs", dry_run: bool = False, nodes: int | None = None,
+            gpus_per_node: int | None = None, device: str = "cuda", master_addr: str = "127.0.0.1") -> dict:
+    """Run trial `trial`'s recipe (or, with `fastest_to`, the Pareto-front trial with the least
+    predicted time whose proxy metric reaches it) at full fidelity; returns the run's record
+    (status, full-fidelity score, run directory, predicted time). As `tianfeng promote`."""
+    from tianfeng.promotion.run import Launch, load_study
+    from tianfeng.promotion.run import promote as run_promotion
+
+    if (trial is None) == (fastest_to is None):
+        raise ConfigError("trial", "", "give a trial number or fastest_to (one of them)")
+    if (nodes is None) != (gpus_per_node is None):
+        raise ConfigError("--nodes", "", "give nodes and gpus_per_node together")
+    if fastest_to is not None:
+        trial = fastest_trial(load_study(storage, study), fastest_to).number
+    launch = Launch(nodes, gpus_per_node, device, master_addr) if nodes else None
+    return run_promotion(storage, study, trial, batch_size=batch_size, overrides=list(overrides),
+                         runs_dir=Path(runs_dir), dry_run=dry_run, launch=launch)
+
+
+def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial:
+    """The front trial with the least predicted time whose proxy metric reaches `level`."""
+    from tianfeng.search.front import fastest_to
+    from tianfeng.search.scores import best_trial, score
+
+    if not math.isfinite(level):
+        raise ConfigError("--fastest-to", "", f"must be a finite number, got {level}")
+    pick = fastest_to(study, level)
+    if pick is None:
+        top = best_trial(study)
+        best = f"; the best front trial reaches {score(top):.4g} (#{top.number})" if top else ""
+        raise ConfigError("--fastest-to", "", f"no complete trial of study {study.study_name} reaches "
+                          f"{study.user_attrs.get('metric', 'the metric')} {level:g}{best}")
+    return pick
+
+
+def scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batch: int | None = None,
+          timeout_s_per_batch: float | None = None, epochs_per_batch: int | None = None,
+          data: str | None = None, name: str | None = None, storage: str = DEFAULT_STORAGE,
+          sampler: str = "tpe", pruner: str = "asha", fidelity: str | None = None, workers: int = 1,
+          warm_start: int = 3, tolerance: float = 1.0, seed: int = 0, runs_dir: str | Path = "runs",
+          resume: bool = False, verbose: bool = False) -> list:
+    """Best accuracy against batch size: a search per batch size, warm-started from the previous
+    size's best, beside the naive linear-scaling baseline. Give one budget per batch size
+    (trials, seconds or training epochs). Returns the curve's points. As `tianfeng scale`."""
+    from tianfeng.scale.sizes import training_set_size
+    from tianfeng.scale.study import ScalePlan, run_scale
+    from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan, rung_epochs
+    from tianfeng.search.space import load_space
+    from tianfeng.shipped_spaces import resolve_space
+
+    budgets = [b for b in (trials_per_batch, timeout_s_per_batch, epochs_per_batch) if b is not None]
+    if len(budgets) != 1 or budgets[0] <= 0:
+        raise ConfigError("--budget-per-batch", "", "give one budget per batch size (> 0): trials, seconds or epochs")
+    sizes = tuple(batch_sizes)
+    if len(sizes) < 2 or any(b < 1 for b in sizes) or list(sizes) != sorted(set(sizes)):
+        raise ConfigError("--batch-sizes", "", f"must be at least two increasing positive sizes; got {list(sizes)}")
+    path = resolve_space(space)
+    loaded = load_space(path, data=data)
+    rung = fidelity or loaded.search_fidelity
+    if rung not in loaded.fidelities:
+        raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
+    size, described = training_set_size(loaded, rung)
+    too_big = [b for b in sizes if b > size]
+    if too_big:
+        raise ConfigError("--batch-sizes", "", f"{too_big[0]} is larger than the training set ({size} images of {described})")
+    if epochs_per_batch is not None and epochs_per_batch < rung_epochs(loaded, rung):
+        raise ConfigError("--budget-per-batch", "", f"{epochs_per_batch} epochs allow no trial: one trial at rung "
+                          f"{rung} trains {rung_epochs(loaded, rung)} epochs")
+    study = name or f"{loaded.name}-scale"
+    plan = SearchPlan(space_path=str(path), data=data, storage=storage, study=study, sampler=sampler, pruner=pruner,
+                      seed=seed, trials=trials_per_batch or UNLIMITED_TRIALS, timeout_s=timeout_s_per_batch,
+                      epoch_budget=epochs_per_batch, runs_root=str(runs_dir), rung=rung, verbose=verbose)
+    return run_scale(ScalePlan(search=plan, name=study, batch_sizes=sizes, workers=workers,
+                               warm_start_k=warm_start, tolerance=tolerance),
+                     resume=resume, steps_per_epoch={b: size // b for b in sizes})
+
+
+def report(study: str, *, storage: str = DEFAULT_STORAGE) -> Path:
+    """Write the study's HTML report (reports/<study>.html) and return its path."""
+    from tianfeng.search.summary import write_report
+
+    return write_report(storage, study)
+
+
+def train(config: str | Path | None = None, overrides: Sequence[str] = (),
+          callback: Callable[[Any], None] | None = None):
+    """Train one run with the bundled engine: `config` a run-config file (default: the embedded
+    digits recipe), `overrides` as `--set KEY=VALUE`, `callback` called with each epoch's metrics.
+    Returns the engine's RunResult."""
+    from tianfeng.recipes import DEFAULT_RECIPE
+    from trainers.config import load_config
+    from trainers.engine import train as run_engine
+
+    return run_engine(load_config(config or DEFAULT_RECIPE, list(overrides)), callback)

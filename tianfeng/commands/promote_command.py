@@ -1,0 +1,83 @@
+"""`tianfeng promote` and `tianfeng runs`: the command-line side of promotion."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import yaml
+from rich.console import Console
+
+from tianfeng.promotion.run import Launch, load_study, promote
+from tianfeng.search.scores import score
+from tianfeng.store import RunStore
+from tianfeng.tables import add_plain_row, plain_table
+from trainers.config import ConfigError
+
+log = logging.getLogger("tianfeng.promote")
+
+
+def chosen_trial(args) -> int | None:
+    """The trial to promote: given by number, or `--fastest-to X` (the front trial with the
+    least predicted time whose proxy metric reaches X); None after `--front` lists the front."""
+    picks = sum(x is not None and x is not False for x in (args.trial, args.fastest_to, args.front or None))
+    if picks != 1:
+        raise ConfigError("trial", "", "give a trial number, --fastest-to LEVEL or --front (one of them)")
+    if args.trial is not None:
+        return args.trial
+    from tianfeng.search.front import print_front
+
+    study = load_study(args.storage, args.study)
+    if args.front:
+        print_front(study)
+        return None
+    from tianfeng.api import fastest_trial
+
+    pick = fastest_trial(study, args.fastest_to)
+    log.info("trial %d: the fastest front trial with %s >= %g (%.4g, full run predicted %.0f s)",
+             pick.number, study.user_attrs.get("metric", "value"), args.fastest_to, score(pick),
+             pick.user_attrs["predicted"]["seconds"])
+    return pick.number
+
+
+def run_promote_command(args) -> int:
+    if (args.nodes is None) != (args.gpus_per_node is None):
+        raise ConfigError("--nodes", "", "give --nodes and --gpus-per-node together")
+    number = chosen_trial(args)
+    if number is None:
+        return 0
+    launch = Launch(args.nodes, args.gpus_per_node, args.device, args.master_addr) if args.nodes else None
+    out = promote(args.storage, args.study, number, batch_size=args.batch_size,
+                  overrides=args.overrides, runs_dir=args.runs_dir, dry_run=args.dry_run, launch=launch)
+    if args.dry_run:
+        print(yaml.safe_dump(out["config"], sort_keys=False), end="")
+        where = f"; launch plan in {out['launch']}" if out["launch"] else ""
+        print(f"# dry run: would train in {out['run_dir']}{where}", file=sys.stderr)
+        return 0
+    if out["status"] == "planned":
+        print(json.dumps(out, indent=2))
+        return 0
+    from tianfeng.search.summary import write_report
+
+    out["report"] = str(write_report(args.storage, out["study"]))
+    print(json.dumps(out, indent=2))
+    return 0 if out["status"] == "completed" else 1
+
+
+def run_runs_command(args) -> int:
+    rows = RunStore(args.storage).runs(args.study)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = plain_table(f"promoted runs in {args.storage}",
+                        ("run", "study", "trial", "kind", "status", "epochs", "proxy", "full", "run dir"))
+    for r in rows:
+        add_plain_row(table, str(r["id"]), r["study"], str(r["trial_number"]), r["kind"], r["status"],
+                      str(len(r["epochs"])), _fmt(r["proxy_score"]), _fmt(r["final_score"]), r["run_dir"])
+    Console().print(table)
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

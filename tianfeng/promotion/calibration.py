@@ -1,0 +1,52 @@
+"""How well do the proxies rank recipes? Promote the top-k and a few random trials to full
+fidelity and store the Spearman rank correlation of proxy and full scores."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from pathlib import Path
+
+from scipy.stats import spearmanr
+
+from tianfeng.promotion.run import load_study, promote
+from tianfeng.search.scores import ranked, score
+
+log = logging.getLogger("tianfeng.calibrate")
+
+
+def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int, seed: int,
+              runs_dir: Path) -> dict:
+    study = load_study(storage, study_name)
+    best_first = ranked(study)
+    complete = best_first
+    chosen = best_first[:top_k]
+    rest = best_first[top_k:]
+    chosen += random.Random(seed).sample(rest, min(n_random, len(rest)))
+    if len(chosen) < 3:
+        from trainers.config import ConfigError
+
+        raise ConfigError("--study", study.study_name,
+                          f"has {len(complete)} complete trials; calibration needs at least 3")
+    pairs = []
+    for i, trial in enumerate(chosen, 1):
+        log.info("calibration run %d of %d: trial %d (proxy %.4g)", i, len(chosen), trial.number, score(trial))
+        out = promote(storage, study.study_name, trial.number, batch_size=None, overrides=[],
+                      runs_dir=runs_dir, dry_run=False, kind="calibrate")
+        full = next(v for k, v in out.items() if k.startswith("full_"))
+        seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
+        pairs.append({"trial": trial.number, "proxy": score(trial), "full": full, "proxy_s": seconds,
+                      "status": out["status"]})
+    usable = [p for p in pairs if p["full"] is not None and math.isfinite(p["full"])]
+    rho = None
+    if len(usable) >= MIN_PAIRS:
+        rho = float(spearmanr([p["proxy"] for p in usable], [p["full"] for p in usable]).statistic)
+        rho = None if math.isnan(rho) else rho  # every full score equal: no ranking to compare
+    result = {"study": study.study_name, "spearman_rho": rho, "pairs": pairs, "pairs_used": len(usable),
+              "top_k": top_k, "random": n_random, "seed": seed}
+    study.set_user_attr("calibration", result)
+    return result
+
+
+MIN_PAIRS = 3  # Spearman's rho on fewer (proxy, full) pairs says nothing

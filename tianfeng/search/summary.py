@@ -1,0 +1,64 @@
+"""After a search: the data check before it, the printed summary and the HTML report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def check_data(space) -> None:
+    """Open the space's data source once before any trial: a missing or empty image folder is
+    one error here, not a failure in every trial."""
+    from trainers.data.sources import open_source
+
+    base = space.base.data
+    open_source(base.source, synthetic_images=base.synthetic_images, synthetic_classes=base.synthetic_classes)
+
+
+def write_report(storage: str, study: str) -> Path:
+    """The study's HTML report, rewritten after every command that changes the study."""
+    import logging
+
+    from tianfeng.report.build import build_report
+
+    path = build_report(storage, study)
+    logging.getLogger("tianfeng").info("report written to %s", path)
+    return path
+
+
+def print_summary(study, storage: str) -> int:
+    import optuna
+
+    from tianfeng.search.front import print_front
+    from tianfeng.search.runner import FINISHED
+    from tianfeng.search.scores import best_trial, mode_of, pruned_share, score
+    from tianfeng.search.walltime import format_seconds
+
+    trials = study.get_trials(deepcopy=False)
+    counts = {s.name.lower(): sum(t.state == s for t in trials) for s in optuna.trial.TrialState}
+    done = [t for t in trials if t.state in FINISHED]
+    mode = mode_of(study)
+    print(f"study {study.study_name}: {len(done)} trials finished "
+          f"({counts['complete']} complete, {counts['pruned']} pruned, {counts['fail']} failed; "
+          f"{pruned_share(trials):.0%} of trial time in pruned trials); objective {mode}")
+    best = best_trial(study)
+    if best is None:
+        print("no trial completed: nothing to promote", file=sys.stderr)
+        return 1
+    metric = study.user_attrs.get("metric", "value")
+    storage = "" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}"
+    if mode == "pareto":
+        print_front(study)
+        print(f"promote one with:\n  tianfeng promote --fastest-to LEVEL --study {study.study_name}{storage}\n"
+              f"  (or tianfeng promote TRIAL; list the front again with tianfeng promote --front)")
+        return 0
+    predicted = best.user_attrs.get("predicted")
+    label = "fastest trial reaching the target" if mode == "time-to-target" and all(
+        c <= 0 for c in best.constraints.values()) else "best trial"
+    print(f"{label}: #{best.number}  {metric} {score(best):.4f}"
+          + (f"  full run predicted {format_seconds(predicted['seconds'])} on {predicted['cluster']}" if predicted else "")
+          + (f"  (prior: {best.user_attrs['prior']})" if "prior" in best.user_attrs else ""))
+    for key, value in best.params.items():
+        print(f"  {key}: {value:.6g}" if isinstance(value, float) else f"  {key}: {value}")
+    print(f"promote it with:\n  tianfeng promote {best.number} --study {study.study_name}{storage}")
+    return 0
