@@ -201,3 +201,22 @@ def test_promote_plan_must_fit_the_world(finished_study, tmp_path: Path) -> None
     with pytest.raises(ConfigError, match=r"must be divisible by nodes x GPUs \(3 x 1 = 3\)"):
         promote(finished_study.storage, "p", 0, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True,
                 launch=Launch(nodes=3, per_node=1))
+
+
+def test_a_study_made_before_complete_priors_still_promotes(tmp_path: Path, tiny_space: dict) -> None:
+    """Its stored space is re-read as it ran: a prior may leave parameters out, no min_steps."""
+    import optuna
+    import yaml
+
+    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=1, study="old")
+    run_search(plan, workers=1, resume=False)
+    study = optuna.load_study(study_name="old", storage=plan.storage)
+    old = dict(tiny_space, priors=[{"name": "goyal", "params": {"optimizer": "sgd", "base_lr": 0.4, "batch_size": 128}}])
+    del old["min_steps"]
+    study.set_user_attr("space_yaml", yaml.safe_dump(old))
+    study.set_user_attr("space_format", 1)
+    out = promote(plan.storage, "old", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=True)
+    assert out["dry_run"] and out["trial"] == 0
+    study.set_user_attr("space_format", 2)  # the same space in a new study is refused
+    with pytest.raises(ConfigError, match="sets no value for 'warmup_epochs'"):
+        promote(plan.storage, "old", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=True)

@@ -48,7 +48,8 @@ def study_space(study: optuna.Study) -> SearchSpace:
     if "space_yaml" not in attrs:
         raise ConfigError("--study", study.study_name, "was not created by tianfeng search (no space stored)")
     space = parse_space(attrs["space_yaml"], attrs.get("space_path", study.study_name), data=attrs.get("data"),
-                        gpus=attrs.get("gpus"), gpus_per_node=attrs.get("gpus_per_node"))
+                        gpus=attrs.get("gpus"), gpus_per_node=attrs.get("gpus_per_node"),
+                        stored_format=attrs.get("space_format", 1))
     from tianfeng.search.runner import with_objective
 
     return with_objective(space, attrs.get("objective_mode"), attrs.get("target"))

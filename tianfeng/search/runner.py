@@ -28,8 +28,10 @@ from trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.search")
 
-
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+# 2: priors must be complete and the min_steps guard applies; a study stored without this (made
+# before them) re-reads its space as it ran: partial priors allowed, no guard
+SPACE_FORMAT = 2
 
 
 def open_storage(url: str, heartbeat_s: int | None = 10, grace_s: int = 60) -> RDBStorage:
@@ -156,7 +158,7 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat:
                  "data": plan.data or space.base.data.source, "rung": plan.rung,
                  "sampler": plan.sampler, "pruner": plan.pruner,
                  "metric": space.objective.metric, "runs_root": plan.runs_root,
-                 "created": time.strftime("%Y-%m-%d %H:%M:%S"), **plan.study_attrs}
+                 "created": time.strftime("%Y-%m-%d %H:%M:%S"), "space_format": SPACE_FORMAT, **plan.study_attrs}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
         for trial in plan.copied_trials:

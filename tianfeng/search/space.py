@@ -271,9 +271,12 @@ def load_space(path: str | Path, *, data: str | None = None, gpus: int | None = 
 
 
 def parse_space(text: str, source: str, *, data: str | None = None, gpus: int | None = None,
-                gpus_per_node: int | None = None) -> SearchSpace:
-    """Check a space given as YAML text; `source` names it in errors (and is its path)."""
-    return _parse_raw(parse_yaml(text, source), source, data=data, gpus=gpus, gpus_per_node=gpus_per_node)
+                gpus_per_node: int | None = None, stored_format: int = 2) -> SearchSpace:
+    """Check a space given as YAML text; `source` names it in errors (and is its path).
+    `stored_format` 1 re-reads a space stored by a study made before format 2: its priors may
+    leave parameters out and its rungs have no min_steps guard, as when its trials ran."""
+    return _parse_raw(parse_yaml(text, source), source, data=data, gpus=gpus, gpus_per_node=gpus_per_node,
+                      legacy=stored_format < 2)
 
 
 def data_constants(base: RunConfig, cluster: ClusterSpec) -> dict[str, int]:
@@ -287,7 +290,7 @@ def data_constants(base: RunConfig, cluster: ClusterSpec) -> dict[str, int]:
 
 
 def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = None,
-               gpus_per_node: int | None = None) -> SearchSpace:
+               gpus_per_node: int | None = None, legacy: bool = False) -> SearchSpace:
     top = _Reader(source, "", raw, ("name", "description", "base", "parameters", "set", "phases",
                                      "fidelities", "search_fidelity", "objective", "priors", "cluster",
                                      "min_steps"))
@@ -335,8 +338,8 @@ def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = No
     if search_fidelity not in fidelities:
         raise top.error("search_fidelity", f"must be one of {', '.join(fidelities)}; got {search_fidelity!r}")
     objective = _read_objective(source, raw.get("objective") or {})
-    priors = _read_priors(source, raw.get("priors") or [], parameters)
-    min_steps = raw.get("min_steps", 50)
+    priors = _read_priors(source, raw.get("priors") or [], parameters, complete=not legacy)
+    min_steps = raw.get("min_steps", 0 if legacy else 50)
     if isinstance(min_steps, bool) or not isinstance(min_steps, int) or min_steps < 0:
         raise top.error("min_steps", f"must be an integer >= 0 (0: no guard); got {min_steps!r}")
     read = {n for e in [*assignments.values(), *(vars(phases).values() if phases else ())] if e for n in e.names}
@@ -440,7 +443,8 @@ def _read_objective(source: str, raw: Any) -> Objective:
     return Objective(metric, direction, at, tuple(constraints), mode, target)
 
 
-def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...]) -> tuple[Prior, ...]:
+def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...], *,
+                 complete: bool = True) -> tuple[Prior, ...]:
     if not isinstance(raw, list):
         raise ConfigError(source, "priors", "must be a list of {name, params}")
     by_name = {p.name: p for p in parameters}
@@ -456,7 +460,7 @@ def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...]) -> tu
                 raise r.error(f"params.{key}", f"is not a parameter; parameters are: {', '.join(by_name)}")
             if not _value_fits(p, value):
                 raise r.error(f"params.{key}", f"{value!r} is outside the parameter's {_domain(p)}")
-        if item.get("partial") is not True:  # partial: true marks a warm start, not a recipe
+        if complete and item.get("partial") is not True:  # partial: true marks a warm start
             _check_complete(r, params, parameters)
         priors.append(Prior(str(item.get("name", f"prior-{i}")), dict(params)))
     return tuple(priors)
