@@ -28,6 +28,9 @@ USER_MODULE = textwrap.dedent('''
     def not_a_model(num_classes, in_channels):
         return "model"
 
+    def nothing():
+        return None
+
     def zero_one_seven():
         """The digits 0, 1 and 7 as classes 0, 1, 2: a data set no built-in source provides."""
         bunch = load_digits()
@@ -86,7 +89,9 @@ def test_a_two_trial_search_on_a_user_data_set(tmp_path: Path, user_module: str)
     ("model.name", "my_project.builders:missing", "my_project.builders has no function missing"),
     ("model.name", "no_such_package.x:f", "cannot import no_such_package.x"),
     ("model.name", "my_project.builders:not_a_model", "returned str, not a torch.nn.Module"),
-    ("data.source", "my_project.builders:tiny_mlp", "must return an ImageSource or"),
+    ("data.source", "my_project.builders:nothing", "must return an ImageSource or"),
+    ("data.source", "my_project.builders:not_a_model", "must accept no arguments"),
+    ("model.name", "my_project.builders:zero_one_seven", "must accept num_classes, in_channels"),
 ])
 def test_a_wrong_user_name_is_one_line_naming_the_key(tmp_path: Path, user_module: str, key: str, value: str,
                                                       expected: str) -> None:

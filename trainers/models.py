@@ -116,7 +116,8 @@ def build_model(cfg: ModelConfig, in_channels: int, num_classes: int) -> nn.Modu
     from trainers.config import ConfigError
     from trainers.user_code import load_callable
 
-    model = load_callable(cfg.name, "model.name")(num_classes=num_classes, in_channels=in_channels)
+    builder = load_callable(cfg.name, "model.name", num_classes=num_classes, in_channels=in_channels)
+    model = builder(num_classes=num_classes, in_channels=in_channels)
     if not isinstance(model, nn.Module):
         raise ConfigError("", "model.name", f"{cfg.name} returned {type(model).__name__}, not a torch.nn.Module")
     return model

@@ -7,6 +7,7 @@ names one comes from its author, and is as trusted as a script they would run.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from collections.abc import Callable
 
@@ -19,8 +20,9 @@ def is_reference(name: str) -> bool:
     return bool(REFERENCE.match(name))
 
 
-def load_callable(name: str, key: str) -> Callable:
-    """The function `name` (module.path:function) names; one-line errors name `key`."""
+def load_callable(name: str, key: str, **arguments: object) -> Callable:
+    """The function `name` (module.path:function) names, checked to accept `arguments` (by
+    keyword); one-line errors name `key`."""
     if not is_reference(name):
         raise ConfigError("", key, f"must look like package.module:function; got {name!r}")
     module_name, function_name = name.split(":")
@@ -31,4 +33,11 @@ def load_callable(name: str, key: str) -> Callable:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise ConfigError("", key, f"{name}: {module_name} has no function {function_name}")
+    try:
+        inspect.signature(function).bind(**arguments)
+    except TypeError as exc:
+        wanted = ", ".join(arguments) or "no arguments"
+        raise ConfigError("", key, f"{name} must accept {wanted}: {exc}") from None
+    except ValueError:  # no signature to read (a builtin): let the call decide
+        pass
     return function

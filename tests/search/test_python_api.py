@@ -29,3 +29,15 @@ def test_search_promote_report_from_python(tmp_path: Path, tiny_space: dict, mon
     assert report.exists() and "api" in report.read_text()
     result = tianfeng.train(overrides=[f"run_dir={tmp_path / 'train'}", "phases.0.epochs=1", "precision.mode=fp32"])
     assert result.status == "completed" and len(result.epochs) == 1
+
+
+def test_api_names_stay_calls_once_their_subpackages_are_imported() -> None:
+    """tianfeng.search, .scale and .report are also subpackages: importing them must not turn the
+    API call into a module that cannot be called."""
+    import tianfeng.report.build  # noqa: F401
+    import tianfeng.scale.study  # noqa: F401
+    import tianfeng.search.space  # noqa: F401
+    from tianfeng import api
+
+    assert all(callable(getattr(tianfeng, name)) for name in ("search", "scale", "report", "promote", "train"))
+    assert tianfeng.promote is api.promote and tianfeng.train is api.train
