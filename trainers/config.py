@@ -95,11 +95,16 @@ class ScheduleConfig:
     # x peak LR at the first step; None: 0 for a linear warm-up (the MLPerf reference starts
     # from 0), 0.01 for an exponential one (which cannot start at 0)
     warmup_start_factor: float | None = _bounded(None, ge=0.0, le=1.0)
-    decay: Literal["poly", "cosine", "step", "constant"] = "cosine"
+    decay: Literal["poly", "cosine", "step", "constant", "piecewise"] = "cosine"
     poly_power: float = _bounded(2.0, gt=0.0)
     final_lr_factor: float = _bounded(0.0, ge=0.0, le=1.0)  # end of poly/cosine, x peak LR
     step_milestones: tuple[float, ...] = ()  # epochs at which step decay multiplies by gamma
     step_gamma: float = _bounded(0.1, gt=0.0, le=1.0)
+    # decay piecewise: the LR (x peak) at these epochs, straight lines between them, the last value
+    # after the last epoch; an epoch given twice is a jump (fast.ai's imagenet18 schedule). The
+    # points include any warm-up, so warmup_epochs is 0 with it
+    piecewise_epochs: tuple[float, ...] = ()
+    piecewise_factors: tuple[float, ...] = ()
     scaling_rule: Literal["linear", "sqrt", "none"] = "linear"
     reference_batch_size: int = _bounded(256, ge=1)
 
@@ -283,6 +288,18 @@ def _validate_cross_fields(cfg: RunConfig, source: str) -> None:
         if list(milestones) != sorted(milestones) or milestones[0] <= 0:
             raise ConfigError(source, "schedule.step_milestones",
                               f"must be increasing epochs > 0; got {list(milestones)}")
+    points = (cfg.schedule.piecewise_epochs, cfg.schedule.piecewise_factors)
+    if cfg.schedule.decay == "piecewise":
+        if not points[0] or len(points[0]) != len(points[1]):
+            raise ConfigError(source, "schedule.piecewise_epochs", "must list epochs, as many as "
+                              f"schedule.piecewise_factors, when decay is piecewise; got {len(points[0])} "
+                              f"and {len(points[1])}")
+        if list(points[0]) != sorted(points[0]) or points[0][0] < 0 or min(points[1]) < 0:
+            raise ConfigError(source, "schedule.piecewise_epochs", f"must be non-decreasing epochs >= 0 with factors "
+                              f">= 0; got {list(points[0])} and {list(points[1])}")
+        if cfg.schedule.warmup_epochs:
+            raise ConfigError(source, "schedule.warmup_epochs", "must be 0 with decay piecewise (its points hold "
+                              f"the warm-up); got {cfg.schedule.warmup_epochs:g}")
     if cfg.schedule.warmup_shape == "exponential" and cfg.schedule.warmup_start_factor == 0:
         raise ConfigError(source, "schedule.warmup_start_factor",
                           "must be > 0 for an exponential warm-up (or leave it out: 0.01); got 0")

@@ -36,6 +36,8 @@ def shape_factor(epoch: float, total_epochs: float, schedule: ScheduleConfig) ->
         if schedule.warmup_shape == "linear":
             return start + (1.0 - start) * frac
         return start ** (1.0 - frac)  # exponential: start * (1/start) ** frac
+    if schedule.decay == "piecewise":
+        return piecewise(epoch, schedule.piecewise_epochs, schedule.piecewise_factors)
     if schedule.decay == "step":
         passed = sum(1 for m in schedule.step_milestones if epoch >= m)
         return schedule.step_gamma**passed
@@ -47,6 +49,20 @@ def shape_factor(epoch: float, total_epochs: float, schedule: ScheduleConfig) ->
     if schedule.decay == "poly":
         return final + (1.0 - final) * (1.0 - progress) ** schedule.poly_power
     return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def piecewise(epoch: float, epochs: tuple[float, ...], factors: tuple[float, ...]) -> float:
+    """Straight lines between (epoch, factor) points; the first value before them, the last after;
+    at an epoch listed twice, the later point's value (a jump)."""
+    if epoch < epochs[0]:
+        return factors[0]
+    for i in range(len(epochs) - 1, -1, -1):
+        if epoch >= epochs[i]:
+            if i + 1 == len(epochs):
+                return factors[i]
+            span = epochs[i + 1] - epochs[i]
+            return factors[i] + (factors[i + 1] - factors[i]) * (epoch - epochs[i]) / span
+    return factors[-1]
 
 
 def learning_rate(epoch: float, batch_size: int, cfg: RunConfig) -> float:

@@ -88,3 +88,23 @@ def test_a_64k_trial_at_the_proxy_rung_takes_at_least_min_steps(space) -> None:
     assert 50 <= steps <= 55 and proxy.total_epochs == 5 and 0.5 < proxy.data.fraction < 0.6
     small = build_config(sized, {**prior.params, "batch_size": 1024}, "proxy")
     assert small.data.fraction == pytest.approx(0.1) and small.total_epochs == 5  # enough steps as it is
+
+
+def test_the_imagenet18_prior_is_fastai_diu_schedule(space) -> None:
+    """diux-dev/imagenet18 train.py, sixteen_machines (128 GPUs), transcribed here on its own:
+    per-GPU batch and size by epoch, and the LR at each of its points."""
+    lr = 0.235 * 8
+    phases = [(6, 128, 64 * 128), (10, 128, 128 * 128), (3, 224, 64 * 128), (18, 224, 192 * 128), (13, 288, 128 * 128)]
+    expected = {0: lr, 3: 1.5 * lr, 6: 2 * lr, 10: 2 * lr, 16: lr, 18.5: lr, 19: 2 * lr / (10 / 1.5),
+                30: 2 * lr / (10 / 1.5), 31: 2 * lr / (100 / 1.5), 37: 2 * lr / 100, 38: 2 * lr / 1000, 49.9: 2 * lr / 1000}
+    prior = next(p for p in space.priors if p.name == "fastai-diu-imagenet18")
+    study = optuna.create_study()
+    study.enqueue_trial(prior.params)
+    cfg = build_config(space, suggest(study.ask(), space), "target")
+    assert [(p.epochs, p.resolution, p.batch_size) for p in cfg.phases] == phases
+    assert (cfg.optimizer.name, cfg.optimizer.momentum, cfg.optimizer.weight_decay, cfg.optimizer.label_smoothing) == \
+        ("sgd", 0.9, 1e-4, 0.0)
+    starts = [sum(p[0] for p in phases[:i]) for i in range(len(phases))]
+    for epoch, want in expected.items():
+        batch = next(b for (_, _, b), start in reversed(list(zip(phases, starts, strict=True))) if epoch >= start)
+        assert learning_rate(epoch, batch, cfg) == pytest.approx(want, rel=1e-3), epoch

@@ -200,7 +200,7 @@ def test_imagenet_space_checks_and_builds_its_rungs() -> None:
     assert [p.resolution for p in proxy.phases] == [64, 104, 144]
     assert proxy.data.fraction == pytest.approx(0.1) and proxy.precision.mode == "bf16"
     assert proxy.schedule.warmup_epochs == pytest.approx(18.0 * 5 / 60)
-    assert target.data.min_crop_scale == 0.08 and len(space.priors) == 9
+    assert target.data.min_crop_scale == 0.08 and len(space.priors) == 10
 
 
 def test_min_steps_stretches_a_rung_that_leaves_too_few_steps(tmp_path: Path) -> None:

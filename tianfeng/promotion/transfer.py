@@ -42,6 +42,7 @@ _RULES = [
     ("phases.", "batch_size", "batch-size transfer (LR follows schedule.scaling_rule)"),
     ("schedule.warmup_epochs", "", "warm-up stretched with the epoch budget ({stretch}): the same share of the run"),
     ("schedule.step_milestones", "", "milestones stretched with the epoch budget ({stretch})"),
+    ("schedule.piecewise_epochs", "", "LR points stretched with the epoch budget ({stretch})"),
     ("data.fraction", "", "the full data set"),
     ("model.width", "", "the full model width"),
     ("precision.mode", "", "precision for the target device (auto decides at run time)"),

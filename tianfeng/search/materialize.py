@@ -69,10 +69,30 @@ def _number(t: PhasesTemplate, key: str, env: dict[str, Any], *, low: float, hig
     return value
 
 
+def table_phases(t: PhasesTemplate, env: dict[str, Any]) -> list[dict[str, int]] | None:
+    """The phases a `table:` expression lists ([epochs, resolution, batch] each), or None for
+    an empty list (the ramp applies)."""
+    if t.table is None:
+        return None
+    rows = t.table.evaluate(env)
+    if rows == []:
+        return None
+    ok = isinstance(rows, list) and 0 < len(rows) <= MAX_STAGES and all(
+        isinstance(r, list) and len(r) == 3 and all(isinstance(v, int) and not isinstance(v, bool) for v in r)
+        and r[0] >= 1 and r[1] >= 4 and r[2] >= 1 for r in rows)
+    if not ok:
+        raise ConfigError("", "phases.table", f"must give a list of [epochs >= 1, resolution >= 4, batch >= 1] "
+                          f"integers (at most {MAX_STAGES}), or []; {t.table.text!r} gives {rows!r}")
+    return [{"epochs": e, "resolution": r, "batch_size": b} for e, r, b in rows]
+
+
 def build_phases(t: PhasesTemplate, env: dict[str, Any], total_epochs: int) -> list[dict[str, int]]:
     """Progressive resizing: `stages` phases from start to end resolution; the last phase gets
     `final_stage_fraction` of the epochs; batch optionally grows as resolution shrinks (same
-    pixels per batch at every stage)."""
+    pixels per batch at every stage). A `table:` that lists phases replaces all of it."""
+    listed = table_phases(t, env)
+    if listed is not None:
+        return listed
     stages = int(_number(t, "stages", env, low=1, high=min(MAX_STAGES, total_epochs)))
     start = _number(t, "start_resolution", env, low=4, high=4096)
     end = _number(t, "end_resolution", env, low=4, high=4096)
@@ -163,6 +183,7 @@ def _shrink(raw: dict[str, Any], f: Fidelity) -> None:
             p["epochs"] = e
         raw["schedule"]["warmup_epochs"] = raw["schedule"]["warmup_epochs"] * ratio
         raw["schedule"]["step_milestones"] = [m * ratio for m in raw["schedule"]["step_milestones"]]
+        raw["schedule"]["piecewise_epochs"] = [m * ratio for m in raw["schedule"]["piecewise_epochs"]]
     for p in raw["phases"]:
         p["resolution"] = round_resolution(p["resolution"] * f.resolution_scale)
     raw["data"]["fraction"] = raw["data"]["fraction"] * f.data_fraction

@@ -67,6 +67,9 @@ class PhasesTemplate:
     final_stage_fraction: Expression
     scale_batch_with_resolution: Expression
     epochs: Expression | None = None  # the full run's epochs; None keeps the base's
+    # explicit phases instead of the ramp: a list of [epochs, resolution, batch] (an empty list:
+    # the ramp), for recipes whose batch changes by phase (fast.ai's imagenet18)
+    table: Expression | None = None
 
 
 @dataclass(frozen=True)
@@ -393,12 +396,12 @@ def _read_phases(source: str, raw: Any, names: set[str]) -> PhasesTemplate | Non
     if raw is None:
         return None
     keys = ("epochs", "stages", "start_resolution", "end_resolution", "batch_size", "final_stage_fraction",
-            "scale_batch_with_resolution")
+            "scale_batch_with_resolution", "table")
     r = _Reader(source, "phases", raw, keys)
     defaults = {"stages": 1, "final_stage_fraction": 0.25, "scale_batch_with_resolution": False}
-    exprs: dict[str, Expression | None] = {"epochs": None}
+    exprs: dict[str, Expression | None] = {"epochs": None, "table": None}
     for key in keys:
-        if key == "epochs" and key not in raw:
+        if key in ("epochs", "table") and key not in raw:
             continue
         expr = r.expression(key, defaults.get(key), required=key not in defaults)
         unknown = sorted(expr.names - names)
