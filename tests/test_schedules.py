@@ -74,3 +74,30 @@ def test_phase_plan_positions() -> None:
     assert plan.phase_of_epoch(2).resolution == 32
     assert plan.progress(2, 5) == 2.25
     assert plan.total_steps == 40
+
+
+def test_piecewise_lines_jumps_and_its_checks() -> None:
+    import pytest
+
+    from trainers.config import (
+        ConfigError,
+        RunConfig,
+        ScheduleConfig,
+        config_from_dict,
+        config_to_dict,
+    )
+    from trainers.schedules import shape_factor
+
+    s = ScheduleConfig(decay="piecewise", piecewise_epochs=(0, 4, 4, 8), piecewise_factors=(0.5, 1.0, 0.1, 0.0))
+    assert [shape_factor(e, 10, s) for e in (0, 2, 3.999, 4, 6, 8, 9)] == pytest.approx(
+        [0.5, 0.75, 1.0, 0.1, 0.05, 0.0, 0.0], abs=1e-3)
+    raw = config_to_dict(RunConfig())
+    raw["schedule"].update(decay="piecewise", piecewise_epochs=[0, 4], piecewise_factors=[1.0])
+    with pytest.raises(ConfigError, match="schedule.piecewise_epochs: must list epochs, as many as"):
+        config_from_dict(raw, "run.yaml")
+    raw["schedule"].update(piecewise_epochs=[4, 0], piecewise_factors=[1.0, 0.5])
+    with pytest.raises(ConfigError, match="must be non-decreasing epochs"):
+        config_from_dict(raw, "run.yaml")
+    raw["schedule"].update(piecewise_epochs=[0, 4], warmup_epochs=1)
+    with pytest.raises(ConfigError, match="schedule.warmup_epochs: must be 0 with decay piecewise"):
+        config_from_dict(raw, "run.yaml")
