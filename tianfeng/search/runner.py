@@ -6,6 +6,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -409,11 +410,21 @@ def worker_gpus(workers: int, visible: str | None = None, count: int | None = No
     return [ids[i % len(ids)] if ids else None for i in range(workers)]
 
 
+def _one_line_thread_error(args: threading.ExceptHookArgs) -> None:
+    """A background thread's failure (Optuna's heartbeat meeting a locked or lost database) is
+    one line on stderr, not a traceback; the trial it heartbeats goes stale and is retried."""
+    if args.exc_type is SystemExit:
+        return
+    log.warning("background thread %s: %s: %s", args.thread.name if args.thread else "?",
+                args.exc_type.__name__, str(args.exc_value).strip().splitlines()[0] if str(args.exc_value).strip() else "")
+
+
 def _worker_process(plan: SearchPlan, worker: int, threads: int, stream: int, gpu: str | None = None) -> None:
     """A spawned worker: on its own GPU if there are any (set before CUDA starts in this process);
     Ctrl-C ends it quietly (its trial is already marked interrupted)."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    threading.excepthook = _one_line_thread_error
     try:
         run_worker(plan, worker, threads, stream=stream)
     except KeyboardInterrupt:
