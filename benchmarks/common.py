@@ -32,6 +32,14 @@ def cifar5_dir() -> Path:
     return out / "cifar5-dev"
 
 
+def data_source(name: str) -> str | None:
+    """--data of a benchmark: cifar5 (the dev archive, extracted once), digits (the space's own:
+    None) or any data source as given; only cifar5 needs the archive."""
+    if name == "cifar5":
+        return f"imagefolder:{cifar5_dir()}"
+    return None if name == "digits" else name
+
+
 def interleaved(variants: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
     """Median of each variant's measurement, the variants run in turn so drift hits all alike."""
     samples: dict[str, list[float]] = {name: [] for name in variants}

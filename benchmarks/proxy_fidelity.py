@@ -22,7 +22,7 @@ from pathlib import Path
 
 import optuna
 import torch
-from common import ROOT, cifar5_dir, print_table
+from common import ROOT, data_source, print_table
 from optuna.trial import TrialState
 from scipy.stats import spearmanr
 
@@ -115,7 +115,7 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
-    data = {"cifar5": f"imagefolder:{cifar5_dir()}", "digits": None}.get(args.data, args.data)
+    data = data_source(args.data)
     space = load_space(args.space, data=data)
     rungs = [r.strip() for r in args.rung.split(",")]
     unknown = [r for r in rungs if r not in space.fidelities or r == "target"]

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import optuna
-from common import ROOT, cifar5_dir, print_table
+from common import ROOT, data_source, print_table
 from optuna.trial import TrialState
 
 from tianfeng.promotion.run import promote
@@ -127,7 +127,7 @@ def main() -> None:
         print_results(timelines(args.replot), args.target, f"time to val top-1 >= {args.target:g} ({args.replot})")
         return
     global DATA
-    DATA = {"cifar5": f"imagefolder:{cifar5_dir()}", "digits": None}.get(args.data, args.data)
+    DATA = data_source(args.data)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)

@@ -31,9 +31,10 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
            gpus_per_node: int | None = None, resume: bool = False, seed: int = 0,
            runs_dir: str | Path = "runs", verbose: bool = False, failure_limit: int = 3,
            heartbeat_s: int = 10, grace_s: int = 60, backend: str = "optuna", ray_address: str | None = None,
-           cpus_per_trial: float = 1.0, gpus_per_trial: float | None = None) -> optuna.Study:
+           cpus_per_trial: float = 1.0, gpus_per_trial: float | None = None, mlflow: str | None = None) -> optuna.Study:
     """Search `space` (a file, or a shipped space's bare name) with proxy runs; the study is kept
-    in `storage` and returned. As `tianfeng search`."""
+    in `storage` and returned. `mlflow` (a tracking URI, e.g. sqlite:///mlflow.db) logs every
+    trial as an MLflow run in an experiment named after the study. As `tianfeng search`."""
     from tianfeng.search.runner import SearchPlan, run_search, with_objective
     from tianfeng.search.space import load_space
     from tianfeng.search.summary import check_data
@@ -63,13 +64,19 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
         run_search(plan, workers, resume=resume)
     else:
         raise ConfigError("--backend", "", f"must be optuna or ray; got {backend!r}")
-    return optuna.load_study(study_name=plan.study, storage=plan.storage)
+    study_obj = optuna.load_study(study_name=plan.study, storage=plan.storage)
+    if mlflow:
+        from tianfeng.tracking import export_study
+
+        export_study(mlflow, study_obj, storage)
+    return study_obj
 
 
 def promote(trial: int | None = None, *, study: str | None = None, storage: str = DEFAULT_STORAGE,
             fastest_to: float | None = None, batch_size: int | None = None, overrides: Sequence[str] = (),
             runs_dir: str | Path = "runs", dry_run: bool = False, nodes: int | None = None,
-            gpus_per_node: int | None = None, device: str = "cuda", master_addr: str = "127.0.0.1") -> dict:
+            gpus_per_node: int | None = None, device: str = "cuda", master_addr: str = "127.0.0.1",
+            mlflow: str | None = None) -> dict:
     """Run trial `trial`'s recipe (or, with `fastest_to`, the Pareto-front trial with the least
     predicted time whose proxy metric reaches it) at full fidelity; returns the run's record
     (status, full-fidelity score, run directory, predicted time). As `tianfeng promote`."""
@@ -83,8 +90,13 @@ def promote(trial: int | None = None, *, study: str | None = None, storage: str 
     if fastest_to is not None:
         trial = fastest_trial(load_study(storage, study), fastest_to).number
     launch = Launch(nodes, gpus_per_node, device, master_addr) if nodes else None
-    return run_promotion(storage, study, trial, batch_size=batch_size, overrides=list(overrides),
-                         runs_dir=Path(runs_dir), dry_run=dry_run, launch=launch)
+    out = run_promotion(storage, study, trial, batch_size=batch_size, overrides=list(overrides),
+                        runs_dir=Path(runs_dir), dry_run=dry_run, launch=launch)
+    if mlflow and not dry_run:
+        from tianfeng.tracking import export_study
+
+        export_study(mlflow, load_study(storage, out["study"]), storage)
+    return out
 
 
 def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial:
@@ -108,7 +120,7 @@ def scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batch: in
           data: str | None = None, name: str | None = None, storage: str = DEFAULT_STORAGE,
           sampler: str = "tpe", pruner: str = "asha", fidelity: str | None = None, workers: int = 1,
           warm_start: int = 3, tolerance: float = 1.0, seed: int = 0, runs_dir: str | Path = "runs",
-          resume: bool = False, verbose: bool = False) -> list:
+          resume: bool = False, verbose: bool = False, mlflow: str | None = None) -> list:
     """Best accuracy against batch size: a search per batch size, warm-started from the previous
     size's best, beside the naive linear-scaling baseline. Give one budget per batch size
     (trials, seconds or training epochs). Returns the curve's points. As `tianfeng scale`."""
@@ -140,9 +152,23 @@ def scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batch: in
     plan = SearchPlan(space_path=str(path), data=data, storage=storage, study=study, sampler=sampler, pruner=pruner,
                       seed=seed, trials=trials_per_batch or UNLIMITED_TRIALS, timeout_s=timeout_s_per_batch,
                       epoch_budget=epochs_per_batch, runs_root=str(runs_dir), rung=rung, verbose=verbose)
-    return run_scale(ScalePlan(search=plan, name=study, batch_sizes=sizes, workers=workers,
-                               warm_start_k=warm_start, tolerance=tolerance),
-                     resume=resume, steps_per_epoch={b: size // b for b in sizes})
+    points = run_scale(ScalePlan(search=plan, name=study, batch_sizes=sizes, workers=workers,
+                                 warm_start_k=warm_start, tolerance=tolerance),
+                       resume=resume, steps_per_epoch={b: size // b for b in sizes})
+    if mlflow:
+        export_scale(mlflow, storage, study, sizes)
+    return points
+
+
+def export_scale(uri: str, storage: str, name: str, batch_sizes: Sequence[int]) -> None:
+    """Each batch size's study of a scale run as its own MLflow experiment."""
+    from tianfeng.scale.study import search_study
+    from tianfeng.tracking import export_study
+
+    names = set(optuna.get_all_study_names(storage))
+    for batch in batch_sizes:
+        if search_study(name, batch) in names:
+            export_study(uri, optuna.load_study(study_name=search_study(name, batch), storage=storage), storage)
 
 
 def report(study: str, *, storage: str = DEFAULT_STORAGE) -> Path:

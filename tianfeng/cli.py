@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "run beside the study. Promoting the same trial with the same "
                                          "config again resumes that run.")
     promote.add_argument("trial", type=int, nargs="?", default=None, help="trial number in the study")
+    promote.add_argument("--mlflow", default=None, metavar="URI",
+                         help="also log the study's trials and promoted runs as MLflow runs, e.g. sqlite:///mlflow.db")
     promote.add_argument("--front", action="store_true", help="list the study's Pareto front (proxy metric, "
                          "predicted wall time, GPU-hours, batch, resolution schedule) and promote nothing")
     promote.add_argument("--fastest-to", type=float, default=None, metavar="LEVEL",

@@ -30,6 +30,7 @@ from trainers.optim import build_optimizer
 from trainers.phases import PhasePlan
 from trainers.precision import build_precision
 from trainers.schedules import learning_rate
+from trainers.tensorboard_log import open_board
 
 log = logging.getLogger("tianfeng.engine")
 
@@ -302,6 +303,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     params = [p for p in model.parameters() if p.requires_grad]
     started = time.perf_counter()
     status, message = "completed", ""
+    board = open_board(run_dir, pos.epoch) if ctx.is_main else None
 
     # --- the loop -----------------------------------------------------------------------------
     try:
@@ -406,6 +408,8 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 # rewritten whole from the checkpointed history, so a resume never duplicates lines
                 lines = "".join(json.dumps(h) + "\n" for h in pos.history)
                 (run_dir / "metrics.jsonl").write_text(lines)
+                if board is not None:
+                    board.write(metrics)
                 log.info("epoch %d/%d  res %d  batch %d  lr %.4g  loss %.4f  val top-1 %.2f%%  "
                          "top-5 %.2f%%  %.0f img/s  data wait %.1f%%  noise scale %s", metrics.epoch,
                          plan.total_epochs, phase.resolution, phase.batch_size, lr,
@@ -427,6 +431,9 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 on_epoch_end(metrics)
     except StopTraining as stop:
         status, message = stop.status, str(stop)
+    finally:
+        if board is not None:
+            board.close()
 
     result = RunResult(status, history, run_dir, precision.mode, message)
     if ctx.is_main:

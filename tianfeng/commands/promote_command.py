@@ -61,6 +61,10 @@ def run_promote_command(args) -> int:
     from tianfeng.search.summary import write_report
 
     out["report"] = str(write_report(args.storage, out["study"]))
+    if args.mlflow:
+        from tianfeng.tracking import export_study
+
+        export_study(args.mlflow, load_study(args.storage, out["study"]), args.storage)
     print(json.dumps(out, indent=2))
     return 0 if out["status"] == "completed" else 1
 

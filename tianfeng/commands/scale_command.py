@@ -91,6 +91,10 @@ def run_scale_command(args) -> int:
     from tianfeng.scale.table import print_curve
 
     print_curve(points, plan.tolerance, space.objective.metric, space.objective.direction == "maximize")
+    if args.mlflow:
+        from tianfeng.api import export_scale
+
+        export_scale(args.mlflow, args.storage, name, batch_sizes)
     print(f"report: {build_scale_report(args.storage, name, args.output)}")
     return 0
 
@@ -99,6 +103,8 @@ def add_scale_arguments(parser) -> None:
     from tianfeng.defaults import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES
 
     parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
+    parser.add_argument("--mlflow", default=None, metavar="URI",
+                        help="also log each batch size's trials as MLflow runs (an experiment per study)")
     parser.add_argument("--batch-sizes", required=True, help="increasing global batch sizes, e.g. 64,256,1024,2048")
     parser.add_argument("--budget-per-batch", default="10trials",
                         help=f"search budget of each batch size: {BUDGET_FORMS} (default 10trials); every "

@@ -59,7 +59,7 @@ def run_search_command(args) -> int:
                            heartbeat_s=args.heartbeat_s, grace_s=args.grace_s, backend=args.backend,
                            ray_address=args.address,
                            cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
-                           gpus_per_trial=args.gpus_per_trial)
+                           gpus_per_trial=args.gpus_per_trial, mlflow=args.mlflow)
     except KeyboardInterrupt:
         requeued = requeue_interrupted(args.storage, study_name)
         again = f"; trial(s) {', '.join(map(str, requeued))} will continue from their checkpoints" if requeued else ""
@@ -74,6 +74,9 @@ def run_search_command(args) -> int:
 
 def add_search_arguments(parser) -> None:
     parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
+    parser.add_argument("--mlflow", default=None, metavar="URI",
+                        help="also log every trial (parameters, per-epoch metrics, final score) as an MLflow run "
+                             "in an experiment named after the study, e.g. sqlite:///mlflow.db")
     parser.add_argument("--data", default=None, help="replace the space's data source (digits, synthetic, imagefolder:DIR)")
     parser.add_argument("--study", default=None, help="study name (default: the space's name)")
     parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL of the study database (default {DEFAULT_STORAGE}); "
