@@ -157,6 +157,9 @@ class RunConfig:
     # every this many steps (and each epoch's first) a step runs in two halves to measure the
     # gradient noise scale; 0 turns it off
     noise_scale_every: int = _bounded(8, ge=0)
+    # model and batches in channels_last (NHWC) or contiguous (NCHW); auto: channels_last on GPUs,
+    # and on a CPU whichever a few timed steps find faster for these shapes (cached)
+    memory_format: Literal["auto", "channels_last", "contiguous"] = "auto"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)

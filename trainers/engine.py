@@ -16,13 +16,13 @@ import torch
 import yaml
 from torch import nn
 
-from trainers import checkpoint, sync_bn
+from trainers import checkpoint, memory_format, sync_bn
 from trainers import distributed as dist_utils
 from trainers.comm import compression, fusion, hierarchical
 from trainers.comm import state as comm_state
 from trainers.config import ConfigError, RunConfig, config_to_dict
 from trainers.data.loaders import DataPipeline, build_pipeline
-from trainers.data.sources import open_source
+from trainers.data.sources import default_cache_dir, open_source
 from trainers.data.subset import stratified_subset
 from trainers.models import build_model
 from trainers.noise_scale import EpochNoise, measured_backward
@@ -96,6 +96,26 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
                                "use device: cpu or auto")
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def _memory_format(cfg: RunConfig, model: nn.Module, ctx: dist_utils.DistContext, device: torch.device,
+                   plan: PhasePlan, source, precision) -> tuple[str, str]:
+    """The run's layout; under DDP rank 0 decides for all (a rank's gradient buckets follow its
+    parameters' strides, so every rank must use the same one)."""
+    heaviest = max(plan.phases, key=lambda p: p.epochs * p.resolution**2)
+    choice = ("", "")
+    if ctx.is_main:
+        m = cfg.model
+        choice = memory_format.choose(
+            cfg.memory_format, model, device=device, channels=source.channels, resolution=heaviest.resolution,
+            batch=max(1, heaviest.batch_size // ctx.world), classes=source.num_classes, autocast=precision.autocast,
+            cache_dir=Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else default_cache_dir(),
+            key_parts=(m.name, m.width, m.depth, m.stages, precision.mode))
+    if ctx.enabled:
+        shared = [choice]
+        torch.distributed.broadcast_object_list(shared, src=0)
+        choice = shared[0]
+    return choice
 
 
 def _wrap_distributed(model: nn.Module, cfg: RunConfig, ctx: dist_utils.DistContext,
@@ -238,16 +258,18 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                  if cfg.distributed.sync_bn_scope == "node" else None)
         model = sync_bn.convert(model, device, group)
     if device.type == "cuda":
-        model = model.to(memory_format=torch.channels_last)
         torch.backends.cudnn.benchmark = True  # shapes are fixed within a phase: tune once per shape
     optimizer = build_optimizer(model, cfg.optimizer)
     precision = build_precision(cfg.precision, device)
+    layout, layout_reason = _memory_format(cfg, model, ctx, device, plan, source, precision)
+    model = model.to(memory_format=memory_format.FORMATS[layout])
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)
     train_model, comm = _wrap_distributed(model, cfg, ctx, device, local_size, data, plan, loss_fn,
                                           precision.autocast)
     if ctx.is_main:
         log.info("device %s, world %d (%d per node), precision %s (%s)", device, ctx.world, local_size,
                  precision.mode, precision.reason)
+        log.info("memory format %s (%s)", layout, layout_reason)
         log.info("%s; %d training images of %d, %d classes, %d steps in %d epochs",
                  loader_reason, len(train_indices), len(source.train), source.num_classes,
                  plan.total_steps, plan.total_epochs)
@@ -321,7 +343,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 if batch is None:
                     break
                 x, y = batch
-                if device.type == "cuda":
+                if layout == "channels_last":
                     x = x.contiguous(memory_format=torch.channels_last)
 
                 # LR from progress in epochs, continuous across phases; scaled for the batch size

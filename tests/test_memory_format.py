@@ -1,0 +1,69 @@
+"""channels_last or contiguous: the same training either way, and `auto` measures once per shape
+on a CPU and keeps the answer for later runs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tianfeng.recipes import DEFAULT_RECIPE
+from trainers import memory_format
+from trainers.config import ModelConfig, load_config
+from trainers.engine import train
+from trainers.models import build_model
+
+
+def test_both_layouts_give_the_same_loss_after_a_few_steps() -> None:
+    losses = {}
+    for name, fmt in memory_format.FORMATS.items():
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(width=16), 3, 5).to(memory_format=fmt)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        g = torch.Generator().manual_seed(1)
+        losses[name] = []
+        for _ in range(5):
+            x = torch.randn(32, 3, 16, 16, generator=g).contiguous(memory_format=fmt)
+            y = torch.randint(0, 5, (32,), generator=g)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses[name].append(loss.item())
+    assert losses["channels_last"] == pytest.approx(losses["contiguous"], rel=1e-4)
+
+
+def test_the_engine_trains_in_either_layout_and_says_which(tmp_path: Path, caplog) -> None:
+    train_losses = {}
+    for layout in ("contiguous", "channels_last"):
+        cfg = load_config(DEFAULT_RECIPE, [f"run_dir={tmp_path / layout}", "phases.0.epochs=1", "precision.mode=fp32",
+                                           f"memory_format={layout}", "noise_scale_every=0"])
+        with caplog.at_level("INFO", logger="tianfeng.engine"):
+            train_losses[layout] = train(cfg).final.train_loss
+        assert f"memory format {layout} (as configured)" in caplog.text
+    assert train_losses["channels_last"] == pytest.approx(train_losses["contiguous"], rel=1e-3)
+
+
+def test_auto_measures_once_per_shape_and_reuses_the_answer(tmp_path: Path, monkeypatch) -> None:
+    model = build_model(ModelConfig(width=4, stages=2), 3, 5)
+    args = dict(device=torch.device("cpu"), channels=3, resolution=8, batch=16, classes=5,
+                autocast=contextlib.nullcontext, cache_dir=tmp_path, key_parts=("resnet_small", 4, 1, 2, "fp32"))
+    name, why = memory_format.choose("auto", model, **args)
+    assert name in memory_format.FORMATS and why.startswith("measured now")
+    cached = json.loads(memory_format.cache_file(tmp_path).read_text())
+    assert len(cached) == 1 and next(iter(cached.values()))["format"] == name
+
+    def no_timing(*a, **k):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(memory_format, "_time_steps", no_timing)
+    assert memory_format.choose("auto", model, **args)[0] == name  # from the cache
+    assert memory_format.choose("contiguous", model, **args) == ("contiguous", "as configured")
+    assert memory_format.choose("auto", model, **{**args, "device": torch.device("cuda")})[0] == "channels_last"
+    with pytest.raises(AssertionError, match="measured again"):  # another shape is measured
+        memory_format.choose("auto", model, **{**args, "resolution": 12})
+    for p in model.parameters():  # the run's own model was only copied
+        assert p.is_contiguous()
