@@ -115,17 +115,15 @@ def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial
     return pick
 
 
-def scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batch: int | None = None,
-          timeout_s_per_batch: float | None = None, epochs_per_batch: int | None = None,
-          data: str | None = None, name: str | None = None, storage: str = DEFAULT_STORAGE,
-          sampler: str = "tpe", pruner: str = "asha", fidelity: str | None = None, workers: int = 1,
-          warm_start: int = 3, tolerance: float = 1.0, seed: int = 0, runs_dir: str | Path = "runs",
-          resume: bool = False, verbose: bool = False, mlflow: str | None = None) -> list:
-    """Best accuracy against batch size: a search per batch size, warm-started from the previous
-    size's best, beside the naive linear-scaling baseline. Give one budget per batch size
-    (trials, seconds or training epochs). Returns the curve's points. As `tianfeng scale`."""
+def plan_scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batch: int | None = None,
+               timeout_s_per_batch: float | None = None, epochs_per_batch: int | None = None,
+               data: str | None = None, name: str | None = None, storage: str = DEFAULT_STORAGE,
+               sampler: str = "tpe", pruner: str = "asha", fidelity: str | None = None, workers: int = 1,
+               warm_start: int = 3, tolerance: float = 1.0, seed: int = 0, runs_dir: str | Path = "runs",
+               verbose: bool = False):
+    """The checked plan of a scale study: (ScalePlan, steps per epoch by batch size, the space)."""
     from tianfeng.scale.sizes import training_set_size
-    from tianfeng.scale.study import ScalePlan, run_scale
+    from tianfeng.scale.study import ScalePlan
     from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan, rung_epochs
     from tianfeng.search.space import load_space
     from tianfeng.shipped_spaces import resolve_space
@@ -145,18 +143,32 @@ def scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batch: in
     too_big = [b for b in sizes if b > size]
     if too_big:
         raise ConfigError("--batch-sizes", "", f"{too_big[0]} is larger than the training set ({size} images of {described})")
-    if epochs_per_batch is not None and epochs_per_batch < rung_epochs(loaded, rung):
-        raise ConfigError("--budget-per-batch", "", f"{epochs_per_batch} epochs allow no trial: one trial at rung "
-                          f"{rung} trains {rung_epochs(loaded, rung)} epochs")
+    trial_epochs = rung_epochs(loaded, rung)
+    if epochs_per_batch is not None and epochs_per_batch < trial_epochs:
+        raise ConfigError("--budget-per-batch", "", f"{epochs_per_batch}epochs allows no trial: one trial at rung "
+                          f"{rung} trains {trial_epochs} epochs")
     study = name or f"{loaded.name}-scale"
-    plan = SearchPlan(space_path=str(path), data=data, storage=storage, study=study, sampler=sampler, pruner=pruner,
-                      seed=seed, trials=trials_per_batch or UNLIMITED_TRIALS, timeout_s=timeout_s_per_batch,
-                      epoch_budget=epochs_per_batch, runs_root=str(runs_dir), rung=rung, verbose=verbose)
-    points = run_scale(ScalePlan(search=plan, name=study, batch_sizes=sizes, workers=workers,
-                                 warm_start_k=warm_start, tolerance=tolerance),
-                       resume=resume, steps_per_epoch={b: size // b for b in sizes})
+    search_plan = SearchPlan(space_path=str(path), data=data, storage=storage, study=study, sampler=sampler,
+                             pruner=pruner, seed=seed, trials=trials_per_batch or UNLIMITED_TRIALS,
+                             timeout_s=timeout_s_per_batch, epoch_budget=epochs_per_batch, runs_root=str(runs_dir),
+                             rung=rung, verbose=verbose)
+    plan = ScalePlan(search=search_plan, name=study, batch_sizes=sizes, workers=workers, warm_start_k=warm_start,
+                     tolerance=tolerance)
+    return plan, {b: size // b for b in sizes}, loaded
+
+
+def scale(space: str | Path, batch_sizes: Sequence[int], *, resume: bool = False, mlflow: str | None = None,
+          **options: Any) -> list:
+    """Best accuracy against batch size: a search per batch size, warm-started from the previous
+    size's best, beside the naive linear-scaling baseline. Give one budget per batch size
+    (trials_per_batch, timeout_s_per_batch or epochs_per_batch); the other options are
+    plan_scale's. Returns the curve's points. As `tianfeng scale`."""
+    from tianfeng.scale.study import run_scale
+
+    plan, steps, _ = plan_scale(space, batch_sizes, **options)
+    points = run_scale(plan, resume=resume, steps_per_epoch=steps)
     if mlflow:
-        export_scale(mlflow, storage, study, sizes)
+        export_scale(mlflow, plan.search.storage, plan.name, plan.batch_sizes)
     return points
 
 

@@ -54,33 +54,16 @@ def run_scale_command(args) -> int:
     if not 0 <= args.tolerance < float("inf"):
         raise ConfigError("--tolerance", "", f"must be a finite number >= 0 (points of the metric), got {args.tolerance}")
 
-    from tianfeng.scale.sizes import training_set_size
-    from tianfeng.scale.study import ScalePlan, run_scale
-    from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan, rung_epochs
-    from tianfeng.search.space import load_space
+    from tianfeng.api import plan_scale
+    from tianfeng.scale.study import run_scale
 
-    space = load_space(args.space, data=args.data)
-    rung = args.fidelity or space.search_fidelity
-    if rung not in space.fidelities:
-        raise ConfigError("--fidelity", "", f"must be one of {', '.join(space.fidelities)}; got {rung!r}")
-    size, described = training_set_size(space, rung)
-    too_big = [b for b in batch_sizes if b > size]
-    if too_big:
-        raise ConfigError("--batch-sizes", "", f"{too_big[0]} is larger than the training set "
-                          f"({size} images of {described})")
-    trial_epochs = rung_epochs(space, rung)
-    if budget["epochs"] is not None and budget["epochs"] < trial_epochs:
-        raise ConfigError("--budget-per-batch", "", f"{args.budget_per_batch} allows no trial: one trial at "
-                          f"rung {rung} trains {trial_epochs} epochs")
-    name = args.name or f"{space.name}-scale"
-    search = SearchPlan(space_path=str(args.space), data=args.data, storage=args.storage, study=name,
-                        sampler=args.sampler, pruner=args.pruner, seed=args.seed,
-                        trials=budget["trials"] or UNLIMITED_TRIALS, timeout_s=budget["timeout_s"],
-                        epoch_budget=budget["epochs"], runs_root=str(args.runs_dir), rung=rung,
-                        verbose=args.verbose)
-    plan = ScalePlan(search=search, name=name, batch_sizes=batch_sizes, workers=args.workers,
-                     warm_start_k=args.warm_start, tolerance=args.tolerance)
-    steps = {b: size // b for b in batch_sizes}
+    plan, steps, space = plan_scale(
+        args.space, batch_sizes, trials_per_batch=budget["trials"], timeout_s_per_batch=budget["timeout_s"],
+        epochs_per_batch=budget["epochs"], data=args.data, name=args.name, storage=args.storage,
+        sampler=args.sampler, pruner=args.pruner, fidelity=args.fidelity, workers=args.workers,
+        warm_start=args.warm_start, tolerance=args.tolerance, seed=args.seed, runs_dir=args.runs_dir,
+        verbose=args.verbose)
+    name = plan.name
     try:
         points = run_scale(plan, resume=args.resume, steps_per_epoch=steps)
     except KeyboardInterrupt:

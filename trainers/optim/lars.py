@@ -80,9 +80,13 @@ class Lars(torch.optim.Optimizer):
             state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return state["momentum_buffer"]
 
+    def _lr_split(self, group: dict) -> tuple[float, float]:
+        """(inside, outside): the LR inside the momentum (reference) or applied after it (sgd_style)."""
+        return (group["lr"], 1.0) if self.update == "reference" else (1.0, group["lr"])
+
     def _scales(self, group: dict, params: list[Tensor], grads: list[Tensor]) -> Tensor:
         """Per tensor, what multiplies g + wd w before it enters the buffer."""
-        lr = group["lr"] if self.update == "reference" else 1.0
+        lr = self._lr_split(group)[0]
         if not group["layer_adaptation"]:
             return torch.full((len(params),), lr, dtype=params[0].dtype, device=params[0].device)
         trust = trust_ratios(l2_norms(params), l2_norms(grads), group["trust_coefficient"], group["weight_decay"], group["eps"])
@@ -110,7 +114,7 @@ class Lars(torch.optim.Optimizer):
                       bufs: list[Tensor] | None) -> None:
         wd, momentum = group["weight_decay"], group["momentum"]
         scales = self._scales(group, params, grads)
-        step_lr = 1.0 if self.update == "reference" else group["lr"]
+        step_lr = self._lr_split(group)[1]
         if bufs is not None and not group["nesterov"]:
             # v = m v + s g + s wd w, in place: no temporaries the size of the model
             torch._foreach_mul_(bufs, momentum)
@@ -132,12 +136,12 @@ class Lars(torch.optim.Optimizer):
         # that sum + m buf). With grad_scale = 1/s and wd' = s wd it is LARS's step for scale s.
         # grad_scale must be float32; other dtypes scale the gradient first (one more pass).
         wd = group["weight_decay"]
-        step_lr = 1.0 if self.update == "reference" else group["lr"]
+        step_lr = self._lr_split(group)[1]
         options = dict(momentum=group["momentum"], lr=step_lr, dampening=0.0, nesterov=group["nesterov"],
                        maximize=False, is_first_step=False)
         float32 = all(g.dtype == torch.float32 for g in grads)
         if not group["layer_adaptation"] and float32:  # one scale for the whole group: one call
-            s = group["lr"] if self.update == "reference" else 1.0
+            s = self._lr_split(group)[0]
             inverse = torch.tensor(1.0 / s if s else float("inf"), dtype=torch.float32, device=params[0].device)
             torch._fused_sgd_(params, grads, bufs, weight_decay=s * wd, grad_scale=inverse, **options)
             return
