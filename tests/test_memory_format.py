@@ -33,7 +33,8 @@ def test_both_layouts_give_the_same_loss_after_a_few_steps() -> None:
             opt.step()
             opt.zero_grad()
             losses[name].append(loss.item())
-    assert losses["channels_last"] == pytest.approx(losses["contiguous"], rel=1e-4)
+    # the layouts run different convolution kernels: equal to float32 rounding, whatever the CPU
+    assert losses["channels_last"] == pytest.approx(losses["contiguous"], rel=1e-3)
 
 
 def test_the_engine_trains_in_either_layout_and_says_which(tmp_path: Path, caplog) -> None:
