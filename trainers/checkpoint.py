@@ -102,7 +102,7 @@ def load_rank_state(directory: Path, rank: int, world: int, global_step: int) ->
 
 
 # Fields that may change between a run and its resumption: where things go and how often.
-_RESUMABLE_CHANGES = {"name", "run_dir", "log_every_steps", "noise_scale_every", "memory_format", "checkpoint",
+_RESUMABLE_CHANGES = {"name", "run_dir", "log_every_steps", "noise_scale_every", "memory_format", "engine", "checkpoint",
                       "data.cache_dir",
                       "data.workers", "data.loader", "data.val_batch_size", "device"}
 

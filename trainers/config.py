@@ -148,6 +148,15 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class EngineConfig:
+    # torch.compile of the training model; auto: after a few timed eager steps, when the steps
+    # left would save more than the compile is expected to cost (trainers/compilation.py)
+    compile: Literal["auto", "on", "off"] = "auto"
+    # torch.compile's mode: reduce-overhead adds CUDA graphs (GPUs, fixed shapes)
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str = "run"
     run_dir: str = ""  # "" means runs/<name>
@@ -168,6 +177,7 @@ class RunConfig:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
 
     @property
     def total_epochs(self) -> int:
@@ -193,6 +203,8 @@ def _convert(value: Any, tp: Any, path: str, source: str) -> Any:
     origin = typing.get_origin(tp)
     if origin is Literal:
         allowed = typing.get_args(tp)
+        if isinstance(value, bool) and {"on", "off"} <= set(allowed):  # YAML 1.1 reads on/off as booleans
+            value = "on" if value else "off"
         if value not in allowed:
             raise ConfigError(source, path, f"must be one of {', '.join(map(str, allowed))}; got {value!r}")
         return value

@@ -16,7 +16,7 @@ import torch
 import yaml
 from torch import nn
 
-from trainers import checkpoint, memory_format, sync_bn
+from trainers import checkpoint, compilation, memory_format, sync_bn
 from trainers import distributed as dist_utils
 from trainers.comm import compression, fusion, hierarchical
 from trainers.comm import state as comm_state
@@ -98,6 +98,31 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
+def _cache_dir(cfg: RunConfig) -> Path:
+    return Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else default_cache_dir()
+
+
+def _model_parts(cfg: RunConfig, precision_mode: str) -> tuple:
+    m = cfg.model
+    return (m.name, m.width, m.depth, m.stages, precision_mode)
+
+
+def _compile_policy(cfg: RunConfig, train_model: nn.Module, device: torch.device, ctx: dist_utils.DistContext,
+                    precision, layout: str) -> compilation.CompilePolicy:
+    """engine.compile for this run; rank 0's `auto` decision is every rank's."""
+    def share(verdict: bool) -> bool:
+        if not ctx.enabled:
+            return verdict
+        shared = [verdict]
+        torch.distributed.broadcast_object_list(shared, src=0)
+        return bool(shared[0])
+
+    compilation.use_cache_dir(_cache_dir(cfg))
+    key = compilation.model_key(device, (*_model_parts(cfg, precision.mode), layout, f"world{ctx.world}"))
+    return compilation.CompilePolicy(cfg.engine.compile, cfg.engine.compile_mode, train_model, device,
+                                     is_main=ctx.is_main, share=share, cache_dir=_cache_dir(cfg), model_key=key)
+
+
 def _memory_format(cfg: RunConfig, model: nn.Module, ctx: dist_utils.DistContext, device: torch.device,
                    plan: PhasePlan, source, precision) -> tuple[str, str]:
     """The run's layout; under DDP rank 0 decides for all (a rank's gradient buckets follow its
@@ -105,12 +130,10 @@ def _memory_format(cfg: RunConfig, model: nn.Module, ctx: dist_utils.DistContext
     heaviest = max(plan.phases, key=lambda p: p.epochs * p.resolution**2)
     choice = ("", "")
     if ctx.is_main:
-        m = cfg.model
         choice = memory_format.choose(
             cfg.memory_format, model, device=device, channels=source.channels, resolution=heaviest.resolution,
             batch=max(1, heaviest.batch_size // ctx.world), classes=source.num_classes, autocast=precision.autocast,
-            cache_dir=Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else default_cache_dir(),
-            key_parts=(m.name, m.width, m.depth, m.stages, precision.mode))
+            cache_dir=_cache_dir(cfg), key_parts=_model_parts(cfg, precision.mode))
     if ctx.enabled:
         shared = [choice]
         torch.distributed.broadcast_object_list(shared, src=0)
@@ -323,6 +346,8 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     nonfinite = torch.zeros((), dtype=torch.bool, device=device)
     noise = EpochNoise(device)
     params = [p for p in model.parameters() if p.requires_grad]
+    compiler = _compile_policy(cfg, train_model, device, ctx, precision, layout)
+    shapes = [compilation.shape_key(p.resolution, max(1, p.batch_size // ctx.world)) for p in plan.phases]
     started = time.perf_counter()
     status, message = "completed", ""
     board = open_board(run_dir, pos.epoch) if ctx.is_main else None
@@ -351,6 +376,9 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 for group in optimizer.param_groups:
                     group["lr"] = lr
 
+                if compiler.timing:
+                    compiler.timer.sync()
+                    step_from = time.perf_counter()
                 optimizer.zero_grad(set_to_none=True)
                 # every noise_scale_every steps: the gradient noise scale, from the batch in halves
                 measure = cfg.noise_scale_every and pos.step % cfg.noise_scale_every == 0 and len(y) >= 2
@@ -358,7 +386,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                     loss = measured_backward(train_model, loss_fn, x, y, precision, params, noise, ctx.world)
                 else:
                     with precision.autocast():
-                        loss = loss_fn(train_model(x), y)
+                        loss = loss_fn(compiler.model(x), y)
                 # divergence: flagged on the device every step, read (and agreed by every rank)
                 # every `check_every` steps and before anything is saved, so all ranks stop together
                 nonfinite |= ~torch.isfinite(loss.detach())
@@ -383,6 +411,11 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                 precision.scaler.update()
                 if scaling:  # the scale shrinks exactly when the step was skipped
                     skipped_total += precision.scaler._get_scale_async() < scale_before
+                if compiler.timing:  # engine.compile auto: timing steps, then deciding once
+                    compiler.timer.sync()
+                    compiler.step_done(time.perf_counter() - step_from, timed=not measure,
+                                       steps_left=plan.total_steps - pos.global_step - 1,
+                                       shapes_left=shapes[phase.index:])
 
                 pos.loss_count += len(y)
                 samples += len(y) * ctx.world

@@ -1,0 +1,123 @@
+"""engine.compile: the same training compiled or not, divergence still caught, and `auto`
+compiling only when the steps left pay for it, from measurements kept for later runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import make_config
+from trainers import compilation
+from trainers.engine import train
+
+CPU = torch.device("cpu")
+
+
+def test_compiled_and_eager_runs_give_the_same_losses(tmp_path: Path, caplog) -> None:
+    runs = {}
+    for setting in ("off", "on"):
+        cfg = make_config(tmp_path / setting, engine={"compile": setting}, memory_format="contiguous")
+        with caplog.at_level("INFO", logger="tianfeng.engine"):
+            runs[setting] = train(cfg)
+    assert "compile on (as configured, mode default)" in caplog.text
+    off, on = (runs[s].epochs for s in ("off", "on"))
+    assert len(on) == len(off) == 2
+    # inductor fuses and reorders float32 reductions: equal to rounding, not bit for bit
+    for a, b in zip(off, on, strict=True):
+        assert b.train_loss == pytest.approx(a.train_loss, rel=2e-3)
+        assert b.val_loss == pytest.approx(a.val_loss, rel=2e-3)
+
+
+def test_a_compiled_run_still_stops_on_divergence(tmp_path: Path) -> None:
+    result = train(make_config(tmp_path, optimizer={"lr": 1e9, "weight_decay": 0.0}, engine={"compile": "on"},
+                               memory_format="contiguous"))
+    assert result.status == "diverged"
+    assert "stopped instead of training on garbage" in result.message
+
+
+def test_auto_stays_eager_when_the_run_is_too_short_to_pay(tmp_path: Path, caplog) -> None:
+    cfg = make_config(tmp_path, data={"source": "digits", "cache_dir": str(tmp_path / "cache")})
+    with caplog.at_level("INFO", logger="tianfeng.engine"):
+        result = train(cfg)
+    assert result.status == "completed"
+    line = next(r.message for r in caplog.records if r.message.startswith("compile auto"))
+    assert line.startswith("compile auto: off (") and "priors" in line
+    assert not (tmp_path / "cache" / "compile.json").exists()  # nothing compiled, nothing measured
+
+
+def test_auto_compiles_when_it_pays_and_records_what_it_measured(tmp_path: Path, caplog,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    # as if earlier runs had measured a large speedup and a free compile for this model
+    monkeypatch.setattr(compilation, "estimate", lambda shapes, shape, device: compilation.Estimate(5.0, 0.0, "test"))
+    cfg = make_config(tmp_path, data={"source": "digits", "cache_dir": str(cache)}, memory_format="contiguous",
+                      phases=[{"epochs": 2, "resolution": 8, "batch_size": 32}])
+    with caplog.at_level("INFO", logger="tianfeng.engine"):
+        result = train(cfg)
+    assert result.status == "completed"
+    assert "compile auto: on (" in caplog.text
+    records = json.loads((cache / "compile.json").read_text())
+    (model, shapes), = records.items()
+    assert model.startswith("cpu:resnet_small:8:1:2:fp32:contiguous:world1:")
+    assert list(shapes) == ["8px x 32"]
+    entry = shapes["8px x 32"]
+    assert entry["compiles"] == 1 and entry["speedup"] > 0 and entry["cold_s"] >= 0
+    assert "warm_s" not in entry  # only a second compile of the shape measures a warm one
+
+
+def test_estimates_prefer_this_shape_then_the_model_then_the_priors() -> None:
+    assert compilation.estimate({}, "8px x 32", CPU) == compilation.Estimate(
+        compilation.PRIOR_SPEEDUP["cpu"], compilation.PRIOR_COMPILE_S["cpu"], "priors")
+    shapes = {"8px x 32": {"speedup": 1.3, "compiles": 1, "cold_s": 20.0},
+              "16px x 64": {"speedup": 1.5, "compiles": 2, "cold_s": 25.0, "warm_s": 1.5}}
+    cold_only = compilation.estimate(shapes, "8px x 32", CPU)
+    assert (cold_only.speedup, cold_only.compile_s) == (1.3, compilation.PRIOR_WARM_S)
+    warm = compilation.estimate(shapes, "16px x 64", CPU)
+    assert (warm.speedup, warm.compile_s) == (1.5, 1.5)
+    other = compilation.estimate(shapes, "12px x 48", CPU)  # a new shape: the slowest first compile
+    assert (other.speedup, other.compile_s) == (1.4, 25.0)
+
+
+def test_pays_weighs_the_saving_against_every_shape_left_to_compile() -> None:
+    shapes = {"8px x 32": {"speedup": 2.0, "compiles": 2, "cold_s": 20.0, "warm_s": 1.0}}
+    # 1000 steps of 10 ms at 2x save 5 s; one cached shape costs 1 s
+    ok, why = compilation.pays(0.010, 1000, ["8px x 32"], shapes, CPU)
+    assert ok and "save ~5.0 s" in why and "costs ~1.0 s" in why
+    # a second phase at a new shape adds a 20 s first compile
+    ok, why = compilation.pays(0.010, 1000, ["8px x 32", "16px x 32"], shapes, CPU)
+    assert not ok and "2 shape(s) costs ~21.0 s" in why
+    # the same shape in two phases compiles once
+    assert compilation.pays(0.010, 1000, ["8px x 32", "8px x 32"], shapes, CPU)[0]
+
+
+def test_records_keep_the_first_compile_and_the_latest_warm_one(tmp_path: Path) -> None:
+    records = compilation.CompileRecords(tmp_path)
+    records.write("m", "8px x 32", compilation.Record(compile_s=20.0, speedup=1.3))
+    records.write("m", "8px x 32", compilation.Record(compile_s=1.2, speedup=1.35))
+    records.write("m", "8px x 32", compilation.Record(compile_s=0.9, speedup=1.33))
+    assert records.read() == {"m": {"8px x 32": {"speedup": 1.33, "compiles": 3, "cold_s": 20.0, "warm_s": 0.9}}}
+
+
+def test_inductor_caches_go_under_the_tianfeng_cache_unless_the_user_chose(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # what torch writes when it asks first
+    compilation.use_cache_dir(tmp_path)
+    assert Path(compilation.os.environ["TORCHINDUCTOR_CACHE_DIR"]) == (tmp_path / "inductor").resolve()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    compilation.use_cache_dir(tmp_path / "other")
+    assert compilation.os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+def test_yaml_on_and_off_read_as_the_settings(tmp_path: Path) -> None:
+    from trainers.config import load_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text("engine: {compile: on}\n")
+    assert load_config(path).engine.compile == "on"
+    path.write_text("engine: {compile: off}\n")
+    assert load_config(path).engine.compile == "off"
