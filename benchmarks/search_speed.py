@@ -1,9 +1,10 @@
 """Proxy speed: the same 12-trial search at the `lowres_half` rung run with the engine settings
 from before issue 18 (NCHW everywhere, no compile) and with today's defaults (memory format and
-compile `auto`), same seed, same trials (random sampler, no pruning: the trials cannot depend on
-the arm). Each arm is a fresh `tianfeng search` process with its own empty compile and layout
-caches (every first measurement and compile is paid inside the arm); the decoded data set is
-shared and decoded before the first arm. Prints each arm's total trial time and its ratio to the
+compile `auto`), on the same trials: the space's priors and random recipes drawn once with
+--seed, enqueued in every arm (no pruning), so no arm's trials depend on its timing or worker
+count. Each arm is a fresh process with its own empty compile and layout caches (every first
+measurement and compile is paid inside the arm); the decoded data set is shared and decoded
+before the first arm. Prints each arm's total trial time and its ratio to the
 old settings, the best trial's proxy score in each, and the same for one full-fidelity run (the
 old arm's best trial promoted) under the old settings, the defaults and compile forced on.
 `--extra-workers 2` adds an arm with the defaults and two worker processes of one thread each."""
@@ -11,6 +12,7 @@ old arm's best trial promoted) under the old settings, the defaults and compile 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +25,11 @@ import optuna
 import yaml
 from common import ROOT, data_source, print_table
 from optuna.trial import TrialState
+
+from tianfeng.logs import setup_logging
+from tianfeng.search.objective import suggest
+from tianfeng.search.runner import SearchPlan, run_search
+from tianfeng.search.space import load_space
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
 OLD_SETTINGS = {"memory_format": "contiguous", "engine": {"compile": "off"}}
@@ -51,30 +58,46 @@ def space_with(base_changes: dict, path: Path) -> Path:
     return path
 
 
-def tianfeng(args: list[str], cache: Path, cwd: Path, threads: int | None = None) -> float:
-    env = {**os.environ, "TIANFENG_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+def tianfeng(args: list[str], cache: Path, cwd: Path) -> float:
+    """Wall seconds of `python -m <args>` in a fresh process with this arm's cache."""
+    env = {**os.environ, "TIANFENG_CACHE": str(cache), "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")])}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tianfeng.cli", *args], cwd=cwd, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
-def search(tmp: Path, name: str, space: Path, cache: Path, a, workers: int = 1) -> dict:
-    data = data_source(a.data)
-    wall = tianfeng(["search", "--space", str(space), *(["--data", data] if data else []),
-                     "--study", name, "--storage", f"sqlite:///{tmp}/{name}.db", "--fidelity", a.fidelity,
-                     "--trials", str(a.trials), "--sampler", "random", "--pruner", "none", "--seed", str(a.seed),
-                     "--objective", "accuracy", "--runs-dir", str(tmp / "runs"), "--workers", str(workers)],
-                    cache, tmp)
-    trials = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp}/{name}.db").get_trials()
+def recipes(a, n: int) -> list[list]:
+    """n random recipes of the space drawn with --seed (the same for every arm)."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=a.seed))
+    space = load_space(SPACE, data=data_source(a.data))
+    return [[f"random-{i}", suggest(study.ask(), space)] for i in range(n)]
+
+
+def run_arm(spec_path: Path) -> None:
+    """In the arm's own process: the search of one arm, its trials enqueued."""
+    spec = json.loads(spec_path.read_text())
+    plan = SearchPlan(objective="accuracy", space_path=spec["space"], data=spec["data"], storage=spec["storage"],
+                      study=spec["study"], sampler="random", pruner="none", seed=spec["seed"], trials=spec["trials"],
+                      timeout_s=None, runs_root=spec["runs"], rung=spec["fidelity"],
+                      warm_start=tuple((label, params) for label, params in spec["recipes"]))
+    setup_logging()
+    run_search(plan, spec["workers"], resume=False)
+
+
+def search(tmp: Path, name: str, space: Path, cache: Path, a, trial_recipes: list, workers: int = 1) -> dict:
+    storage = f"sqlite:///{tmp}/{name}.db"
+    spec = tmp / f"{name}.json"
+    spec.write_text(json.dumps({"space": str(space), "data": data_source(a.data), "storage": storage, "study": name,
+                                "seed": a.seed, "trials": a.trials, "runs": str(tmp / "runs"), "fidelity": a.fidelity,
+                                "recipes": trial_recipes, "workers": workers}))
+    wall = tianfeng(["search_speed", "--run-arm", str(spec)], cache, tmp)
+    trials = optuna.load_study(study_name=name, storage=storage).get_trials()
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     best = max(done, key=lambda t: t.value)
     return {"wall": wall, "trial_s": sum((t.datetime_complete - t.datetime_start).total_seconds() for t in done),
-            "complete": len(done), "best": best.number, "best_value": best.value,
-            "params": [t.params for t in sorted(trials, key=lambda t: t.number)]}
+            "complete": len(done), "best_value": best.value, "best_params": best.params,
+            "params": sorted(json.dumps(t.params, sort_keys=True) for t in trials)}
 
 
 def full_run(tmp: Path, study: str, trial: int, label: str, sets: list[str], cache: Path) -> float:
@@ -82,7 +105,7 @@ def full_run(tmp: Path, study: str, trial: int, label: str, sets: list[str], cac
             "--runs-dir", str(tmp / f"full-{label}")]
     for s in sets:
         args += ["--set", s]
-    return tianfeng(args, cache, tmp)
+    return tianfeng(["tianfeng.cli", *args], cache, tmp)
 
 
 def main() -> None:
@@ -95,30 +118,39 @@ def main() -> None:
     parser.add_argument("--extra-workers", type=int, default=0,
                         help="also run the defaults with this many one-thread worker processes")
     parser.add_argument("--keep", type=Path, help="keep the studies and runs here")
+    parser.add_argument("--run-arm", type=Path, help=argparse.SUPPRESS)  # internal: one arm's process
     a = parser.parse_args()
+    if a.run_arm:
+        return run_arm(a.run_arm)
     tmp = Path(tempfile.mkdtemp(prefix="search-speed-")) if a.keep is None else a.keep
     tmp.mkdir(parents=True, exist_ok=True)
     try:
         old_space = space_with(OLD_SETTINGS, tmp / "old_settings.yaml")
         new_space = space_with({}, tmp / "defaults.yaml")
+        # the space's priors are enqueued after these: the budget runs both
+        drawn = recipes(a, max(0, a.trials - len(load_space(SPACE).priors)))
         # decode the data set into the shared cache once, outside every measurement
-        search(tmp, "warmup", new_space, arm_cache(tmp, "warmup"), argparse.Namespace(**{**vars(a), "trials": 1}))
-        arms = {"old settings": search(tmp, "old", old_space, arm_cache(tmp, "old"), a),
-                "defaults (cold caches)": search(tmp, "new", new_space, arm_cache(tmp, "new"), a),
-                "defaults (caches of the run above)": search(tmp, "new_again", new_space, arm_cache(tmp, "new"), a)}
+        search(tmp, "warmup", new_space, arm_cache(tmp, "warmup"), argparse.Namespace(**{**vars(a), "trials": 1}), [])
+        arms = {"old settings": search(tmp, "old", old_space, arm_cache(tmp, "old"), a, drawn),
+                "defaults (cold caches)": search(tmp, "new", new_space, arm_cache(tmp, "new"), a, drawn),
+                "defaults (caches of the run above)": search(tmp, "new_again", new_space, arm_cache(tmp, "new"), a,
+                                                             drawn)}
         if a.extra_workers:
             arms[f"defaults, {a.extra_workers} workers"] = search(tmp, "workers", new_space, arm_cache(tmp, "workers"),
-                                                                  a, workers=a.extra_workers)
+                                                                  a, drawn, workers=a.extra_workers)
         base = arms["old settings"]
         same = all(r["params"] == base["params"] for r in arms.values())
         rows = [(name, f"{r['complete']}", f"{r['trial_s']:.1f} s", f"{r['wall']:.1f} s",
                  f"{base['trial_s'] / r['trial_s']:.2f}x", f"{base['wall'] / r['wall']:.2f}x",
-                 f"#{r['best']} {r['best_value']:.2f}") for name, r in arms.items()]
-        print_table(f"{a.trials}-trial search at {a.fidelity} on {a.data} (random sampler seed {a.seed}, no pruning; "
-                    f"same trials in every arm: {same})", rows,
-                    headers=("arm", "complete", "trial time", "wall", "speed (trials)", "speed (wall)", "best trial"))
+                 f"{r['best_value']:.2f}", "same" if r["best_params"] == base["best_params"] else "other")
+                for name, r in arms.items()]
+        print_table(f"{a.trials}-trial search at {a.fidelity} on {a.data} (priors + random recipes of seed {a.seed}, "
+                    f"enqueued; no pruning; same trials in every arm: {same})", rows,
+                    headers=("arm", "complete", "trial time", "wall", "speed (trials)", "speed (wall)", "best score",
+                             "best trial"))
         if not a.no_full:
-            best = base["best"]
+            old = optuna.load_study(study_name="old", storage=f"sqlite:///{tmp}/old.db")
+            best = max((t for t in old.get_trials() if t.state == TrialState.COMPLETE), key=lambda t: t.value).number
             full = {"old settings": full_run(tmp, "old", best, "old", ["memory_format=contiguous", "engine.compile=off"],
                                              arm_cache(tmp, "full-old")),
                     # the study's space carries the old settings in its base: set the defaults back

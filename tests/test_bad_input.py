@@ -122,7 +122,7 @@ CASES = [
                                                "sqlite:////proc/tianfeng.db"], 1, "tianfeng: error:"),
     ("search-zero-trials", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--trials", "0"], 2, "--trials: must be >= 1"),
     ("search-zero-workers", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--workers", "0"], 2,
-     "--workers: must be >= 1"),
+     "--workers: must be auto or a number >= 1"),
     ("search-bad-timeout", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--timeout", "10x"], 2,
      "--timeout: must look like"),
     ("search-bad-fidelity", FILES_SPACE, ["search", "--space", "{tmp}/space.yaml", "--fidelity", "nope"], 2,

@@ -26,7 +26,7 @@ from trainers.config import ConfigError
 
 def search(space: str | Path, *, data: str | None = None, study: str | None = None,
            storage: str = DEFAULT_STORAGE, sampler: str = "tpe", pruner: str = "asha", trials: int = 30,
-           timeout_s: float | None = None, workers: int = 1, fidelity: str | None = None,
+           timeout_s: float | None = None, workers: int | str = "auto", fidelity: str | None = None,
            objective: str | None = None, target: float | None = None, gpus: int | None = None,
            gpus_per_node: int | None = None, resume: bool = False, seed: int = 0,
            runs_dir: str | Path = "runs", verbose: bool = False, failure_limit: int = 3,

@@ -26,8 +26,9 @@ def run_search_command(args) -> int:
     # flags first: they need nothing loaded, so a typo fails at once
     if args.trials < 1:
         raise ConfigError("--trials", "", f"must be >= 1, got {args.trials}")
-    if args.workers < 1:
-        raise ConfigError("--workers", "", f"must be >= 1, got {args.workers}")
+    from tianfeng.search.workers import parse_workers
+
+    args.workers = parse_workers(args.workers)
     if args.failure_limit < 1:
         raise ConfigError("--failure-limit", "", f"must be >= 1, got {args.failure_limit}")
     for flag, value in (("--heartbeat-s", args.heartbeat_s), ("--grace-s", args.grace_s)):
@@ -37,7 +38,7 @@ def run_search_command(args) -> int:
         raise ConfigError("--grace-s", "", f"must be longer than the heartbeat interval ({args.heartbeat_s} s), "
                           f"got {args.grace_s}")
     timeout_s = parse_duration(args.timeout)
-    if args.backend == "ray" and args.workers != 1:
+    if args.backend == "ray" and args.workers != "auto":
         raise ConfigError("--workers", "", "is for the optuna backend; with --backend ray, Ray runs as many "
                           "trials at once as --cpus-per-trial and --gpus-per-trial allow")
     if args.backend == "optuna" and any(v is not None for v in (args.address, args.cpus_per_trial, args.gpus_per_trial)):
@@ -85,7 +86,10 @@ def add_search_arguments(parser) -> None:
     parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha")
     parser.add_argument("--trials", type=int, default=30, help="the study's trial budget, counting trials already done (default 30)")
     parser.add_argument("--timeout", default=None, help="stop starting trials after this long: 90s, 10m, 1h")
-    parser.add_argument("--workers", type=int, default=1, help="local worker processes sharing the study")
+    parser.add_argument("--workers", default="auto",
+                        help="local worker processes sharing the study; auto (default): one per GPU, or without "
+                             "GPUs one per CPU core (up to 8) with the cores shared out; 1 runs the trials one at "
+                             "a time, in a reproducible order")
     parser.add_argument("--backend", choices=("optuna", "ray"), default="optuna",
                         help="optuna: local worker processes (default); ray: Ray Tune places the trials "
                              "(local or a cluster) and prunes with its own ASHA; both record in the study")

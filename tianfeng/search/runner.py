@@ -6,6 +6,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import warnings
@@ -348,14 +349,18 @@ def log_objective(space: SearchSpace) -> None:
     log.info("objective %s: %s; full runs predicted on %s", o.mode, said, space.cluster.describe())
 
 
-def run_search(plan: SearchPlan, workers: int, *, resume: bool) -> optuna.Study:
+def run_search(plan: SearchPlan, workers: int | str, *, resume: bool) -> optuna.Study:
+    """Run the plan's study with `workers` local processes (a count, or auto: see search/workers.py)."""
+    from tianfeng.search.workers import resolve_workers
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = plan_space(plan)
     study = open_study(plan, space, resume=resume)
     log_objective(space)
     done = finished_count(study)
-    log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s)",
-             plan.study, done, budget_text(plan), plan.sampler, plan.pruner, plan.rung, workers)
+    workers, why = resolve_workers(workers, plan.trials - done)
+    log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s) (%s)",
+             plan.study, done, budget_text(plan), plan.sampler, plan.pruner, plan.rung, workers, why)
     total = plan.trials if plan.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
     stream = new_stream() if resume else 0
     with StudyProgress(total, space.objective.metric) as progress:
@@ -391,10 +396,20 @@ def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress
         _interrupt(procs)
         requeue_interrupted(plan.storage, plan.study, dead_workers={_worker_id(p.pid) for p in procs})
         raise
-    failed = [p.name for p in procs if p.exitcode not in (0, None)]
+    failed = [f"{p.name} ({exit_text(p.exitcode)})" for p in procs if p.exitcode not in (0, None)]
     if failed:
         log.warning("worker(s) %s exited abnormally; their running trials will be retried on --resume",
                     ", ".join(failed))
+
+
+def exit_text(code: int) -> str:
+    """A process's exit code as words: a negative one is the signal that killed it."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def worker_gpus(workers: int, visible: str | None = None, count: int | None = None) -> list[str | None]:
