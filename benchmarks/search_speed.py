@@ -1,13 +1,13 @@
-"""Proxy speed: the same 12-trial search at the `lowres_half` rung run with the engine settings
-from before issue 18 (NCHW everywhere, no compile) and with today's defaults (memory format and
-compile `auto`), on the same trials: the space's priors and random recipes drawn once with
---seed, enqueued in every arm (no pruning), so no arm's trials depend on its timing or worker
-count. Each arm is a fresh process with its own empty compile and layout caches (every first
-measurement and compile is paid inside the arm); the decoded data set is shared and decoded
-before the first arm. Prints each arm's total trial time and its ratio to the
-old settings, the best trial's proxy score in each, and the same for one full-fidelity run (the
-old arm's best trial promoted) under the old settings, the defaults and compile forced on.
-`--extra-workers 2` adds an arm with the defaults and two worker processes of one thread each."""
+"""Proxy speed: the same 12-trial search at the `lowres_half` rung with the settings from
+before issue 18 (NCHW everywhere, no compile, one worker) and with today's defaults (memory
+format and compile `auto`, `--workers auto`), on the same trials: the space's priors and random
+recipes drawn once with --seed, enqueued in every arm (no pruning), so no arm's trials depend on
+its timing or worker count. Each arm is a fresh process with its own empty compile and layout
+caches (every first measurement and compile is paid inside the arm); the data set is decoded
+once, before the first arm, into a cache they share. Prints each arm's total trial time and wall
+time against the old settings and its best proxy score; the last arm keeps one worker to show
+the engine's share alone. Then one full-fidelity run (the old arm's best trial promoted) under
+the old settings, the defaults and compile forced on."""
 
 from __future__ import annotations
 
@@ -85,7 +85,8 @@ def run_arm(spec_path: Path) -> None:
     run_search(plan, spec["workers"], resume=False)
 
 
-def search(tmp: Path, name: str, space: Path, cache: Path, a, trial_recipes: list, workers: int = 1) -> dict:
+def search(tmp: Path, name: str, space: Path, cache: Path, a, trial_recipes: list,
+           workers: int | str = "auto") -> dict:
     storage = f"sqlite:///{tmp}/{name}.db"
     spec = tmp / f"{name}.json"
     spec.write_text(json.dumps({"space": str(space), "data": data_source(a.data), "storage": storage, "study": name,
@@ -115,8 +116,6 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-full", action="store_true", help="skip the full-fidelity runs")
-    parser.add_argument("--extra-workers", type=int, default=0,
-                        help="also run the defaults with this many one-thread worker processes")
     parser.add_argument("--keep", type=Path, help="keep the studies and runs here")
     parser.add_argument("--run-arm", type=Path, help=argparse.SUPPRESS)  # internal: one arm's process
     a = parser.parse_args()
@@ -131,14 +130,12 @@ def main() -> None:
         drawn = recipes(a, max(0, a.trials - len(load_space(SPACE).priors)))
         # decode the data set into the shared cache once, outside every measurement
         search(tmp, "warmup", new_space, arm_cache(tmp, "warmup"), argparse.Namespace(**{**vars(a), "trials": 1}), [])
-        arms = {"old settings": search(tmp, "old", old_space, arm_cache(tmp, "old"), a, drawn),
+        arms = {"old settings (--workers 1)": search(tmp, "old", old_space, arm_cache(tmp, "old"), a, drawn, 1),
                 "defaults (cold caches)": search(tmp, "new", new_space, arm_cache(tmp, "new"), a, drawn),
                 "defaults (caches of the run above)": search(tmp, "new_again", new_space, arm_cache(tmp, "new"), a,
-                                                             drawn)}
-        if a.extra_workers:
-            arms[f"defaults, {a.extra_workers} workers"] = search(tmp, "workers", new_space, arm_cache(tmp, "workers"),
-                                                                  a, drawn, workers=a.extra_workers)
-        base = arms["old settings"]
+                                                             drawn),
+                "defaults but --workers 1": search(tmp, "one", new_space, arm_cache(tmp, "one"), a, drawn, 1)}
+        base = arms["old settings (--workers 1)"]
         same = all(r["params"] == base["params"] for r in arms.values())
         rows = [(name, f"{r['complete']}", f"{r['trial_s']:.1f} s", f"{r['wall']:.1f} s",
                  f"{base['trial_s'] / r['trial_s']:.2f}x", f"{base['wall'] / r['wall']:.2f}x",
