@@ -25,11 +25,11 @@ from trainers.optim import build_optimizer
 
 
 def make_config(tmp: str, steps_epochs: int, batch: int, resolution: int, width: int, layout: str,
-                compile_setting: str, noise_scale_every: int = 8) -> RunConfig:
+                compile_setting: str, noise_scale_every: int = 8, steps: int = 96) -> RunConfig:
     raw = config_to_dict(RunConfig())
     raw.update(run_dir=tmp, device="cpu", memory_format=layout, noise_scale_every=noise_scale_every)
     raw["engine"]["compile"] = compile_setting
-    raw["data"].update(source="synthetic", synthetic_images=batch * 24, augment="none", flip=False)
+    raw["data"].update(source="synthetic", synthetic_images=batch * steps, augment="none", flip=False)
     raw["model"].update(width=width, depth=1, stages=3)
     raw["precision"]["mode"] = "fp32"
     raw["checkpoint"].update(every_epochs=0, resume=False)
@@ -81,11 +81,14 @@ def engine_layout(batch: int, resolution: int, width: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=96, help="steps per epoch (3 epochs, the first not counted)")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--resolution", type=int, default=16)
     parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--memory-format", choices=("auto", "channels_last", "contiguous"), default="auto")
+    parser.add_argument("--noise-scale-every", type=int, default=RunConfig().noise_scale_every,
+                        help="the engine's noise-scale step interval (default: the run config's)")
     parser.add_argument("--compile", choices=("on", "off"), default="off",
                         help="torch.compile in both loops (compiled once, before the timed epochs)")
     args = parser.parse_args()
@@ -95,10 +98,11 @@ def main() -> None:
     layout = engine_layout(args.batch, args.resolution, args.width) if args.memory_format == "auto" else args.memory_format
     with tempfile.TemporaryDirectory() as tmp:
         shape = (args.batch, args.resolution, args.width, layout, args.compile)
-        cfg = make_config(tmp, 3, *shape)
-        quiet = make_config(tmp, 3, *shape, noise_scale_every=0)
+        cfg = make_config(tmp, 3, *shape, noise_scale_every=args.noise_scale_every, steps=args.steps)
+        quiet = make_config(tmp, 3, *shape, noise_scale_every=0, steps=args.steps)
         rates = interleaved({"bare PyTorch loop": lambda: bare_samples_per_s(cfg),
-                             "tianfeng engine": lambda: engine_samples_per_s(cfg),
+                             f"tianfeng engine (noise scale every {args.noise_scale_every} steps)":
+                                 lambda: engine_samples_per_s(cfg),
                              "tianfeng engine, no noise-scale steps": lambda: engine_samples_per_s(quiet)},
                             args.repeats)
     base = rates["bare PyTorch loop"]
