@@ -117,8 +117,8 @@ def _compile_policy(cfg: RunConfig, train_model: nn.Module, device: torch.device
         torch.distributed.broadcast_object_list(shared, src=0)
         return bool(shared[0])
 
-    if ctx.enabled and ctx.is_main and cfg.engine.compile != "off" and "cudagraphs" not in cfg.engine.compile_mode \
-            and cfg.engine.compile_mode in ("reduce-overhead", "max-autotune") and device.type == "cuda":
+    cuda_graphs = cfg.engine.compile_mode in ("reduce-overhead", "max-autotune")
+    if ctx.enabled and ctx.is_main and cfg.engine.compile != "off" and cuda_graphs and device.type == "cuda":
         log.warning("compile_mode %s records CUDA graphs, which DDP's bucketed all-reduce was not tested with "
                     "here (no GPU); use compile_mode default if the run fails", cfg.engine.compile_mode)
     compilation.use_cache_dir(_cache_dir(cfg))
