@@ -18,6 +18,7 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from tianfeng.search.locked_storage import rdb_storage
 from tianfeng.search.objective import ProxyObjective
 from tianfeng.search.peer_pruning import PeerPruner
 from tianfeng.search.progress import StudyProgress
@@ -43,8 +44,8 @@ def open_storage(url: str, heartbeat_s: int | None = 10, grace_s: int = 60) -> R
     engine_kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if heartbeat_s is None:
-        return RDBStorage(url, engine_kwargs=engine_kwargs)
-    return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
+        return rdb_storage(url, engine_kwargs=engine_kwargs)
+    return rdb_storage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
                       grace_period=grace_s,
                       heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
                           max_retry=2, inherit_intermediate_values=True))
