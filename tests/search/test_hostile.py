@@ -172,8 +172,9 @@ def test_a_search_whose_trials_all_fail_stops_after_three_and_resumes(tmp_path: 
     tiny_space["priors"] = []
     space_file = write_space(tmp_path, tiny_space)
     db = f"sqlite:///{tmp_path / 'study.db'}"
+    # one worker: with more, each stops after its own run of failures (the budget's N-1 overshoot)
     common = ["--space", str(space_file), "--storage", db, "--study", "f", "--trials", "1000",
-              "--runs-dir", str(tmp_path / "runs")]
+              "--runs-dir", str(tmp_path / "runs"), "--workers", "1"]
     started = time.monotonic()
     out = subprocess.run(_cli(*common), capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert time.monotonic() - started < 60
@@ -194,7 +195,7 @@ def test_failed_trials_count_towards_the_budget(tmp_path: Path, tiny_space: dict
     space_file = write_space(tmp_path, tiny_space)
     db = f"sqlite:///{tmp_path / 'study.db'}"
     main(["search", "--space", str(space_file), "--storage", db, "--study", "b", "--trials", "4", "--sampler",
-          "random", "--seed", "3", "--runs-dir", str(tmp_path / "runs")])
+          "random", "--seed", "3", "--runs-dir", str(tmp_path / "runs"), "--workers", "1"])
     trials = optuna.load_study(study_name="b", storage=db).get_trials()
     assert len(trials) == 4
     assert any(t.state == TrialState.FAIL for t in trials) and any(t.state != TrialState.FAIL for t in trials)

@@ -118,7 +118,7 @@ def test_killed_worker_loses_no_trial_and_the_stale_trial_is_retried(tmp_path: P
     db = f"sqlite:///{tmp_path / 'study.db'}"
     common = ["--space", str(space_file), "--storage", db, "--study", "k", "--sampler", "random",
               "--pruner", "none", "--trials", "4", "--runs-dir", str(tmp_path / "runs"),
-              "--heartbeat-s", "1", "--grace-s", "3"]
+              "--heartbeat-s", "1", "--grace-s", "3", "--workers", "1"]  # the search process is the worker
     proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(),
                             cwd=tmp_path)
     deadline = time.time() + 180
@@ -173,7 +173,7 @@ def test_ctrl_c_saves_everything_and_resume_continues_the_cut_trial(tmp_path: Pa
     space_file = write_space(tmp_path, tiny_space)
     db = f"sqlite:///{tmp_path / 'study.db'}"
     common = ["--space", str(space_file), "--storage", db, "--study", "c", "--sampler", "random",
-              "--pruner", "none", "--trials", "3", "--runs-dir", str(tmp_path / "runs")]
+              "--pruner", "none", "--trials", "3", "--runs-dir", str(tmp_path / "runs"), "--workers", "1"]
     proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(),
                             cwd=tmp_path)
     deadline, sent = time.time() + 180, False
