@@ -1,5 +1,6 @@
 """Local workers on one SQLite study never take the same enqueued trial (SQLite has no row locks,
-so without the lock two processes could both move one WAITING trial to RUNNING)."""
+so without the lock two processes could both move one WAITING trial to RUNNING), and together
+start exactly the trial budget."""
 
 from __future__ import annotations
 
@@ -48,3 +49,41 @@ def test_every_enqueued_trial_is_taken_by_exactly_one_worker(tmp_path: Path) -> 
         assert p.exitcode == 0
     taken = [x for out in outs for x in json.loads(out.read_text())]
     assert sorted(taken) == list(range(ENQUEUED))  # each once: none twice, none lost
+
+
+BUDGET = 10
+
+
+def _run_until_budget(url: str, start: multiprocessing.Event) -> None:
+    from tianfeng.search.locked_storage import BudgetReached
+    from tianfeng.search.runner import counted
+
+    storage = open_storage(url, heartbeat_s=None)
+    storage.limit("budget", lambda trials: len(counted(trials)) >= BUDGET)
+    study = optuna.load_study(study_name="budget", storage=storage)
+    start.wait()
+    try:
+        while True:  # every worker asks as fast as it can: the budget is all that stops them
+            trial = study.ask()
+            study.tell(trial, 0.0)
+    except BudgetReached:
+        return
+
+
+def test_workers_on_one_sqlite_study_start_exactly_the_budget(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'budget.db'}"
+    study = optuna.create_study(study_name="budget", storage=open_storage(url, heartbeat_s=None))
+    for x in range(3):  # enqueued trials count like fresh ones
+        study.enqueue_trial({"x": x})
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    procs = [ctx.Process(target=_run_until_budget, args=(url, start)) for _ in range(WORKERS)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    trials = study.get_trials()
+    assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == BUDGET
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.WAITING]

@@ -18,7 +18,7 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from tianfeng.search.locked_storage import rdb_storage
+from tianfeng.search.locked_storage import BudgetReached, LockedSQLiteStorage, rdb_storage
 from tianfeng.search.objective import ProxyObjective
 from tianfeng.search.peer_pruning import PeerPruner
 from tianfeng.search.progress import StudyProgress
@@ -197,10 +197,11 @@ def failed(trial: optuna.trial.FrozenTrial) -> bool:
     return trial.state == TrialState.FAIL and trial.user_attrs.get("status") == "failed"
 
 
-def counted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """The trials the budget counts: finished, running, and failed with an error."""
-    return [t for t in study.get_trials(deepcopy=False)
-            if t.state in (*FINISHED, TrialState.RUNNING) or failed(t)]
+def counted(trials: optuna.Study | list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The trials (of a study) the budget counts: finished, running, and failed with an error."""
+    if isinstance(trials, optuna.Study):
+        trials = trials.get_trials(deepcopy=False)
+    return [t for t in trials if t.state in (*FINISHED, TrialState.RUNNING) or failed(t)]
 
 
 def repeated_failure(study: optuna.Study, limit: int = FAILURE_LIMIT) -> str | None:
@@ -243,7 +244,10 @@ class Budget:
         self.trials, self.epochs, self.trial_epochs = trials, epochs, trial_epochs
 
     def exhausted(self, study: optuna.Study) -> bool:
-        trials = counted(study)
+        return self.exhausted_by(study.get_trials(deepcopy=False))
+
+    def exhausted_by(self, all_trials: list[optuna.trial.FrozenTrial]) -> bool:
+        trials = counted(all_trials)
         if len(trials) >= self.trials:
             return True
         if self.epochs is None:
@@ -310,12 +314,15 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
     if budget.exhausted(study):
         return
+    if isinstance(storage, LockedSQLiteStorage):  # the count checked as each trial starts
+        storage.limit(plan.study, budget.exhausted_by)
     peers = PeerPruner() if space.objective.mode != "accuracy" and plan.pruner != "none" else None
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, peers=peers)
     callbacks = [budget, StopOnRepeatedFailure(plan.failure_limit), TrialLogger(space.objective.metric)] + (
         [progress.update] if progress else [])
     # any error fails the trial, not the search; repeated_failure stops a search that cannot work
-    study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(Exception,))
+    with contextlib.suppress(BudgetReached):
+        study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(Exception,))
 
 
 def sampler_seed(plan: SearchPlan, worker: int, stream: int) -> int:
