@@ -79,6 +79,9 @@ def test_estimates_prefer_this_shape_then_the_model_then_the_priors() -> None:
     assert (warm.speedup, warm.compile_s) == (1.5, 1.5)
     other = compilation.estimate(shapes, "12px x 48", CPU)  # a new shape: the slowest first compile
     assert (other.speedup, other.compile_s) == (1.4, 25.0)
+    # a compile that found its graph already in the process (~0 s) does not promise a free one
+    same_process = {"8px x 32": {"speedup": 1.3, "compiles": 2, "cold_s": 20.0, "warm_s": 0.01}}
+    assert compilation.estimate(same_process, "8px x 32", CPU).compile_s == compilation.MIN_WARM_S
 
 
 def test_pays_weighs_the_saving_against_every_shape_left_to_compile() -> None:

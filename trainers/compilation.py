@@ -1,14 +1,15 @@
 """torch.compile of the training model, on when it pays.
 
 A compiled step is faster (measured on this CPU: 1.2-1.4x for resnet_small, more on GPUs where it
-fuses BatchNorm and activations), but the first compile of a shape costs 8-26 s here, longer
+fuses BatchNorm and activations), but the first compile of a shape costs 11-26 s here, longer
 than a whole low-resolution proxy trial. So `auto` trains the first steps eagerly, times them,
 and compiles only when the steps left would save more than the compile is expected to cost:
 
     saving = steps left x eager step x (1 - 1 / speedup)  >  MARGIN x compile seconds x shapes left
 
 `speedup` and `compile seconds` come from earlier compiled runs on this machine (kept in
-$TIANFENG_CACHE/compile.json per device, model, precision, layout, threads and torch version),
+$TIANFENG_CACHE/compile.json per device, model, precision, layout, world size, threads, torch
+version and shape),
 or from the priors below until there are some. Inductor's own caches go to
 $TIANFENG_CACHE/inductor, so a later run or process with the same shapes loads the compiled
 kernels instead of building them (here: 1-2 s instead of 20).
@@ -37,6 +38,9 @@ PRIOR_SPEEDUP = {"cpu": 1.2, "cuda": 1.3}
 PRIOR_COMPILE_S = {"cpu": 30.0, "cuda": 60.0}  # a first compile, caches empty
 # a shape compiled before, its kernels in inductor's cache: measured here 0.3-2 s against 20
 PRIOR_WARM_S = 3.0
+# at least this, whatever was recorded: a run that compiled a shape its process had compiled
+# already (trials in one search worker) records ~0 s, which a new process does not get
+MIN_WARM_S = 1.0
 
 
 def use_cache_dir(cache_dir: Path) -> None:
@@ -117,7 +121,7 @@ def estimate(shapes: dict[str, dict], shape: str, device: torch.device) -> Estim
     the priors."""
     if shape in shapes:
         r = shapes[shape]
-        warm = r.get("warm_s", min(r["cold_s"], PRIOR_WARM_S))
+        warm = max(MIN_WARM_S, r.get("warm_s", min(r["cold_s"], PRIOR_WARM_S)))
         return Estimate(r["speedup"], warm, "measured at this shape before, its kernels cached")
     if shapes:
         return Estimate(statistics.median(r["speedup"] for r in shapes.values()),
