@@ -33,7 +33,8 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
            heartbeat_s: int = 10, grace_s: int = 60, backend: str = "optuna", ray_address: str | None = None,
            cpus_per_trial: float = 1.0, gpus_per_trial: float | None = None, mlflow: str | None = None) -> optuna.Study:
     """Search `space` (a file, or a shipped space's bare name) with proxy runs; the study is kept
-    in `storage` and returned. `mlflow` (a tracking URI, e.g. sqlite:///mlflow.db) logs every
+    in `storage` and returned. `workers`: "auto" (one per GPU, or per CPU core) or a count of
+    local worker processes. `mlflow` (a tracking URI, e.g. sqlite:///mlflow.db) logs every
     trial as an MLflow run in an experiment named after the study. As `tianfeng search`."""
     from tianfeng.search.runner import SearchPlan, run_search, with_objective
     from tianfeng.search.space import load_space
