@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,17 +97,28 @@ def search(tmp: Path, name: str, space: Path, cache: Path, a, trial_recipes: lis
     trials = optuna.load_study(study_name=name, storage=storage).get_trials()
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     best = max(done, key=lambda t: t.value)
-    return {"wall": wall, "trial_s": sum((t.datetime_complete - t.datetime_start).total_seconds() for t in done),
+    waits = data_waits(tmp / "runs" / name)
+    return {"wall": wall, "wait_median": statistics.median(waits), "wait_max": max(waits), "trial_s": sum((t.datetime_complete - t.datetime_start).total_seconds() for t in done),
             "complete": len(done), "best_value": best.value, "best_params": best.params,
             "params": sorted(json.dumps(t.params, sort_keys=True) for t in trials)}
 
 
-def full_run(tmp: Path, study: str, trial: int, label: str, sets: list[str], cache: Path) -> float:
-    args = ["promote", str(trial), "--study", study, "--storage", f"sqlite:///{tmp}/{study}.db",
-            "--runs-dir", str(tmp / f"full-{label}")]
+def data_waits(study_runs: Path) -> list[float]:
+    """Every trial epoch's data-wait share (the engine's metrics.jsonl)."""
+    return [json.loads(line)["data_wait_fraction"] for path in sorted(study_runs.glob("trial-*/metrics.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+def full_run(tmp: Path, study: str, trial: int, label: str, sets: list[str], cache: Path) -> tuple[float, list[float]]:
+    """Wall seconds of `tianfeng promote` and its epochs' data-wait shares."""
+    runs = tmp / f"full-{label}"
+    args = ["promote", str(trial), "--study", study, "--storage", f"sqlite:///{tmp}/{study}.db", "--runs-dir", str(runs)]
     for s in sets:
         args += ["--set", s]
-    return tianfeng(["tianfeng.cli", *args], cache, tmp)
+    wall = tianfeng(["tianfeng.cli", *args], cache, tmp)
+    waits = [json.loads(line)["data_wait_fraction"] for path in runs.rglob("metrics.jsonl")
+             for line in path.read_text().splitlines() if line.strip()]
+    return wall, waits
 
 
 def main() -> None:
@@ -139,12 +151,13 @@ def main() -> None:
         same = all(r["params"] == base["params"] for r in arms.values())
         rows = [(name, f"{r['complete']}", f"{r['trial_s']:.1f} s", f"{r['wall']:.1f} s",
                  f"{base['trial_s'] / r['trial_s']:.2f}x", f"{base['wall'] / r['wall']:.2f}x",
-                 f"{r['best_value']:.2f}", "same" if r["best_params"] == base["best_params"] else "other")
+                 f"{r['best_value']:.2f}", "same" if r["best_params"] == base["best_params"] else "other",
+                 f"{100 * r['wait_median']:.1f}% / {100 * r['wait_max']:.1f}%")
                 for name, r in arms.items()]
         print_table(f"{a.trials}-trial search at {a.fidelity} on {a.data} (priors + random recipes of seed {a.seed}, "
                     f"enqueued; no pruning; same trials in every arm: {same})", rows,
                     headers=("arm", "complete", "trial time", "wall", "speed (trials)", "speed (wall)", "best score",
-                             "best trial"))
+                             "best trial", "data wait (median / max epoch)"))
         if not a.no_full:
             old = optuna.load_study(study_name="old", storage=f"sqlite:///{tmp}/old.db")
             best = max((t for t in old.get_trials() if t.state == TrialState.COMPLETE), key=lambda t: t.value).number
@@ -155,8 +168,9 @@ def main() -> None:
                                          arm_cache(tmp, "full-new")),
                     "compile on": full_run(tmp, "old", best, "on", ["engine.compile=on"], arm_cache(tmp, "full-on"))}
             print_table(f"one full-fidelity run: trial #{best} promoted (wall time of `tianfeng promote`)",
-                        [(name, f"{s:.1f} s", f"{full['old settings'] / s:.2f}x") for name, s in full.items()],
-                        headers=("settings", "wall", "speed"))
+                        [(name, f"{s:.1f} s", f"{full['old settings'][0] / s:.2f}x",
+                          f"{100 * statistics.median(w):.1f}% / {100 * max(w):.1f}%") for name, (s, w) in full.items()],
+                        headers=("settings", "wall", "speed", "data wait (median / max epoch)"))
     finally:
         if a.keep is None:
             shutil.rmtree(tmp, ignore_errors=True)
