@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 from trainers.config import DataConfig
+from trainers.data import loaders
 from trainers.data.augment import AugmentSpec, augment, batch_generator, sample_theta
 from trainers.data.cache import decoded_split
 from trainers.data.loaders import build_pipeline
@@ -167,6 +168,20 @@ def test_sharded_batches_equal_the_single_process_batch(small_imagefolder: Path)
     for step, (x, y) in enumerate(single):
         torch.testing.assert_close(torch.cat([shards[0][step][0], shards[1][step][0]]), x)
         assert torch.equal(torch.cat([shards[0][step][1], shards[1][step][1]]), y)
+
+
+def test_chunked_batches_equal_one_batch_at_a_time(small_imagefolder: Path, monkeypatch) -> None:
+    """Small batches are gathered and augmented several at a time; each step's batch must be
+    exactly the one a batch-at-a-time pipeline gives, a partial last chunk included."""
+    batch_bytes = 50 * 16 * 16 * 3 * 4
+    assert loaders.chunk_steps(50, 16, 3) >= 4  # the default takes the whole epoch at once
+    monkeypatch.setattr(loaders, "CHUNK_BYTES", 3 * batch_bytes)  # chunks of 3 steps, then 1
+    chunked, pipe = _batches("cache", small_imagefolder)
+    monkeypatch.setattr(loaders, "CHUNK_BYTES", 0)
+    single = list(pipe.train_batches(epoch=1, resolution=16, global_batch=50, start_step=0))
+    assert len(chunked) == len(single) == 4
+    for (xa, ya), (xb, yb) in zip(chunked, single, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
 
 
 def test_resumed_epoch_starts_at_the_saved_step(small_imagefolder: Path) -> None:

@@ -368,12 +368,11 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
             while True:
                 wait_from = time.perf_counter()
                 batch = next(batches, None)
+                if batch is not None:  # the batch in the run's layout is part of the data path
+                    x, y = batch[0].contiguous(memory_format=memory_format.FORMATS[layout]), batch[1]
                 wait_s += time.perf_counter() - wait_from
                 if batch is None:
                     break
-                x, y = batch
-                if layout == "channels_last":
-                    x = x.contiguous(memory_format=torch.channels_last)
 
                 # LR from progress in epochs, continuous across phases; scaled for the batch size
                 lr = learning_rate(plan.progress(pos.epoch, pos.step), phase.batch_size, cfg)

@@ -134,9 +134,19 @@ def on_side_stream(batches: Iterator[Batch], device: torch.device) -> Iterator[B
         yield x, y
 
 
+# Batches gathered and augmented together, up to this many bytes of float pixels: each op then
+# runs once for several small batches (its fixed cost once), and the results are the same.
+CHUNK_BYTES = 8 << 20
+
+
+def chunk_steps(batch: int, resolution: int, channels: int) -> int:
+    """How many steps' batches of `batch` images one chunk holds."""
+    return max(1, CHUNK_BYTES // (batch * resolution * resolution * channels * 4))
+
+
 class CachePipeline(_Base):
-    """Batches gathered from the pre-decoded memmap; on a GPU the gather and augmentation run
-    ahead in a background thread."""
+    """Batches gathered from the pre-decoded memmap, several small ones at a time (CHUNK_BYTES);
+    on a GPU the gather and augmentation run ahead in a background thread."""
 
     def prepare(self, resolutions: list[int]) -> None:
         """Decode every split the run will need up front, so no epoch pays for it."""
@@ -166,13 +176,19 @@ class CachePipeline(_Base):
         order = epoch_order(self.train_indices, self.seed, epoch)
         mine = rank_slice(global_batch, self.rank, self.world)
 
+        per_chunk = chunk_steps(global_batch // self.world, resolution, self.source.channels)
+
         def produce() -> Iterator[Batch]:
-            for step in range(start_step, self._steps(global_batch)):
-                idx = order[step * global_batch:(step + 1) * global_batch][mine]
-                images = torch.from_numpy(split.images[idx])
-                labels = torch.from_numpy(split.labels[idx])
-                yield self._finish(images, labels, self._theta(epoch, step, global_batch, resolution),
-                                   resolution)
+            steps = range(start_step, self._steps(global_batch))
+            for first in range(steps.start, steps.stop, per_chunk):
+                chunk = range(first, min(first + per_chunk, steps.stop))
+                picks = [order[s * global_batch:(s + 1) * global_batch][mine] for s in chunk]
+                idx = np.concatenate(picks)
+                thetas = [self._theta(epoch, s, global_batch, resolution) for s in chunk]
+                x, y = self._finish(torch.from_numpy(split.images[idx]), torch.from_numpy(split.labels[idx]),
+                                    None if thetas[0] is None else torch.cat(thetas), resolution)
+                sizes = [len(p) for p in picks]
+                yield from zip(x.split(sizes), y.split(sizes), strict=True)
 
         return self._ahead(produce())
 
