@@ -11,7 +11,15 @@ from PIL import Image
 
 from trainers.config import DataConfig
 from trainers.data import loaders
-from trainers.data.augment import AugmentSpec, augment, batch_generator, sample_theta
+from trainers.data.augment import (
+    AugmentSpec,
+    augment,
+    batch_generator,
+    normalise_and_augment,
+    sample_theta,
+    to_normalised,
+    whole_pixel,
+)
 from trainers.data.cache import decoded_split
 from trainers.data.loaders import build_pipeline
 from trainers.data.order import epoch_order, prefetch, rank_slice
@@ -125,6 +133,35 @@ def test_pad_crop_is_an_exact_pixel_shift() -> None:
         torch.testing.assert_close(out[i], shifted)
 
 
+@pytest.mark.parametrize("resolution", [8, 16, 32])
+def test_pad_crop_gather_into_channels_last_equals_grid_sample(resolution: int) -> None:
+    torch.manual_seed(resolution)
+    images = torch.randint(0, 256, (64, resolution, resolution, 3), dtype=torch.uint8)
+    mean, std = torch.tensor([120.0, 110.0, 100.0]), torch.tensor([60.0, 55.0, 50.0])
+    theta = sample_theta(AugmentSpec("pad_crop", flip=True), 64, resolution, batch_generator(1, 0, resolution))
+    assert whole_pixel(theta, resolution)
+    assert (theta[:, 0, 0] < 0).any() and (theta[:, 0, 0] > 0).any() and (theta[:, :, 2] != 0).any()
+    gathered = normalise_and_augment(images, mean, std, theta, resolution, torch.channels_last)
+    resampled = augment(to_normalised(images, mean, std), theta, resolution)  # grid_sample, NCHW
+    assert gathered.is_contiguous(memory_format=torch.channels_last) and resampled.is_contiguous()
+    torch.testing.assert_close(gathered, resampled, rtol=0, atol=1e-5)
+    assert (gathered == 0).any()  # some pixels shifted in from outside: the mean colour
+    torch.testing.assert_close(normalise_and_augment(images, mean, std, theta, resolution, torch.contiguous_format),
+                               resampled, rtol=0, atol=0)
+
+
+def test_only_whole_pixel_thetas_take_the_gather() -> None:
+    crops = sample_theta(AugmentSpec("random_resized_crop", flip=True), 8, 16, batch_generator(0, 0, 0))
+    assert not whole_pixel(crops, 16)
+    half_pixel = sample_theta(AugmentSpec("pad_crop", flip=False), 8, 16, batch_generator(0, 0, 0))
+    half_pixel[0, 0, 2] += 1 / 16
+    assert not whole_pixel(half_pixel, 16)
+    images = torch.randint(0, 256, (8, 16, 16, 3), dtype=torch.uint8)
+    mean, std = torch.full((3,), 127.0), torch.full((3,), 64.0)
+    torch.testing.assert_close(normalise_and_augment(images, mean, std, half_pixel, 16, torch.channels_last),
+                               augment(to_normalised(images, mean, std), half_pixel, 16))
+
+
 def test_random_resized_crop_changes_resolution_and_is_seeded() -> None:
     spec = AugmentSpec("random_resized_crop", flip=True)
     t1 = sample_theta(spec, 16, 32, batch_generator(1, 2, 3))
@@ -182,6 +219,19 @@ def test_chunked_batches_equal_one_batch_at_a_time(small_imagefolder: Path, monk
     assert len(chunked) == len(single) == 4
     for (xa, ya), (xb, yb) in zip(chunked, single, strict=True):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+@pytest.mark.parametrize("loader", ["cache", "torch"])
+def test_batches_come_in_the_runs_memory_format(small_imagefolder: Path, loader: str) -> None:
+    nchw, pipe = _batches(loader, small_imagefolder)
+    pipe.memory_format = torch.channels_last
+    nhwc = list(pipe.train_batches(epoch=1, resolution=16, global_batch=50, start_step=0))
+    assert all(x.is_contiguous() for x, _ in nchw)
+    assert all(x.is_contiguous(memory_format=torch.channels_last) for x, _ in nhwc)
+    for (xa, _), (xb, _) in zip(nchw, nhwc, strict=True):
+        torch.testing.assert_close(xa, xb, rtol=0, atol=1e-5)
+    val = next(iter(pipe.val_batches(16)))[0]
+    assert val.is_contiguous(memory_format=torch.channels_last)
 
 
 def test_resumed_epoch_starts_at_the_saved_step(small_imagefolder: Path) -> None:

@@ -290,6 +290,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     precision = build_precision(cfg.precision, device)
     layout, layout_reason = _memory_format(cfg, model, ctx, device, plan, source, precision)
     model = model.to(memory_format=memory_format.FORMATS[layout])
+    data.memory_format = memory_format.FORMATS[layout]
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)
     train_model, comm = _wrap_distributed(model, cfg, ctx, device, local_size, data, plan, loss_fn,
                                           precision.autocast)
@@ -367,12 +368,11 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
             skipped_total = torch.zeros((), dtype=torch.int64, device=device)  # fp16 steps skipped, likewise
             while True:
                 wait_from = time.perf_counter()
-                batch = next(batches, None)
-                if batch is not None:  # the batch in the run's layout is part of the data path
-                    x, y = batch[0].contiguous(memory_format=memory_format.FORMATS[layout]), batch[1]
+                batch = next(batches, None)  # in the run's memory format (data.memory_format)
                 wait_s += time.perf_counter() - wait_from
                 if batch is None:
                     break
+                x, y = batch
 
                 # LR from progress in epochs, continuous across phases; scaled for the batch size
                 lr = learning_rate(plan.progress(pos.epoch, pos.step), phase.batch_size, cfg)

