@@ -5,7 +5,9 @@ Also the engine's data-wait share of step time for the small proxy net (target <
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -56,11 +58,16 @@ def main() -> None:
     start = time.perf_counter()
     decoded_split(src, "train", args.resolution)
     build_s = time.perf_counter() - start
-    rates = interleaved({
+    arms = {
         "torch DataLoader + PIL": lambda: epoch_rate(folder, "torch", args.resolution, args.batch, args.workers),
         "DALI (CPU)": lambda: epoch_rate(folder, "dali", args.resolution, args.batch, args.workers),
         "pre-decoded cache": lambda: epoch_rate(folder, "cache", args.resolution, args.batch, args.workers),
-    }, args.repeats)
+    }
+    if importlib.util.find_spec("nvidia") is None or importlib.util.find_spec("nvidia.dali") is None:
+        print("data_loaders: DALI is not installed (pip install 'tianfeng[dali]'): its arm is left out",
+              file=sys.stderr)
+        del arms["DALI (CPU)"]
+    rates = interleaved(arms, args.repeats)
     base = rates["torch DataLoader + PIL"]
     print_table(f"loaders, one epoch of cifar5-dev train (25,000 JPEGs) at {args.resolution}px, batch "
                 f"{args.batch}, with augmentation; median of {args.repeats}",
