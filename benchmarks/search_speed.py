@@ -103,9 +103,9 @@ def search(tmp: Path, name: str, space: Path, cache: Path, a, trial_recipes: lis
             "params": sorted(json.dumps(t.params, sort_keys=True) for t in trials)}
 
 
-def data_waits(study_runs: Path) -> list[float]:
-    """Every trial epoch's data-wait share (the engine's metrics.jsonl)."""
-    return [json.loads(line)["data_wait_fraction"] for path in sorted(study_runs.glob("trial-*/metrics.jsonl"))
+def data_waits(runs: Path) -> list[float]:
+    """The data-wait share of every epoch of every run under `runs` (the engine's metrics.jsonl)."""
+    return [json.loads(line)["data_wait_fraction"] for path in sorted(runs.rglob("metrics.jsonl"))
             for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -115,10 +115,7 @@ def full_run(tmp: Path, study: str, trial: int, label: str, sets: list[str], cac
     args = ["promote", str(trial), "--study", study, "--storage", f"sqlite:///{tmp}/{study}.db", "--runs-dir", str(runs)]
     for s in sets:
         args += ["--set", s]
-    wall = tianfeng(["tianfeng.cli", *args], cache, tmp)
-    waits = [json.loads(line)["data_wait_fraction"] for path in runs.rglob("metrics.jsonl")
-             for line in path.read_text().splitlines() if line.strip()]
-    return wall, waits
+    return tianfeng(["tianfeng.cli", *args], cache, tmp), data_waits(runs)
 
 
 def main() -> None:
