@@ -55,6 +55,18 @@ def test_train_prints_json_result_and_writes_run_dir(tmp_path: Path) -> None:
         assert (tmp_path / "run" / name).exists(), name
 
 
+def test_a_refused_resume_leaves_the_run_untouched(tmp_path: Path) -> None:
+    """Another config on an existing run is refused before its config.yaml (or anything) is rewritten."""
+    run_dir = tmp_path / "run"
+    out = run("train", "--set", f"run_dir={run_dir}", "--set", "phases.0.epochs=1", "--set", "phases.0.resolution=8")
+    assert out.returncode == 0, out.stderr
+    before = {p.name: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    out = run("train", "--set", f"run_dir={run_dir}", "--set", "phases.0.epochs=1", "--set", "phases.0.resolution=8",
+              "--set", "optimizer.lr=0.02")
+    assert out.returncode == 2 and "was written by a different run" in out.stderr, out.stderr
+    assert {p.name: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
 def test_diverged_run_exits_nonzero(tmp_path: Path) -> None:
     out = run("train", "--set", f"run_dir={tmp_path / 'run'}", "--set", "optimizer.lr=1e12",
               "--set", "phases.0.resolution=8")

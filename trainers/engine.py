@@ -256,6 +256,19 @@ def evaluate(model: nn.Module, data: DataPipeline, resolution: int, precision, d
     return loss_sum / count, 100.0 * top1 / count, 100.0 * top5 / count
 
 
+def _matching_checkpoint(cfg: RunConfig, ckpt_dir: Path) -> dict | None:
+    """The checkpoint to resume from, if any; one written by a different run is refused."""
+    saved = checkpoint.load(ckpt_dir) if cfg.checkpoint.resume else None
+    if saved is not None:
+        changed = checkpoint.config_changes(saved["config"], config_to_dict(cfg))
+        if changed:
+            raise ConfigError("", "checkpoint.dir",
+                              f"{ckpt_dir / checkpoint.LAST} was written by a different run "
+                              f"({', '.join(changed[:3])} differ); resume only the same run, or "
+                              "use a new run_dir or checkpoint.resume: false")
+    return saved
+
+
 def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
           max_steps: int | None = None) -> RunResult:
     """Run `cfg` to the end (or until diverged, stopped by the callback, or `max_steps`)."""
@@ -271,6 +284,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                          synthetic_classes=cfg.data.synthetic_classes,
                          resolution=max(p.resolution for p in cfg.phases))
     train_indices = stratified_subset(source.train.labels, cfg.data.fraction, cfg.seed)
+    saved = _matching_checkpoint(cfg, ckpt_dir)  # before anything is written to the run
     if ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
@@ -304,14 +318,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
 
     # --- resume from the last checkpoint, if any ---------------------------------------------
     pos = _Position()
-    saved = checkpoint.load(ckpt_dir) if cfg.checkpoint.resume else None
     if saved is not None:
-        changed = checkpoint.config_changes(saved["config"], config_to_dict(cfg))
-        if changed:
-            raise ConfigError("", "checkpoint.dir",
-                              f"{ckpt_dir / checkpoint.LAST} was written by a different run "
-                              f"({', '.join(changed[:3])} differ); resume only the same run, or "
-                              "use a new run_dir or checkpoint.resume: false")
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         if saved.get("scaler"):  # empty when the checkpoint was written without loss scaling

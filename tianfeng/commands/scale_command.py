@@ -64,6 +64,10 @@ def run_scale_command(args) -> int:
         warm_start=args.warm_start, tolerance=args.tolerance, seed=args.seed, runs_dir=args.runs_dir,
         verbose=args.verbose)
     name = plan.name
+    from tianfeng.ownership import check_report_of, default_report_path
+    from tianfeng.scale.study import search_study
+
+    check_report_of(args.storage, search_study(name, batch_sizes[0]), args.output or default_report_path(name))
     try:
         points = run_scale(plan, resume=args.resume, steps_per_epoch=steps)
     except KeyboardInterrupt:

@@ -45,12 +45,14 @@ def run_search_command(args) -> int:
         raise ConfigError("--backend", "", "--address, --cpus-per-trial and --gpus-per-trial need --backend ray")
 
     from tianfeng import api
+    from tianfeng.ownership import check_report_of, default_report_path
     from tianfeng.search.runner import requeue_interrupted
     from tianfeng.search.summary import print_summary, write_report
     from trainers.yaml_input import read_yaml
 
     raw = read_yaml(args.space)
     study_name = args.study or (raw.get("name") if isinstance(raw, dict) else None) or Path(args.space).stem
+    check_report_of(args.storage, study_name, default_report_path(study_name))
     try:
         study = api.search(args.space, data=args.data, study=args.study, storage=args.storage, sampler=args.sampler,
                            pruner=args.pruner, trials=args.trials, timeout_s=timeout_s, workers=args.workers,

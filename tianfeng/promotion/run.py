@@ -17,6 +17,7 @@ from rich.console import Console
 
 from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
+from tianfeng.ownership import check_folder, claim_folder, study_owner
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.search.objective import objective_value
 from tianfeng.search.scores import best_trial, score
@@ -95,6 +96,8 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
             overrides: list[str], runs_dir: Path, dry_run: bool, kind: str = "promote",
             launch: Launch | None = None) -> dict:
     study = load_study(storage, study_name)
+    folder, owner = runs_dir / study.study_name, study_owner(study, storage)
+    check_folder(folder, owner)  # the study's own folder: another study's of the same name is refused
     space = study_space(study)
     trial = complete_trial(study, trial_number)
     values = trial.user_attrs.get("values") or trial.params
@@ -106,7 +109,9 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     # the same trial and config promoted before (by promote or calibrate) is that run: its
     # directory, its checkpoints, its record
     existing = store.find(study=study.study_name, trial_number=trial_number, config_hash=digest) if store else None
-    run_dir = Path(existing["run_dir"]) if existing else runs_dir / study.study_name / f"{kind}-trial-{trial_number}-{digest}"
+    if not dry_run:
+        claim_folder(folder, owner)
+    run_dir = Path(existing["run_dir"]) if existing else folder / f"{kind}-trial-{trial_number}-{digest}"
     full = with_changes(full, name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
     print_changes(changes, Console(stderr=True))
     config_yaml = yaml.safe_dump(config_to_dict(full), sort_keys=False)

@@ -13,6 +13,7 @@ import yaml
 from optuna.trial import TrialState
 
 from tianfeng import __version__
+from tianfeng.ownership import default_report_path, study_owner, write_report
 from tianfeng.promotion.run import load_study
 from tianfeng.report import figures
 from tianfeng.report.plotlyjs import bundle_for
@@ -136,10 +137,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
         figures=figs, runs=run_rows, promoted=promoted, scaling=scaling, trial_columns=columns, trial_rows=rows,
         plotly_js=bundle_for([fig for _title, (fig, _note) in drawn] + [curves]),
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
-    output = output or Path("reports") / f"{study.study_name}.html"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(html)
-    return output
+    return write_report(output or default_report_path(study.study_name), html, study_owner(study, storage))
 
 
 def run_report_command(args) -> int:

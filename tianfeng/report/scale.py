@@ -4,12 +4,15 @@ winning LR and warm-up against batch size, and a row per batch size."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import jinja2
+import optuna
 import plotly.graph_objects as go
 
 from tianfeng import __version__
+from tianfeng.ownership import default_report_path, study_owner, write_report
 from tianfeng.report.build import script_json
 from tianfeng.report.plotlyjs import bundle_for
 from tianfeng.report.templates import TEMPLATES
@@ -105,7 +108,7 @@ def build_scale_report(storage: str, name: str, output: Path | None = None) -> P
         figures=figs, columns=columns, rows=rows, plotly_js=bundle_for([fig for _title, fig in drawn]),
         storage_flag="" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}",
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
-    output = output or Path("reports") / f"{check_name(name, '--scale', '', max_length=STUDY_MAX_LENGTH)}.html"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(html)
-    return output
+    check_name(name, "--scale", "", max_length=STUDY_MAX_LENGTH)
+    first = optuna.load_study(study_name=points[0].study, storage=storage)  # the scale study's id is its first search's
+    owner = replace(study_owner(first, storage), study=name)
+    return write_report(output or default_report_path(name), html, owner)

@@ -161,7 +161,7 @@ class StudySearcher(Searcher):
         if error:
             trial.set_user_attr("status", "failed")
             trial.set_user_attr("error", "the trial raised on its Ray worker; see error.txt in "
-                                         f"{Path(self.plan.runs_root).resolve() / 'ray' / self.plan.study}")
+                                         f"{ray_folder(self.plan)}")
             self.study.tell(trial, state=TrialState.FAIL)
         elif status == "diverged":
             trial.set_user_attr("status", "diverged")
@@ -247,6 +247,11 @@ def connect(options: RayOptions) -> tuple[dict[str, float], RayOptions]:
     return resources, options
 
 
+def ray_folder(plan: SearchPlan) -> Path:
+    """Ray Tune's experiment folder: inside the study's own run folder."""
+    return Path(plan.runs_root).resolve() / plan.study / "ray"
+
+
 def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = plan_space(plan)
@@ -273,7 +278,6 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
              "sampler %s, scheduler %s, rung %s", plan.study, resources.get("CPU", 0),
              resources.get("GPU", 0), concurrent, done, plan.trials, plan.sampler,
              RAY_PRUNERS[pruner], plan.rung)
-    storage_path = Path(plan.runs_root).resolve() / "ray"
     with StudyProgress(plan.trials, space.objective.metric) as progress:
         searcher = StudySearcher(study, space, plan, options, progress)
         trainable = tune.with_resources(ray_trial, {"cpu": options.cpus_per_trial,
@@ -284,7 +288,7 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
                 search_alg=searcher, scheduler=_scheduler(pruner, epochs),
                 metric=space.objective.metric, mode="max" if space.objective.direction == "maximize" else "min",
                 num_samples=max(1, plan.trials - done), time_budget_s=plan.timeout_s, reuse_actors=True),
-            run_config=tune.RunConfig(name=plan.study, storage_path=str(storage_path), verbose=0,
+            run_config=tune.RunConfig(name=ray_folder(plan).name, storage_path=str(ray_folder(plan).parent), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=0)))
         try:
             with contextlib.redirect_stdout(sys.stderr):  # Tune's own tables are logs, not results

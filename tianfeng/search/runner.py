@@ -18,6 +18,7 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from tianfeng.ownership import check_folder, claim_folder, new_uid, study_owner
 from tianfeng.search.locked_storage import BudgetReached, LockedSQLiteStorage, rdb_storage
 from tianfeng.search.objective import ProxyObjective
 from tianfeng.search.peer_pruning import PeerPruner
@@ -143,12 +144,17 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat:
     if space.objective.mode == "pareto" and plan.sampler == "cmaes":
         raise ConfigError("--sampler", "cmaes", "optimises one objective; with objective pareto use tpe, "
                           "random, qmc or grid")
+    folder = Path(plan.runs_root) / plan.study
     if exists:
         stored = optuna.load_study(study_name=plan.study, storage=storage)
         was = stored.user_attrs.get("objective_mode", "accuracy")
         if was != space.objective.mode:
             raise ConfigError("--objective", space.objective.mode, f"study {plan.study} was created with "
                               f"objective {was}; resume it with --objective {was}")
+        owner = study_owner(stored, plan.storage)
+        claim_folder(folder, owner)
+    else:  # before the study exists, so a refusal leaves nothing behind
+        check_folder(folder, None)
     study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
                                 directions=directions(space),
                                 sampler=SAMPLERS[plan.sampler](space, plan.seed if seed is None else seed),
@@ -161,9 +167,11 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat:
                  "data": plan.data or space.base.data.source, "rung": plan.rung,
                  "sampler": plan.sampler, "pruner": plan.pruner,
                  "metric": space.objective.metric, "runs_root": plan.runs_root,
-                 "created": time.strftime("%Y-%m-%d %H:%M:%S"), "space_format": SPACE_FORMAT, **plan.study_attrs}
+                 "created": time.strftime("%Y-%m-%d %H:%M:%S"), "space_format": SPACE_FORMAT, "uid": new_uid(),
+                 **plan.study_attrs}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
+        claim_folder(folder, study_owner(study, plan.storage))
         for trial in plan.copied_trials:
             study.add_trial(trial)
         for label, params in plan.warm_start:
