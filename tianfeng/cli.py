@@ -205,7 +205,10 @@ def _one_line(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from tianfeng import interrupts
     from tianfeng.logs import setup_logging
+
+    interrupts.install()
 
     setup_logging(args.debug)
     if args.command == "train":
@@ -224,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"tianfeng: error: {exc.with_source(source)}", file=sys.stderr)
         return 2
+    except _InterruptedBeforeStart:
+        print("tianfeng: interrupted before anything started; nothing was saved", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("tianfeng: interrupted; completed epochs and checkpoints are saved", file=sys.stderr)
         return 130
@@ -263,15 +269,24 @@ _COMMANDS = {
 }
 
 
+class _InterruptedBeforeStart(Exception):
+    pass
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     import importlib
 
+    try:  # importing torch and optuna takes seconds: a Ctrl-C then has nothing to save
+        if args.command == "train":
+            from tianfeng.commands.train_command import run_train as handler
+        else:
+            module, function = _COMMANDS[args.command]
+            handler = getattr(importlib.import_module(module), function)
+    except KeyboardInterrupt:
+        raise _InterruptedBeforeStart from None
     if args.command == "train":
-        from tianfeng.commands.train_command import run_train
-
-        return run_train(args.config, args.overrides)
-    module, function = _COMMANDS[args.command]
-    return getattr(importlib.import_module(module), function)(args)
+        return handler(args.config, args.overrides)
+    return handler(args)
 
 
 if __name__ == "__main__":

@@ -219,3 +219,49 @@ def test_markup_in_a_study_name_or_a_parameter_value_is_printed_as_text(tmp_path
     # a name Optuna allows but tianfeng cannot turn into paths is refused where it would be one
     assert main(["report", "[/red] [link=x]y", "--storage", db]) == 2
     assert "STUDY: must be letters" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_any_moment_of_a_start_ends_in_one_message_and_a_study_that_resumes(
+        tmp_path: Path, tiny_space: dict) -> None:
+    tiny_space["fidelities"]["proxy"] = {"epochs": 1}
+    space_file = write_space(tmp_path, tiny_space)
+    # None: during the imports; a number: that many seconds after the database file appears, the
+    # study being created, its priors enqueued, the workers starting, the first trials running
+    resumed = 0
+    for after_db in (None, 0.0, 0.8, 1.6, 2.4, 3.5):
+        here = tmp_path / f"at-{after_db}"  # its own reports/ and runs/
+        here.mkdir()
+        db_file = here / "study.db"
+        db = f"sqlite:///{db_file}"
+        common = ["--space", str(space_file), "--storage", db, "--study", "c", "--sampler", "random",
+                  "--trials", "2"]
+        proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=here,
+                                start_new_session=True)
+        if after_db is None:
+            time.sleep(0.5)
+        else:
+            deadline = time.time() + 60
+            while not db_file.exists() and time.time() < deadline and proc.poll() is None:
+                time.sleep(0.005)
+            time.sleep(after_db)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        text = err.decode()
+        if proc.returncode == 0:  # it finished before the signal: nothing to check but success
+            continue
+        # Python may end by the signal itself after handling it: a shell shows both as 130
+        assert proc.returncode in (130, -signal.SIGINT), (after_db, text)
+        assert "Traceback" not in text and "error" not in text.lower(), (after_db, text)
+        said = [line for line in text.splitlines() if line.startswith("tianfeng:")]
+        assert len(said) == 1 and said[0].startswith("tianfeng: interrupted"), (after_db, text)
+        created = db_file.exists() and "c" in optuna.get_all_study_names(db)
+        if not created:
+            assert "nothing was saved" in text, (after_db, text)
+            continue
+        again = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300, cwd=here)
+        assert again.returncode == 0, (after_db, again.stderr)
+        resumed += 1
+        trials = optuna.load_study(study_name="c", storage=db).get_trials()
+        assert sum(t.state == TrialState.COMPLETE for t in trials) >= 2, after_db
+    assert resumed >= 2  # the late moments cut a created study

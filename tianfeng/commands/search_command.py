@@ -23,6 +23,32 @@ def parse_duration(text: str | None) -> float | None:
 
 
 def run_search_command(args) -> int:
+    from tianfeng import interrupts
+
+    started: dict = {}  # the study's name once it is known, and what a Ctrl-C then needs
+    try:
+        return _search(args, started)
+    except KeyboardInterrupt:
+        interrupts.clear()
+        return _interrupted(args, started.get("study"), started.get("requeue"))
+
+
+def _interrupted(args, study_name: str | None, requeue) -> int:
+    # nothing is imported here: a Ctrl-C in the middle of an import leaves that module half made
+    requeued = requeue(args.storage, study_name) if study_name and requeue else None
+    if requeued is None:
+        named = f"study {study_name}" if study_name else "the study"
+        print(f"tianfeng: interrupted before {named} was created; nothing was saved, run the same command again",
+              file=sys.stderr)
+        return 130
+    again = f"; trial(s) {', '.join(map(str, requeued))} will continue from their checkpoints" if requeued else ""
+    print(f"tianfeng: interrupted; finished trials are saved in {args.storage}{again}. Continue with:\n"
+          f"  tianfeng search --space {args.space} --study {study_name} --storage {args.storage} --resume",
+          file=sys.stderr)
+    return 130
+
+
+def _search(args, started: dict[str, str]) -> int:
     # flags first: they need nothing loaded, so a typo fails at once
     if args.trials < 1:
         raise ConfigError("--trials", "", f"must be >= 1, got {args.trials}")
@@ -45,6 +71,7 @@ def run_search_command(args) -> int:
         raise ConfigError("--backend", "", "--address, --cpus-per-trial and --gpus-per-trial need --backend ray")
 
     from tianfeng import api
+    from tianfeng.interrupts import raise_if_interrupted
     from tianfeng.ownership import check_report_of, default_report_path
     from tianfeng.search.runner import requeue_interrupted
     from tianfeng.search.summary import print_summary, write_report
@@ -52,24 +79,18 @@ def run_search_command(args) -> int:
 
     raw = read_yaml(args.space)
     study_name = args.study or (raw.get("name") if isinstance(raw, dict) else None) or Path(args.space).stem
+    started.update(study=study_name, requeue=requeue_interrupted)
     check_report_of(args.storage, study_name, default_report_path(study_name))
-    try:
-        study = api.search(args.space, data=args.data, study=args.study, storage=args.storage, sampler=args.sampler,
-                           pruner=args.pruner, trials=args.trials, timeout_s=timeout_s, workers=args.workers,
-                           fidelity=args.fidelity, objective=args.objective, target=args.target, gpus=args.gpus,
-                           gpus_per_node=args.gpus_per_node, resume=args.resume, seed=args.seed,
-                           runs_dir=args.runs_dir, verbose=args.verbose, failure_limit=args.failure_limit,
-                           heartbeat_s=args.heartbeat_s, grace_s=args.grace_s, backend=args.backend,
-                           ray_address=args.address,
-                           cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
-                           gpus_per_trial=args.gpus_per_trial, mlflow=args.mlflow)
-    except KeyboardInterrupt:
-        requeued = requeue_interrupted(args.storage, study_name)
-        again = f"; trial(s) {', '.join(map(str, requeued))} will continue from their checkpoints" if requeued else ""
-        print(f"tianfeng: interrupted; finished trials are saved in {args.storage}{again}. Continue with:\n"
-              f"  tianfeng search --space {args.space} --study {study_name} --storage {args.storage} --resume",
-              file=sys.stderr)
-        return 130
+    study = api.search(args.space, data=args.data, study=args.study, storage=args.storage, sampler=args.sampler,
+                       pruner=args.pruner, trials=args.trials, timeout_s=timeout_s, workers=args.workers,
+                       fidelity=args.fidelity, objective=args.objective, target=args.target, gpus=args.gpus,
+                       gpus_per_node=args.gpus_per_node, resume=args.resume, seed=args.seed,
+                       runs_dir=args.runs_dir, verbose=args.verbose, failure_limit=args.failure_limit,
+                       heartbeat_s=args.heartbeat_s, grace_s=args.grace_s, backend=args.backend,
+                       ray_address=args.address,
+                       cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
+                       gpus_per_trial=args.gpus_per_trial, mlflow=args.mlflow)
+    raise_if_interrupted()  # a Ctrl-C swallowed on the way still ends the command as one
     code = print_summary(study, args.storage)
     print(f"report: {write_report(args.storage, study.study_name)}")
     return code

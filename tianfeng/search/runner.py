@@ -6,6 +6,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
@@ -18,6 +19,12 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from tianfeng.interrupts import (
+    deferred_interrupt,
+    held_for_children,
+    raise_if_interrupted,
+    run_quietly,
+)
 from tianfeng.ownership import check_folder, claim_folder, new_uid, study_owner
 from tianfeng.search.locked_storage import BudgetReached, LockedSQLiteStorage, rdb_storage
 from tianfeng.search.objective import ProxyObjective
@@ -134,6 +141,13 @@ def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePrun
 
 def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
                seed: int | None = None) -> optuna.Study:
+    """The plan's study, created whole (Ctrl-C waits for it) or loaded to be resumed."""
+    with deferred_interrupt():
+        return _open_study(plan, space, resume=resume, heartbeat=heartbeat, seed=seed)
+
+
+def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool,
+                seed: int | None) -> optuna.Study:
     storage = open_storage(plan.storage, plan.heartbeat_s if heartbeat else None, plan.grace_s)
     exists = plan.study in optuna.get_all_study_names(storage)
     if exists and not resume:
@@ -327,7 +341,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     peers = PeerPruner() if space.objective.mode != "accuracy" and plan.pruner != "none" else None
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, peers=peers)
     callbacks = [budget, StopOnRepeatedFailure(plan.failure_limit), TrialLogger(space.objective.metric)] + (
-        [progress.update] if progress else [])
+        [progress.update] if progress else []) + [lambda study, trial: raise_if_interrupted()]
     # any error fails the trial, not the search; repeated_failure stops a search that cannot work
     with contextlib.suppress(BudgetReached):
         study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(Exception,))
@@ -399,12 +413,18 @@ def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress
     threads = max(1, (os.cpu_count() or 1) // workers)
     gpus = worker_gpus(workers)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker_process, args=(plan, i + 1, threads, stream, gpus[i]),
+    procs = [ctx.Process(target=run_quietly, args=(__name__, "_worker_process",
+                                                   pickle.dumps((plan, i + 1, threads, stream, gpus[i]))),
                          name=f"tianfeng-worker-{i + 1}") for i in range(workers)]
-    for p in procs:
-        p.start()
     try:
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()  # its own start unblocks Ctrl-C: start it before holding it
+        for p in procs:
+            with held_for_children():
+                p.start()
         while any(p.is_alive() for p in procs):
+            raise_if_interrupted()
             progress.update(study)
             for p in procs:
                 p.join(timeout=1.0 / len(procs))
@@ -488,11 +508,18 @@ def _worker_id(pid: int | None) -> str:
     return f"{socket.gethostname()}:{pid}"
 
 
-def requeue_interrupted(storage: str, study_name: str, dead_workers: set[str] = frozenset()) -> list[int]:
+def requeue_interrupted(storage: str, study_name: str, dead_workers: set[str] = frozenset()) -> list[int] | None:
     """After Ctrl-C: queue the trials that were cut short again with the same parameters and run
     directory, so `--resume` continues each from its last checkpoint. A trial still RUNNING on a
     worker of `dead_workers` (terminated before it could say so) is failed first. Returns the
-    numbers of the trials queued again."""
+    numbers of the trials queued again, or None when the study was never created."""
+    with deferred_interrupt():
+        return _requeue_interrupted(storage, study_name, dead_workers)
+
+
+def _requeue_interrupted(storage: str, study_name: str, dead_workers: set[str]) -> list[int] | None:
+    if study_name not in optuna.get_all_study_names(storage):
+        return None
     study = optuna.load_study(study_name=study_name, storage=storage)
     trials = study.get_trials(deepcopy=False)
     for t in trials:
