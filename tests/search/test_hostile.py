@@ -4,7 +4,9 @@ a search whose every trial fails, and rich markup in what the database holds."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -134,8 +136,17 @@ def test_ctrl_c_with_two_workers_requeues_every_cut_trial_and_resume_finishes(tm
     requeued = sorted(t.system_attrs["failed_trial"] for t in trials if t.state == TrialState.WAITING)
     assert set(cut) <= set(requeued), (cut, requeued)
     assert "Traceback" not in err.decode()
+    status = subprocess.run([sys.executable, "-m", "tianfeng.cli", "status", "--study", "w", "--storage", db, "--json"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    shown = {r["trial"]: r["state"] for r in json.loads(status.stdout)}
+    assert all(shown[n] == "interrupted" for n in cut), shown
     out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
+    # the summary's counts add up to its trial count and name the cut trials for what they are
+    head = re.search(r"study w: (\d+) trials \(([^;]*);", out.stdout)
+    counts = {name: int(n) for n, name in re.findall(r"(\d+) (\w+)", head.group(2))}
+    assert sum(counts.values()) == int(head.group(1)) and counts["interrupted"] == len(cut), out.stdout
+    assert counts["failed"] == 0, out.stdout
     trials = optuna.load_study(study_name="w", storage=db).get_trials()
     # two workers checking the budget at once may start one trial too many (documented in the README)
     assert 5 <= sum(t.state == TrialState.COMPLETE for t in trials) <= 6

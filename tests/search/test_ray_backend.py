@@ -27,7 +27,7 @@ def test_ray_backend_end_to_end(tmp_path: Path, tiny_space: dict) -> None:
                    "--cpus-per-trial", "1", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "on Ray (2 CPUs, 0 GPUs; up to 2 trials at once)" in out.stderr
-    assert "study tiny: 5 trials finished" in out.stdout
+    assert "study tiny: 5 trials (" in out.stdout
 
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'tianfeng.db'}")
     trials = study.get_trials()

@@ -22,7 +22,7 @@ def test_shipped_space_runs_and_prints_the_promote_command(tmp_path: Path) -> No
     assert out.returncode == 0, out.stderr
     assert "enqueued 3 published recipes" in out.stderr
     assert out.stderr.count("trial ") >= 5  # one line per trial
-    assert "study large_batch: 5 trials finished" in out.stdout
+    assert "study large_batch: 5 trials (" in out.stdout
     assert "tianfeng promote " in out.stdout and "--study large_batch" in out.stdout
     assert (tmp_path / "tianfeng.db").exists()
     assert (tmp_path / "reports" / "large_batch.html").exists() and "report: reports/large_batch.html" in out.stdout

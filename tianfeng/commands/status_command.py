@@ -6,10 +6,10 @@ import json
 import sys
 
 import optuna
-from optuna.trial import TrialState
 from rich.console import Console
 
 from tianfeng.promotion.run import load_study
+from tianfeng.search.outcomes import count_outcomes, outcome, outcomes_text
 from tianfeng.search.scores import epochs_reported, score
 from tianfeng.search.walltime import format_seconds
 from tianfeng.tables import add_plain_row, plain_table
@@ -26,7 +26,7 @@ def _study_row(summary: optuna.study.StudySummary) -> dict:
 
 def _trial_row(t: optuna.trial.FrozenTrial) -> dict:
     predicted = t.user_attrs.get("predicted") or {}
-    return {"trial": t.number, "state": t.state.name.lower(), "value": score(t),
+    return {"trial": t.number, "state": str(outcome(t)), "value": score(t),
             "predicted_s": predicted.get("seconds"), "gpu_hours": predicted.get("gpu_hours"),
             "epochs_reported": epochs_reported(t),
             "prior": t.user_attrs.get("prior", ""), "params": t.params,
@@ -55,9 +55,8 @@ def run_status_command(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0
-    counts = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
     metric = study.user_attrs.get("metric", "value")
-    table = plain_table(f"study {study.study_name}: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n),
+    table = plain_table(f"study {study.study_name}: {len(trials)} trials ({outcomes_text(count_outcomes(trials))})",
                         ("trial", "state", metric, "epochs", "predicted full run", "GPU-h", "prior", "params"))
     for r in rows:
         params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["params"].items())

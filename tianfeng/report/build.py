@@ -10,7 +10,6 @@ from pathlib import Path
 import jinja2
 import optuna
 import yaml
-from optuna.trial import TrialState
 
 from tianfeng import __version__
 from tianfeng.ownership import default_report_path, study_owner, write_report
@@ -18,6 +17,7 @@ from tianfeng.promotion.run import load_study
 from tianfeng.report import figures
 from tianfeng.report.plotlyjs import bundle_for
 from tianfeng.report.templates import TEMPLATES
+from tianfeng.search.outcomes import count_outcomes, outcome, outcomes_text
 from tianfeng.search.scores import (
     best_trial,
     epochs_reported,
@@ -56,7 +56,6 @@ def _objective_text(study: optuna.Study) -> str:
 
 def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
     attrs = study.user_attrs
-    count = {s: sum(t.state == s for t in trials) for s in TrialState}
     seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
                   if t.datetime_complete and t.datetime_start)
     core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get("cores", 1))
@@ -66,8 +65,7 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
             ("search rung", attrs.get("rung", "-")),
             ("sampler / pruner", f"{attrs.get('sampler', '-')} / {attrs.get('pruner', '-')}"),
             ("objective", _objective_text(study)),
-            ("trials", f"{len(trials)}: {count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} "
-                       f"pruned, {count[TrialState.FAIL]} failed, {count[TrialState.RUNNING]} running"),
+            ("trials", f"{len(trials)}: {outcomes_text(count_outcomes(trials))}"),
             ("budget used", f"{seconds / 3600:.3f} trial-hours, {core_s / 3600:.3f} core-hours "
                             f"({seconds:.0f} s of trial wall time, {pruned_share(trials):.0%} of it in pruned trials)"),
             ("created", attrs.get("created", "-"))]
@@ -119,7 +117,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     for t in trials:
         seconds = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None
         predicted = t.user_attrs.get("predicted") or {}
-        rows.append([t.number, t.state.name.lower(), _fmt(score(t)), epochs_reported(t), _fmt(seconds),
+        rows.append([t.number, str(outcome(t)), _fmt(score(t)), epochs_reported(t), _fmt(seconds),
                      format_seconds(predicted["seconds"]) if predicted else "-", _fmt(predicted.get("gpu_hours")),
                      t.user_attrs.get("prior", ""), *[_fmt(t.params.get(p)) for p in params]])
     run_rows = [{**r, "proxy": _fmt(r["proxy_score"]), "full": _fmt(r["final_score"]),

@@ -10,6 +10,7 @@ import optuna.visualization as ov
 import plotly.graph_objects as go
 from optuna.trial import TrialState
 
+from tianfeng.search.outcomes import COLOURS, outcome
 from tianfeng.search.scores import (
     completed,
     curve,
@@ -46,19 +47,17 @@ def history(study: optuna.Study) -> Figure:
 
 def timeline(study: optuna.Study) -> Figure:
     """Trials as bars in time, one row per worker (host:pid, or Ray's), coloured by state."""
-    colours = {TrialState.COMPLETE: "#1a7f37", TrialState.PRUNED: "#c4a000", TrialState.FAIL: "#cf222e",
-               TrialState.RUNNING: "#0969da"}
     trials = [t for t in study.get_trials(deepcopy=False) if t.datetime_start]
     if not trials:
         return None, "not drawn: no trial has started"
     now = max(t.datetime_complete or t.datetime_start for t in trials)
     fig = go.Figure()
-    for state, colour in colours.items():
-        group = [t for t in trials if t.state == state]
+    for shown, colour in COLOURS.items():
+        group = [t for t in trials if outcome(t) == shown]
         if not group:
             continue
         fig.add_trace(go.Bar(
-            orientation="h", name=state.name.lower(), marker_color=colour,
+            orientation="h", name=str(shown), marker_color=colour,
             y=[t.user_attrs.get("worker", "unknown") for t in group],
             base=[t.datetime_start.isoformat() for t in group],
             x=[max(1.0, ((t.datetime_complete or now) - t.datetime_start).total_seconds() * 1000) for t in group],
@@ -83,12 +82,11 @@ def _joined(series: list[tuple[int, list[float], list[float]]]) -> tuple[list, l
 
 def learning_curves(study: optuna.Study) -> Figure:
     """Every trial's per-epoch values: complete trials in one trace, pruned ones in another."""
-    groups = {TrialState.COMPLETE: ("complete", "#1a7f37"), TrialState.PRUNED: ("pruned", "#c4a000"),
-              TrialState.FAIL: ("failed", "#cf222e"), TrialState.RUNNING: ("running", "#0969da")}
     fig = go.Figure()
-    for state, (label, colour) in groups.items():
+    trials = study.get_trials(deepcopy=False)
+    for label, colour in COLOURS.items():
         series = [(t.number, sorted(c), [c[e] for e in sorted(c)])
-                  for t in study.get_trials(deepcopy=False, states=(state,)) if (c := curve(t))]
+                  for t in trials if outcome(t) == label and (c := curve(t))]
         if series:
             xs, ys, text = _joined(series)
             fig.add_trace(go.Scatter(x=xs, y=ys, text=text, mode="lines+markers", name=f"{label} ({len(series)})",

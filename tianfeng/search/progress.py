@@ -6,9 +6,9 @@ from __future__ import annotations
 import sys
 
 import optuna
-from optuna.trial import TrialState
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from tianfeng.search.outcomes import Outcome, count_outcomes
 from tianfeng.search.scores import best_trial, score
 
 
@@ -33,9 +33,12 @@ class StudyProgress:
         if not self.enabled:
             return
         trials = study.get_trials(deepcopy=False)
-        count = {s: sum(t.state == s for t in trials) for s in TrialState}
+        count = count_outcomes(trials)
         top = best_trial(study)
         best = f"best {score(top):.4g} (#{top.number})" if top else "no result yet"
-        self._progress.update(self._task, completed=count[TrialState.COMPLETE] + count[TrialState.PRUNED],
-                              description=f"{best}  pruned {count[TrialState.PRUNED]}  "
-                                          f"failed {count[TrialState.FAIL]}  running {count[TrialState.RUNNING]}")
+        interrupted = f"  interrupted {count[Outcome.INTERRUPTED]}" if count[Outcome.INTERRUPTED] else ""
+        # the budget counts failed trials; interrupted ones continue as new trials
+        self._progress.update(self._task,
+                              completed=count[Outcome.COMPLETE] + count[Outcome.PRUNED] + count[Outcome.FAILED],
+                              description=f"{best}  pruned {count[Outcome.PRUNED]}  failed {count[Outcome.FAILED]}"
+                                          f"{interrupted}  running {count[Outcome.RUNNING]}")

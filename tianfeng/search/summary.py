@@ -27,19 +27,14 @@ def write_report(storage: str, study: str) -> Path:
 
 
 def print_summary(study, storage: str) -> int:
-    import optuna
-
     from tianfeng.search.front import print_front
-    from tianfeng.search.runner import FINISHED
+    from tianfeng.search.outcomes import count_outcomes, outcomes_text
     from tianfeng.search.scores import best_trial, mode_of, pruned_share, score
     from tianfeng.search.walltime import format_seconds
 
     trials = study.get_trials(deepcopy=False)
-    counts = {s.name.lower(): sum(t.state == s for t in trials) for s in optuna.trial.TrialState}
-    done = [t for t in trials if t.state in FINISHED]
     mode = mode_of(study)
-    print(f"study {study.study_name}: {len(done)} trials finished "
-          f"({counts['complete']} complete, {counts['pruned']} pruned, {counts['fail']} failed; "
+    print(f"study {study.study_name}: {len(trials)} trials ({outcomes_text(count_outcomes(trials))}; "
           f"{pruned_share(trials):.0%} of trial time in pruned trials); objective {mode}")
     best = best_trial(study)
     if best is None:

@@ -1,0 +1,49 @@
+"""What became of a trial, as users are shown it. Optuna has one FAIL state for two different
+things: a trial whose recipe raised an error (it counts against the budget and is not retried)
+and one cut short by Ctrl-C, a killed worker or a lost heartbeat (queued again with its
+checkpoint: its continuation is a later trial). Every count and table tells them apart."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from enum import StrEnum
+
+from optuna.trial import FrozenTrial, TrialState
+
+
+class Outcome(StrEnum):
+    COMPLETE = "complete"
+    PRUNED = "pruned"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    RUNNING = "running"
+    WAITING = "waiting"
+
+
+_BY_STATE = {TrialState.COMPLETE: Outcome.COMPLETE, TrialState.PRUNED: Outcome.PRUNED,
+             TrialState.RUNNING: Outcome.RUNNING, TrialState.WAITING: Outcome.WAITING}
+
+# the colour of each outcome in the report's figures
+COLOURS = {Outcome.COMPLETE: "#1a7f37", Outcome.PRUNED: "#c4a000", Outcome.FAILED: "#cf222e",
+           Outcome.INTERRUPTED: "#8250df", Outcome.RUNNING: "#0969da", Outcome.WAITING: "#6e7781"}
+
+
+def outcome(trial: FrozenTrial) -> Outcome:
+    if trial.state == TrialState.FAIL:
+        return Outcome.FAILED if trial.user_attrs.get("status") == "failed" else Outcome.INTERRUPTED
+    return _BY_STATE[trial.state]
+
+
+def count_outcomes(trials: Iterable[FrozenTrial]) -> Counter[Outcome]:
+    counts = Counter({o: 0 for o in Outcome})
+    counts.update(outcome(t) for t in trials)
+    return counts
+
+
+def outcomes_text(counts: Counter[Outcome]) -> str:
+    """`7 complete, 1 pruned, 0 failed, 1 interrupted`: the first three always, the others when
+    there are any; the numbers add up to the trials counted."""
+    always = (Outcome.COMPLETE, Outcome.PRUNED, Outcome.FAILED)
+    parts = [f"{counts[o]} {o}" for o in Outcome if o in always or counts[o]]
+    return ", ".join(parts)
