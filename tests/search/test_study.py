@@ -199,3 +199,22 @@ def test_ctrl_c_saves_everything_and_resume_continues_the_cut_trial(tmp_path: Pa
     resumed = next(t for t in trials if t.system_attrs.get("failed_trial") is not None)
     assert resumed.state == TrialState.COMPLETE
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 3
+
+
+def test_priors_beyond_the_budget_wait_for_a_larger_one_instead_of_the_queue(
+        tmp_path: Path, tiny_space: dict, caplog: pytest.LogCaptureFixture) -> None:
+    tiny_space["priors"] = [{"name": f"p{i}", "params": {"optimizer": "sgd", "base_lr": lr, "batch_size": 64,
+                                                                "warmup_epochs": 0.5}}
+                            for i, lr in enumerate((0.3, 0.4, 0.5))]
+    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=1)
+    with caplog.at_level("INFO", logger="tianfeng"):
+        run_search(plan, workers=1, resume=False)
+    trials = trials_of(plan)
+    assert [t.state for t in trials] == [TrialState.COMPLETE]  # nothing left waiting for good
+    assert trials[0].user_attrs["prior"] == "p0"
+    assert "no room for the published recipe(s) p1, p2" in caplog.text
+    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=3)
+    run_search(plan, workers=1, resume=True)
+    trials = trials_of(plan)
+    assert [t.user_attrs.get("prior") for t in trials] == ["p0", "p1", "p2"]
+    assert all(t.state == TrialState.COMPLETE for t in trials)

@@ -192,16 +192,32 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
             study.enqueue_trial(params, user_attrs={"warm_start": label})
         if plan.sampler == "grid" and space.priors:
             log.info("grid sampler: the priors are not enqueued (the grid covers the space itself)")
-        # a prior the warm start already holds (same values for every key the prior names) is dropped
-        warm = [params for _, params in plan.warm_start] + [t.params for t in plan.copied_trials]
-        priors = [p for p in space.priors if not any(all(w.get(k) == v for k, v in p.params.items()) for w in warm)]
-        priors = priors if plan.sampler != "grid" else []
-        for prior in priors:
-            study.enqueue_trial(prior.params, user_attrs={"prior": prior.name})
-        if priors:
-            log.info("enqueued %d published recipes as the first trials: %s", len(priors),
-                     ", ".join(p.name for p in priors))
+    if plan.sampler != "grid":
+        enqueue_priors(study, space, plan)
     return study
+
+
+def enqueue_priors(study: optuna.Study, space: SearchSpace, plan: SearchPlan) -> None:
+    """Queue the space's published recipes as the next trials, as many as the budget has room
+    for; on a resume with a larger budget, the ones that did not fit before."""
+    trials = study.get_trials(deepcopy=False)
+    # a prior the warm start already holds (same values for every key the prior names) is dropped
+    warm = [params for _, params in plan.warm_start] + [t.params for t in plan.copied_trials]
+    queued = {t.user_attrs.get("prior") for t in trials}
+    priors = [p for p in space.priors if p.name not in queued
+              and not any(all(w.get(k) == v for k, v in p.params.items()) for w in warm)]
+    if not priors:
+        return
+    waiting = sum(t.state == TrialState.WAITING for t in trials)
+    room = max(0, plan.trials - len(counted(trials)) - waiting)
+    fits, left = priors[:room], priors[room:]
+    for prior in fits:
+        study.enqueue_trial(prior.params, user_attrs={"prior": prior.name})
+    if fits:
+        log.info("enqueued %d published recipes as the first trials: %s", len(fits), ", ".join(p.name for p in fits))
+    if left:
+        log.info("the budget of %d trials has no room for the published recipe(s) %s; a --resume with a larger "
+                 "--trials runs them", plan.trials, ", ".join(p.name for p in left))
 
 
 def rung_epochs(space: SearchSpace, rung: str) -> int:
