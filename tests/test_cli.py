@@ -72,3 +72,19 @@ def test_diverged_run_exits_nonzero(tmp_path: Path) -> None:
               "--set", "phases.0.resolution=8")
     assert out.returncode == 1 and "run diverged" in out.stderr
     assert json.loads(out.stdout)["status"] == "diverged"
+
+
+def test_a_reader_that_stops_early_ends_the_output_quietly(tmp_path: Path) -> None:
+    """`status --json | head -1`: the JSON is far larger than a pipe holds, `head` leaves after
+    one line; tianfeng stops without a word, as `ls | head` does."""
+    import optuna
+
+    db = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=db)
+    dist = optuna.distributions.FloatDistribution(0.0, 1.0)
+    for i in range(400):
+        study.add_trial(optuna.trial.create_trial(params={"x": i / 400}, distributions={"x": dist}, value=float(i)))
+    out = subprocess.run(f"{sys.executable} -m tianfeng.cli status --study s --storage {db} --json | head -1",
+                         shell=True, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.stdout == "[\n"
+    assert out.stderr == "", out.stderr

@@ -195,7 +195,18 @@ def _check_inputs(args: argparse.Namespace) -> None:
             check_name(value, flag, "", max_length=STUDY_MAX_LENGTH)
     if getattr(args, "storage", None) is not None and not getattr(args, "throughput", False):
         creates = args.command in ("search", "scale") and not args.resume
-        check_storage(args.storage, must_exist=not creates)
+        writes = args.command in ("search", "scale", "promote", "calibrate") and not (
+            getattr(args, "dry_run", False) or getattr(args, "front", False))
+        check_storage(args.storage, must_exist=not creates, writes=writes)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush does not fail a second time."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -221,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         source = ""
     try:
         _check_inputs(args)
-        return _dispatch(args)
+        code = _dispatch(args)
+        sys.stdout.flush()  # here, where a closed pipe is handled, not at the interpreter's exit
+        return code
     except ConfigError as exc:
         if args.debug:
             raise
@@ -233,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tianfeng: interrupted; completed epochs and checkpoints are saved", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tianfeng status --json | head -1`: the reader has all it wanted
+        _silence_stdout()
+        return 141  # what a shell reports for a process ended by SIGPIPE, as `ls | head` is
     except OSError as exc:  # a path we cannot read or write: the environment, not the input
         if args.debug:
             raise

@@ -4,6 +4,7 @@ not a SQLite database, or (for commands that only read) a database that does not
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from trainers.config import ConfigError
@@ -11,9 +12,10 @@ from trainers.config import ConfigError
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def check_storage(url: str, *, must_exist: bool, flag: str = "--storage") -> str:
+def check_storage(url: str, *, must_exist: bool, writes: bool = False, flag: str = "--storage") -> str:
     """`url` if it can be opened; `must_exist` for commands that read a study (a mistyped SQLite
-    path must not silently create an empty database)."""
+    path must not silently create an empty database); `writes` for commands that change it (a
+    SQLite file or folder that cannot be written fails here, not deep inside a commit)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -33,11 +35,11 @@ def check_storage(url: str, *, must_exist: bool, flag: str = "--storage") -> str
         raise ConfigError(flag, "", f"the driver for {parsed.drivername} is not installed: {exc.name or exc}"
                           f"{hint}") from None
     if parsed.get_backend_name() == "sqlite":
-        _check_sqlite_file(parsed.database, url, must_exist=must_exist, flag=flag)
+        _check_sqlite_file(parsed.database, url, must_exist=must_exist, writes=writes, flag=flag)
     return url
 
 
-def _check_sqlite_file(database: str | None, url: str, *, must_exist: bool, flag: str) -> None:
+def _check_sqlite_file(database: str | None, url: str, *, must_exist: bool, writes: bool, flag: str) -> None:
     if not database or database == ":memory:":
         raise ConfigError(flag, "", f"{url!r} names no database file; use sqlite:///FILE")
     path = Path(database)
@@ -48,6 +50,8 @@ def _check_sqlite_file(database: str | None, url: str, *, must_exist: bool, flag
             raise ConfigError(flag, "", f"no database at {path} (a search creates it; check the path)")
         if not path.parent.is_dir():
             raise ConfigError(flag, "", f"cannot create {path}: folder {path.parent} does not exist")
+        if not os.access(path.parent, os.W_OK):
+            raise ConfigError(flag, "", f"cannot create {path}: folder {path.parent} {_why_unwritable(path.parent)}")
         return
     try:
         with path.open("rb") as f:
@@ -56,3 +60,16 @@ def _check_sqlite_file(database: str | None, url: str, *, must_exist: bool, flag
         raise ConfigError(flag, "", f"cannot read {path}: {exc.strerror}") from None
     if head and head != _SQLITE_MAGIC:
         raise ConfigError(flag, "", f"{path} is not a SQLite database")
+    # SQLite writes a journal beside the file: the folder must be writable too
+    for place in (path, path.parent):
+        if writes and not os.access(place, os.W_OK):
+            raise ConfigError(flag, "", f"cannot write the study database {path}: {place} {_why_unwritable(place)}; "
+                              "status, report, runs and promote --front or --dry-run can still read it")
+
+
+def _why_unwritable(path: Path) -> str:
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return "is on a read-only file system" if read_only else "is not writable by this user"
