@@ -120,8 +120,15 @@ def default_report_path(name: str) -> Path:
 def check_report_of(storage: str, study_name: str, path: Path) -> None:
     """Before a command that ends by writing `study_name`'s report to `path`: refuse now if
     that file is another study's report, not after the work is done."""
+    if not path.exists():  # nothing to collide with; and opening the storage would create it
+        return
     import optuna
+    from sqlalchemy.engine import make_url
 
+    url = make_url(storage)
+    if url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
+        check_report(path, None)  # no database yet, so no study: do not create one to learn that
+        return
     storage_obj = optuna.storages.get_storage(storage)
     exists = study_name in {s.study_name for s in storage_obj.get_all_studies()}
     owner = study_owner(optuna.load_study(study_name=study_name, storage=storage_obj), storage) if exists else None
