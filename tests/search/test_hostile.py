@@ -197,6 +197,16 @@ def test_a_search_whose_trials_all_fail_stops_after_three_and_resumes(tmp_path: 
     assert len(optuna.load_study(study_name="f", storage=db).get_trials()) == 3
     again = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert again.returncode == 1 and len(optuna.load_study(study_name="f", storage=db).get_trials()) == 4
+    # Optuna's own warnings about a study with no complete trial are not shown (only with --debug)
+    for argv in (["report", "f", "--storage", db], ["status", "--study", "f", "--storage", db]):
+        shown = subprocess.run([sys.executable, "-m", "tianfeng.cli", *argv], capture_output=True, text=True,
+                               timeout=120, cwd=tmp_path)
+        assert shown.returncode == 0 and "[W " not in shown.stderr, shown.stderr
+    for out in (out, again):
+        assert "[W " not in out.stderr and "[I " not in out.stderr, out.stderr
+    debug = subprocess.run([sys.executable, "-m", "tianfeng.cli", "--debug", "report", "f", "--storage", db],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "There are no complete trials" in debug.stderr
 
 
 def test_failed_trials_count_towards_the_budget(tmp_path: Path, tiny_space: dict,

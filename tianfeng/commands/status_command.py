@@ -8,6 +8,7 @@ import sys
 import optuna
 from rich.console import Console
 
+from tianfeng.logs import quiet_optuna
 from tianfeng.promotion.run import load_study
 from tianfeng.search.outcomes import count_outcomes, outcome, outcomes_text
 from tianfeng.search.scores import epochs_reported, score
@@ -35,7 +36,7 @@ def _trial_row(t: optuna.trial.FrozenTrial) -> dict:
 
 
 def run_status_command(args) -> int:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_optuna()
     console = Console(width=None if sys.stdout.isatty() else 200)  # a pipe or file: no wrapped cells
     if args.study is None and len(optuna.get_all_study_names(args.storage)) != 1:
         rows = [_study_row(s) for s in optuna.get_all_study_summaries(args.storage, include_best_trial=True)]

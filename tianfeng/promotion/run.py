@@ -17,6 +17,7 @@ from rich.console import Console
 
 from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
+from tianfeng.logs import quiet_optuna
 from tianfeng.ownership import check_folder, claim_folder, study_owner
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.search.objective import objective_value
@@ -32,7 +33,7 @@ log = logging.getLogger("tianfeng.promote")
 
 
 def load_study(storage: str, study_name: str | None) -> optuna.Study:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_optuna()
     names = optuna.get_all_study_names(storage)
     if study_name is None:
         if len(names) != 1:

@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
+from tianfeng.logs import quiet_optuna
 from tianfeng.ray_cluster import start_or_join
 from tianfeng.search.objective import objective_value, objective_values, prepare_trial, record_final
 from tianfeng.search.progress import StudyProgress
@@ -253,7 +254,7 @@ def ray_folder(plan: SearchPlan) -> Path:
 
 
 def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> optuna.Study:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_optuna()
     space = plan_space(plan)
     resources, options = connect(options)
     from ray import tune

@@ -25,6 +25,7 @@ from tianfeng.interrupts import (
     raise_if_interrupted,
     run_quietly,
 )
+from tianfeng.logs import quiet_optuna
 from tianfeng.ownership import check_folder, claim_folder, new_uid, study_owner
 from tianfeng.search.locked_storage import BudgetReached, LockedSQLiteStorage, rdb_storage
 from tianfeng.search.objective import ProxyObjective
@@ -343,7 +344,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
 
         torch.set_num_threads(threads)
     # a failed trial is one line of ours (TrialLogger); Optuna's traceback only with --debug
-    optuna.logging.set_verbosity(optuna.logging.WARNING if log.isEnabledFor(logging.DEBUG) else optuna.logging.ERROR)
+    quiet_optuna()
     space = plan_space(plan)
     storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
     study = optuna.load_study(study_name=plan.study, storage=storage,
@@ -399,7 +400,7 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool) -> optuna.
     """Run the plan's study with `workers` local processes (a count, or auto: see search/workers.py)."""
     from tianfeng.search.workers import resolve_workers
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_optuna()
     space = plan_space(plan)
     study = open_study(plan, space, resume=resume)
     log_objective(space)
