@@ -202,8 +202,8 @@ def test_a_search_whose_trials_all_fail_stops_after_three_and_resumes(tmp_path: 
         shown = subprocess.run([sys.executable, "-m", "tianfeng.cli", *argv], capture_output=True, text=True,
                                timeout=120, cwd=tmp_path)
         assert shown.returncode == 0 and "[W " not in shown.stderr, shown.stderr
-    for out in (out, again):
-        assert "[W " not in out.stderr and "[I " not in out.stderr, out.stderr
+    for done in (out, again):
+        assert "[W " not in done.stderr and "[I " not in done.stderr, done.stderr
     debug = subprocess.run([sys.executable, "-m", "tianfeng.cli", "--debug", "report", "f", "--storage", db],
                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "There are no complete trials" in debug.stderr
