@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.search.conftest import write_space
+from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
 from tianfeng.promotion.run import promote
 from tianfeng.promotion.transfer import transfer
@@ -19,11 +23,21 @@ from tianfeng.store import RunStore
 from trainers.config import ConfigError
 
 
-@pytest.fixture
-def finished_study(tmp_path: Path, tiny_space_file: Path):
-    plan = plan_for(tmp_path, tiny_space_file, trials=3, study="p")
+@pytest.fixture(scope="module")
+def _searched_once(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("promote-study")
+    plan = plan_for(root, write_space(root, copy.deepcopy(TINY_SPACE)), trials=3, study="p")
     run_search(plan, workers=1, resume=False)
-    return plan
+    return plan, root / "study.db"
+
+
+@pytest.fixture
+def finished_study(_searched_once, tmp_path: Path):
+    """A finished 3-trial study of the tiny space: searched once for the module, each test
+    promoting from its own copy of the database."""
+    plan, db = _searched_once
+    shutil.copyfile(db, tmp_path / "study.db")
+    return dataclasses.replace(plan, storage=f"sqlite:///{tmp_path / 'study.db'}")
 
 
 def test_transfer_rules_are_explicit(tmp_path: Path, tiny_space: dict) -> None:
@@ -188,7 +202,16 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
 
     rows = scaling_rows(RunStore(plan.storage).runs("p"))
     assert len(rows) == 1 and rows[0]["layout"] == "2 x 1" and rows[0]["variant"] == "flat"
-    assert rows[0]["efficiency"] > 0 and 0 < rows[0]["predicted"] <= 1
+    row = rows[0]
+    # measured: the median images/s of each run's epochs after the first (warm-up), from the runs
+    # as recorded; efficiency is the 2-rank rate against twice the single process's
+    two, one = (next(r for r in RunStore(plan.storage).runs("p") if r["id"] == i) for i in (ran["run"], single["run"]))
+    assert row["measured"] == pytest.approx(statistics.median(e["samples_per_s"] for e in two["epochs"][1:]))
+    assert row["single"] == pytest.approx(statistics.median(e["samples_per_s"] for e in one["epochs"][1:]))
+    assert row["efficiency"] == pytest.approx(row["measured"] / (2 * row["single"]))
+    # predicted: the cost model's efficiency scales the single rate to both ranks
+    assert row["predicted_samples"] == pytest.approx(row["predicted"] * 2 * row["single"])
+    assert 0 < row["predicted"] <= 1
     html = build_report(plan.storage, "p", tmp_path / "p.html").read_text()
     assert "Scaling of distributed runs" in html and "2 x 1" in html
     result = json.loads((Path(ran["run_dir"]) / "result.json").read_text())

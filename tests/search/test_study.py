@@ -103,7 +103,8 @@ def test_four_workers_share_a_sqlite_study(tmp_path: Path, tiny_space_file: Path
     assert len({t.number for t in trials}) == len(trials)
     # each worker process records itself (the report's timeline has a row per worker) and its cores
     assert len({t.user_attrs["worker"] for t in trials}) >= 2
-    assert all(t.user_attrs["cores"] == 1 for t in trials)  # 2 cores split over 4 workers
+    # the machine's cores split over 4 workers, at least one each
+    assert all(t.user_attrs["cores"] == max(1, (os.cpu_count() or 1) // 4) for t in trials)
 
 
 def _cli(*args: str) -> list[str]:

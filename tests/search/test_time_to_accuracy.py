@@ -155,7 +155,9 @@ def test_pareto_search_front_and_fastest_to(tmp_path: Path, tiny_space: dict, ca
     assert all(f"│ {t.number} " in listed for t in front)
     assert main(["status", "--storage", db, "--study", "p", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert all(r["predicted_s"] == pytest.approx(r["predicted_s"]) for r in rows if r["state"] == "complete")
+    recorded = {t.number: t.user_attrs["predicted"]["seconds"] for t in done}
+    shown = {r["trial"]: r["predicted_s"] for r in rows if r["state"] == "complete"}
+    assert shown == pytest.approx(recorded) and len(shown) == len(recorded) > 0
     assert main(["report", "p", "--storage", db]) == 0
     html = (tmp_path / "reports" / "p.html").read_text()
     assert "Accuracy against predicted wall time on the cluster" in html and "predicted full run" in html
