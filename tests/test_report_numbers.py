@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import re
 from html.parser import HTMLParser
-from pathlib import Path
 
 import optuna
 import pytest
