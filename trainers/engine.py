@@ -87,6 +87,10 @@ class _Position:
     loss_count: int = 0
     skipped: int = 0
     history: list[dict] = field(default_factory=list)
+    # the gradient noise scale's sums of the epoch in progress (the world's, held by rank 0) and
+    # its average over the epochs before
+    noise_sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    noise_smoothed: list[float] | None = None
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -284,6 +288,8 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                          synthetic_classes=cfg.data.synthetic_classes,
                          resolution=max(p.resolution for p in cfg.phases))
     train_indices = stratified_subset(source.train.labels, cfg.data.fraction, cfg.seed)
+    if ctx.enabled:  # every rank reads last.pt after rank 0 finished writing it (a run ended in this process)
+        torch.distributed.barrier()
     saved = _matching_checkpoint(cfg, ckpt_dir)  # before anything is written to the run
     if ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -340,9 +346,14 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                      pos.epoch + 1, pos.step)
 
     def save_checkpoint() -> None:
-        # the epoch's partial loss of every rank, held by rank 0 (a resumed rank 0 brings it back)
-        total, count = dist_utils.all_reduce_sum([pos.loss_sum, pos.loss_count], device, ctx)
+        # the epoch's partial loss and noise sums of every rank, held by rank 0 (a resumed rank 0
+        # brings them back)
+        total, count, *noise_sums = dist_utils.all_reduce_sum(
+            [pos.loss_sum, pos.loss_count, *noise.sums.tolist()], device, ctx)
         pos.loss_sum, pos.loss_count = (total, int(count)) if ctx.is_main else (0.0, 0)
+        pos.noise_sums = noise_sums if ctx.is_main else [0.0, 0.0, 0.0]
+        noise.sums = torch.tensor(pos.noise_sums, device=device)
+        pos.noise_smoothed = list(noise.smoothed) if noise.smoothed is not None else None
         if comm is not None:  # every rank's own error feedback, before rank 0's last.pt
             checkpoint.save_rank_state(ckpt_dir, ctx.rank, ctx.world, pos.global_step,
                                        {"comm": comm_state.comm_state_dict(comm)})
@@ -357,6 +368,10 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     divergence = DivergenceCheck(ctx)
     nonfinite = torch.zeros((), dtype=torch.bool, device=device)
     noise = EpochNoise(device)
+    if not ctx.is_main:  # rank 0 carries the world's partial noise sums, as it does the loss
+        pos.noise_sums = [0.0, 0.0, 0.0]
+    noise.sums = torch.tensor(pos.noise_sums, dtype=torch.float32, device=device)
+    noise.smoothed = tuple(pos.noise_smoothed) if pos.noise_smoothed is not None else None
     params = [p for p in model.parameters() if p.requires_grad]
     compiler = _compile_policy(cfg, train_model, device, ctx, precision, layout)
     shapes = [compilation.shape_key(p.resolution, max(1, p.batch_size // ctx.world)) for p in plan.phases]
