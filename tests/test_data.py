@@ -289,3 +289,48 @@ def test_streaming_loaders_never_build_the_decoded_cache(small_imagefolder: Path
     for (xa, ya), (xb, yb) in zip(val, cached.val_batches(16), strict=True):
         assert torch.equal(ya, yb)
         torch.testing.assert_close(xa, xb)
+
+
+def test_dali_decodes_the_same_pixels_as_the_cache_loader(small_imagefolder: Path) -> None:
+    """At the images' own 32 px (no resize on either side) DALI's CPU decoder and the cache's PIL
+    decoder see the same JPEGs: each image DALI reads equals the cache's decode of one file, up to
+    the rounding of two IDCT implementations."""
+    from trainers.data.decode import decode_file
+
+    src = imagefolder_source(str(small_imagefolder))
+    cfg = DataConfig(source=f"imagefolder:{small_imagefolder}", loader="dali", workers=1)
+    pipe, _ = build_pipeline(src, cfg, seed=5, train_indices=np.arange(len(src.train)), resolution=32,
+                             rank=0, world=1)
+    reference = torch.from_numpy(np.stack([decode_file(f, 32, 3) for f in src.train.files])).int()  # N,H,W,C
+    iterator = pipe._iterator(32, 25)
+    worst = []
+    matched = set()
+    for _ in range(len(src.train) // 25):
+        images, labels = pipe._next(iterator)
+        for image, label in zip(images.cpu().int(), labels.tolist(), strict=True):
+            assert image.shape == (32, 32, 3)
+            distance = (reference - image).abs().flatten(1).max(dim=1).values
+            nearest = int(distance.argmin())
+            assert src.train.labels[nearest] == label  # the same file, not merely a similar image
+            worst.append(int(distance[nearest]))
+            matched.add(nearest)
+    assert len(matched) == len(src.train)  # every file once
+    assert max(worst) <= 3 and np.mean(worst) <= 1.5, (max(worst), np.mean(worst))
+
+
+def test_a_corrupt_image_is_one_line_naming_the_file(small_imagefolder: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    import shutil
+
+    from tianfeng.cli import main
+
+    folder = tmp_path / "data"
+    shutil.copytree(small_imagefolder, folder)
+    victim = sorted((folder / "train").rglob("*.jpg"))[7]
+    victim.write_bytes(victim.read_bytes()[:40])  # a JPEG cut short, as a failed copy leaves it
+    code = main(["train", "--set", f"data.source=imagefolder:{folder}", "--set", "device=cpu",
+                 "--set", f"run_dir={tmp_path / 'run'}", "--set", "data.loader=cache"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("tianfeng: error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert f"{victim}: cannot decode this image" in errors[0] and "remove or replace the file" in errors[0]
