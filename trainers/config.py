@@ -137,6 +137,10 @@ class DistributedConfig:
     # off by default: the records normalise over each GPU's share of the batch
     sync_bn: bool = False
     sync_bn_scope: Literal["world", "node"] = "world"  # node: statistics over a node's ranks only
+    # the GPUs of the cluster this recipe is for: BatchNorm normalises over groups of each phase's
+    # batch / emulate_gpus images, as each of those GPUs would, however few processes train it
+    # (0: over each process's share, the cluster's own way when it is the cluster)
+    emulate_gpus: int = _bounded(0, ge=0)
 
 
 @dataclass(frozen=True)

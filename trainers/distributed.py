@@ -54,6 +54,19 @@ def validate_world(cfg, ctx: DistContext) -> int:
         if phase.batch_size % ctx.world:
             raise ConfigError("", f"phases.{i}.batch_size", f"must be divisible by the world size "
                               f"({ctx.world} ranks), got {phase.batch_size}")
+    emulated = cfg.distributed.emulate_gpus
+    if emulated > ctx.world:  # as many ranks as GPUs or more: each rank's own BatchNorm is the GPU's
+        if emulated % ctx.world:
+            raise ConfigError("", "distributed.emulate_gpus", f"must be a multiple of the world size ({ctx.world} "
+                              f"ranks): each rank emulates whole GPUs, got {emulated}")
+        for i, phase in enumerate(cfg.phases):
+            if phase.batch_size < emulated:
+                raise ConfigError("", f"phases.{i}.batch_size", f"must be at least distributed.emulate_gpus "
+                                  f"({emulated}): each GPU needs one image, got {phase.batch_size}")
+        if cfg.distributed.sync_bn and cfg.distributed.sync_bn_scope == "node":
+            raise ConfigError("", "distributed.sync_bn_scope", "node-scope SyncBatchNorm is not emulated in fewer "
+                              "processes than GPUs; use sync_bn_scope: world, sync_bn: false, or as many ranks "
+                              "as distributed.emulate_gpus")
     local = cfg.distributed.local_size or ctx.local_world
     if ctx.world % local:
         raise ConfigError("", "distributed.local_size", f"must divide the world size ({ctx.world}), got {local}")

@@ -16,7 +16,7 @@ import torch
 import yaml
 from torch import nn
 
-from trainers import checkpoint, compilation, memory_format, sync_bn
+from trainers import checkpoint, compilation, memory_format, per_gpu_bn, sync_bn
 from trainers import distributed as dist_utils
 from trainers.comm import compression, fusion, hierarchical
 from trainers.comm import state as comm_state
@@ -300,6 +300,11 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
                                          world=ctx.world, device=device)
     data.prepare([p.resolution for p in plan.phases])
     model = build_model(cfg.model, source.channels, source.num_classes).to(device)
+    # fewer processes than the target's GPUs: BatchNorm over each GPU's share, not the process's
+    # (with SyncBatchNorm over the world the cluster normalises over the whole batch: nothing to emulate)
+    per_gpu = cfg.distributed.emulate_gpus > ctx.world and not cfg.distributed.sync_bn
+    if per_gpu:
+        model = per_gpu_bn.convert(model)
     if cfg.distributed.sync_bn and ctx.enabled:  # before the optimizer takes the parameters
         group = (hierarchical.build_state(local_size).node_group
                  if cfg.distributed.sync_bn_scope == "node" else None)
@@ -321,6 +326,9 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
         log.info("%s; %d training images of %d, %d classes, %d steps in %d epochs",
                  loader_reason, len(train_indices), len(source.train), source.num_classes,
                  plan.total_steps, plan.total_epochs)
+        if per_gpu:
+            log.info("BatchNorm per GPU of %d: groups of %s images", cfg.distributed.emulate_gpus,
+                     "/".join(str(p.batch_size // cfg.distributed.emulate_gpus) for p in plan.phases))
 
     # --- resume from the last checkpoint, if any ---------------------------------------------
     pos = _Position()
@@ -383,6 +391,8 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     try:
         while pos.epoch < plan.total_epochs:
             phase = plan.phase_of_epoch(pos.epoch)  # the batch size and resolution change here
+            if per_gpu:
+                per_gpu_bn.set_group_size(model, phase.batch_size // cfg.distributed.emulate_gpus)
             epoch_start = time.perf_counter()
             wait_s, samples, lr = 0.0, 0, 0.0
             batches = data.train_batches(pos.epoch, phase.resolution, phase.batch_size, pos.step)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,9 +25,18 @@ def free_port() -> int:
 def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess:
     # one thread per rank unless the caller says otherwise (the numerics hold at 1 and 2)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-                           f"--master-port={free_port()}", *args], capture_output=True, text=True,
-                          timeout=300, env=env)
+    argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+            f"--master-port={free_port()}", *args]
+    # its own process group: a hung run's ranks are killed with torchrun, not left running
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 @pytest.mark.slow

@@ -210,7 +210,9 @@ def test_a_search_whose_trials_all_fail_stops_after_three_and_resumes(tmp_path: 
 
 
 def test_failed_trials_count_towards_the_budget(tmp_path: Path, tiny_space: dict,
-                                                 capsys: pytest.CaptureFixture) -> None:
+                                                 capsys: pytest.CaptureFixture,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # its report goes to reports/ here, not in the checkout
     tiny_space["parameters"]["batch_size"]["choices"] = [64, 4096]
     tiny_space["priors"] = []
     space_file = write_space(tmp_path, tiny_space)
@@ -223,7 +225,9 @@ def test_failed_trials_count_towards_the_budget(tmp_path: Path, tiny_space: dict
 
 
 def test_markup_in_a_study_name_or_a_parameter_value_is_printed_as_text(tmp_path: Path, tiny_space: dict,
-                                                                         capsys: pytest.CaptureFixture) -> None:
+                                                                         capsys: pytest.CaptureFixture,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     tiny_space["parameters"]["tag"] = {"type": "categorical", "choices": ["[/red]", "[bold]x"]}
     tiny_space["priors"] = []
     space_file = write_space(tmp_path, tiny_space)

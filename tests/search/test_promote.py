@@ -156,6 +156,7 @@ def test_rho_needs_three_usable_pairs(tmp_path: Path, tiny_space_file: Path, mon
     from tianfeng.cli import main
     from tianfeng.promotion import calibration
 
+    monkeypatch.chdir(tmp_path)  # calibrate rewrites the report in reports/
     plan = plan_for(tmp_path, tiny_space_file, trials=4, study="few")
     run_search(plan, workers=1, resume=False)
     scores = iter([70.0, None, None])  # two of three full runs without a score (diverged or failed)

@@ -215,6 +215,8 @@ def build_config(space: SearchSpace, values: dict[str, Any], rung: str, *, name:
     else:
         apply_fidelity(raw, space.fidelities[rung], train_images=space.constants.get("all_train_images"),
                        min_steps=space.min_steps)
+    if not raw["distributed"].get("emulate_gpus"):  # BatchNorm as each GPU of the target computes it
+        raw["distributed"]["emulate_gpus"] = space.cluster.gpus if space.cluster.gpus > 1 else 0
     if name is not None:
         raw["name"] = name
     if run_dir is not None:

@@ -1,0 +1,102 @@
+"""BatchNorm per GPU emulated in one process, against independent oracles: torch's own
+BatchNorm applied to each GPU's share of the batch."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from trainers import per_gpu_bn
+
+
+def _pair(bn: nn.Module, group: int) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+    emulated = per_gpu_bn.convert(nn.Sequential(copy.deepcopy(bn)))
+    per_gpu_bn.set_group_size(emulated, group)
+    return bn, emulated
+
+
+def _chunkwise(bn: nn.Module, x: torch.Tensor, bounds: list[tuple[int, int]]) -> tuple[torch.Tensor, list]:
+    """Plain BatchNorm on each chunk with its own copy (as each GPU has one); running stats of the first."""
+    copies = [copy.deepcopy(bn) for _ in bounds]
+    return torch.cat([c(x[a:b]) for c, (a, b) in zip(copies, bounds, strict=True)]), copies
+
+
+@pytest.mark.parametrize(("shape", "layout"), [((24, 6, 5, 5), torch.contiguous_format),
+                                               ((24, 6, 5, 5), torch.channels_last), ((24, 6), None)])
+def test_whole_groups_equal_batchnorm_applied_gpu_by_gpu(shape, layout) -> None:
+    bn = nn.BatchNorm2d(6) if len(shape) == 4 else nn.BatchNorm1d(6)
+    bn, emulated = _pair(bn, group=4)
+    x = torch.randn(shape) * 3 + 1
+    if layout is not None:
+        x = x.contiguous(memory_format=layout)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected, copies = _chunkwise(bn, xa, [(i, i + 4) for i in range(0, 24, 4)])
+    got = emulated(xb)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    weight = torch.randn_like(expected)
+    (expected * weight).sum().backward()
+    (got * weight).sum().backward()
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
+    layer = emulated[0]
+    grads = [sum(c.weight.grad for c in copies), sum(c.bias.grad for c in copies)]
+    torch.testing.assert_close(layer.weight.grad, grads[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(layer.bias.grad, grads[1], rtol=1e-4, atol=1e-5)
+    # the running statistics are the first GPU's (DDP broadcasts rank 0's buffers)
+    torch.testing.assert_close(layer.running_mean, copies[0].running_mean)
+    torch.testing.assert_close(layer.running_var, copies[0].running_var)
+
+
+def test_a_remainder_joins_the_last_group() -> None:
+    bn, emulated = _pair(nn.BatchNorm2d(3), group=5)
+    x = torch.randn(17, 3, 4, 4)
+    expected, _ = _chunkwise(bn, x, [(0, 5), (5, 10), (10, 17)])
+    torch.testing.assert_close(emulated(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_evaluation_and_a_group_as_large_as_the_batch_are_plain_batchnorm() -> None:
+    bn, emulated = _pair(nn.BatchNorm2d(3), group=8)
+    x = torch.randn(8, 3, 4, 4)
+    torch.testing.assert_close(emulated(x), bn(x))  # both update their running statistics
+    emulated.eval()
+    bn.eval()
+    torch.testing.assert_close(emulated(x), bn(x))
+
+
+def test_autocast_keeps_the_statistics_in_fp32() -> None:
+    bn, emulated = _pair(nn.BatchNorm2d(4), group=2)
+    x = torch.randn(8, 4, 3, 3) * 100 + 50  # bf16 statistics would lose the variance here
+    expected, _ = _chunkwise(bn, x, [(i, i + 2) for i in range(0, 8, 2)])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = emulated(x.bfloat16())
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected, rtol=0.02, atol=0.05)
+
+
+def test_a_small_per_gpu_batch_changes_what_the_model_computes() -> None:
+    """The point of it: two images per GPU normalise very differently from 32 in one batch."""
+    bn, emulated = _pair(nn.BatchNorm2d(4), group=2)
+    x = torch.randn(32, 4, 3, 3)
+    assert not torch.allclose(emulated(x), copy.deepcopy(bn)(x), atol=1e-2)
+
+
+def test_the_engine_trains_with_batchnorm_per_emulated_gpu(tmp_path, caplog) -> None:
+    from tests.conftest import make_config
+    from trainers.config import ConfigError
+    from trainers.engine import train
+
+    phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}, {"epochs": 1, "resolution": 8, "batch_size": 32}]
+    with caplog.at_level("INFO", logger="tianfeng.engine"):
+        emulated = train(make_config(tmp_path / "e", phases=phases, distributed={"emulate_gpus": 16}))
+    assert "BatchNorm per GPU of 16: groups of 4/2 images" in caplog.text
+    plain = train(make_config(tmp_path / "p", phases=phases))
+    assert emulated.status == plain.status == "completed"
+    assert emulated.epochs[-1].train_loss != pytest.approx(plain.epochs[-1].train_loss, rel=1e-3)
+    with pytest.raises(ConfigError, match=r"phases.1.batch_size: must be at least distributed.emulate_gpus \(48\)"):
+        train(make_config(tmp_path / "x", phases=phases, distributed={"emulate_gpus": 48}))
