@@ -12,6 +12,7 @@ group (the cluster would drop those images)."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -29,34 +30,36 @@ class PerGpuBatchNorm(nn.modules.batchnorm._BatchNorm):
         if not self.training or g <= 0 or n < 2 * g:
             return super().forward(x)
         groups = n // g
-        out_dtype, xf = x.dtype, x.float()  # statistics in fp32 whatever the autocast dtype
-        channel = (1, -1) + (1,) * (x.dim() - 2)
-        if n == groups * g:  # whole groups: one view, two reductions
-            grouped = xf.view(groups, g, *xf.shape[1:])
-            dims = (1, *range(3, grouped.dim()))
-            var, mean = torch.var_mean(grouped, dim=dims, correction=0, keepdim=True)
-            xhat = ((grouped - mean) * torch.rsqrt(var + self.eps)).view_as(xf)
-            first_mean, first_var = mean[0].flatten(), var[0].flatten()
-        else:  # the last group holds the remainder: sums per group by index
-            gid = (torch.arange(n, device=x.device) // g).clamp_max(groups - 1)
-            per_image = xf.flatten(2).sum(2) if x.dim() > 2 else xf  # N x C
-            size = xf[0, 0].numel()
-            count = torch.bincount(gid, minlength=groups).to(xf.dtype)[:, None] * size
-            mean = torch.zeros(groups, xf.shape[1], device=x.device).index_add(0, gid, per_image) / count
-            centred = xf - mean[gid].view(n, *channel[1:])
-            square = (centred * centred).flatten(2).sum(2) if x.dim() > 2 else centred * centred
-            var = torch.zeros_like(mean).index_add(0, gid, square) / count
-            xhat = centred * torch.rsqrt(var + self.eps)[gid].view(n, *channel[1:])
-            first_mean, first_var = mean[0], var[0]
+        equal = groups if n == groups * g else groups - 1  # the last group takes the remainder
+        out = self._groups(x[:equal * g], equal, g)
+        if equal < groups:
+            last = F.batch_norm(x[equal * g:], None, None, self.weight, self.bias, True, 0.0, self.eps)
+            out = torch.cat([out, last])
+        return out
+
+    def _groups(self, x: torch.Tensor, groups: int, g: int) -> torch.Tensor:
+        """`groups` groups of `g` images through one fused BatchNorm: each group's channels become
+        channels of their own (the images of a group stacked as the batch), so the kernel's
+        per-channel statistics are per group and channel."""
+        channels, rest = x.shape[1], x.shape[2:]
+        stacked = x.reshape(groups, g, channels, *rest).transpose(0, 1).reshape(g, groups * channels, *rest)
+        mean = var = None
+        momentum = 0.0
         if self.track_running_stats:
-            with torch.no_grad():  # rank 0's statistics, as DDP's buffer broadcast keeps them
-                self.num_batches_tracked.add_(1)
-                m = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
-                per_channel = g * xf[0, 0].numel()  # values per channel in the first group
-                self.running_mean.lerp_(first_mean.to(self.running_mean.dtype), m)
-                self.running_var.lerp_((first_var * per_channel / max(per_channel - 1, 1)).to(self.running_var.dtype), m)
-        y = xhat * self.weight.view(channel) + self.bias.view(channel) if self.affine else xhat
-        return y.to(out_dtype)
+            self.num_batches_tracked.add_(1)
+            momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+            mean, var = self.running_mean.repeat(groups), self.running_var.repeat(groups)
+        weight = self.weight.repeat(groups) if self.affine else None
+        bias = self.bias.repeat(groups) if self.affine else None
+        y = F.batch_norm(stacked, mean, var, weight, bias, True, momentum, self.eps)
+        if mean is not None:  # rank 0's statistics, as DDP's buffer broadcast keeps them
+            with torch.no_grad():
+                self.running_mean.copy_(mean[:channels])
+                self.running_var.copy_(var[:channels])
+        y = y.reshape(g, groups, channels, *rest).transpose(0, 1).reshape(x.shape)
+        if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+            y = y.contiguous(memory_format=torch.channels_last)  # the run's layout, for the next conv
+        return y
 
 
 def convert(model: nn.Module) -> nn.Module:
