@@ -27,7 +27,8 @@ from trainers.config import ConfigError
 def search(space: str | Path, *, data: str | None = None, study: str | None = None,
            storage: str = DEFAULT_STORAGE, sampler: str = "tpe", pruner: str = "asha", trials: int = 30,
            timeout_s: float | None = None, workers: int | str = "auto", fidelity: str | None = None,
-           objective: str | None = None, target: float | None = None, gpus: int | None = None,
+           objective: str | None = None, target: float | None = None, min_accuracy: float | None = None,
+           gpus: int | None = None,
            gpus_per_node: int | None = None, resume: bool = False, seed: int = 0,
            runs_dir: str | Path = "runs", verbose: bool = False, failure_limit: int = 3,
            heartbeat_s: int = 10, grace_s: int = 60, backend: str = "optuna", ray_address: str | None = None,
@@ -46,16 +47,24 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
     if target is not None and not math.isfinite(target):
         raise ConfigError("--target", "", f"must be a finite number, got {target}")
     path = resolve_space(space)
-    loaded = with_objective(load_space(path, data=data, gpus=gpus, gpus_per_node=gpus_per_node), objective, target)
+    if min_accuracy is not None and not (math.isfinite(min_accuracy) and 0 <= min_accuracy < 100):
+        raise ConfigError("--min-accuracy", "", f"must be a percentage in [0, 100), got {min_accuracy}")
+    loaded = with_objective(load_space(path, data=data, gpus=gpus, gpus_per_node=gpus_per_node), objective, target,
+                            min_accuracy)
     rung = fidelity or loaded.search_fidelity
     if rung not in loaded.fidelities:
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
-    check_data(loaded)
+    classes = check_data(loaded)
+    o = loaded.objective
+    if o.mode == "pareto" and min_accuracy is None and o.min_accuracy is None and o.direction == "maximize":
+        from tianfeng.search.front import default_floor
+
+        min_accuracy = default_floor(o.metric, classes)  # resolved once: every worker uses the same floor
     plan = SearchPlan(space_path=str(path), data=data, storage=storage, study=study or loaded.name,
                       sampler=sampler, pruner=pruner, seed=seed, trials=trials, timeout_s=timeout_s,
                       runs_root=str(runs_dir), rung=rung, heartbeat_s=heartbeat_s, grace_s=grace_s,
                       verbose=verbose, failure_limit=failure_limit, gpus=gpus, gpus_per_node=gpus_per_node,
-                      objective=objective, target=target)
+                      objective=objective, target=target, min_accuracy=min_accuracy)
     if backend == "ray":
         from tianfeng.search.ray_backend import RayOptions, run_ray_search
 

@@ -129,8 +129,9 @@ def test_pareto_search_front_and_fastest_to(tmp_path: Path, tiny_space: dict, ca
     tiny_space["parameters"]["batch_size"] = {"type": "categorical", "choices": [32, 64, 128, 256]}
     path = write_space(tmp_path, _space(tiny_space, cluster={"gpus": 8, "gpus_per_node": 8}))
     db = f"sqlite:///{tmp_path}/s.db"
+    # no accuracy floor: the tiny proxies score ~10-20% on digits, below the default (20% for 10 classes)
     assert main(["search", "--space", str(path), "--storage", db, "--trials", "6", "--objective", "pareto",
-                 "--sampler", "random", "--study", "p"]) == 0
+                 "--sampler", "random", "--study", "p", "--min-accuracy", "0"]) == 0
     out = capsys.readouterr()
     assert "objective pareto" in out.out and "Pareto front of p" in out.out
     study = optuna.load_study(study_name="p", storage=db)
@@ -279,3 +280,35 @@ def test_calibrate_with_processes_fits_gloo_links_that_the_cost_model_uses(tmp_p
     measured = {**tiny_space, "cluster": {"gpus": 2, "gpus_per_node": 1, "device": "measured", "throughput": str(out)}}
     cluster = load_space(write_space(tmp_path, measured, "m.yaml")).cluster.links()
     assert cluster.inter.gbit_s == pytest.approx(links["gbit_s"]) and cluster.adapters_per_node == 1
+
+
+def test_the_default_floor_is_never_chance_and_follows_the_classes() -> None:
+    from tianfeng.search.front import default_floor
+
+    assert default_floor("val_top1", 5) == 40.0 and default_floor("val_top1", 10) == 20.0
+    assert default_floor("val_top1", 1000) == pytest.approx(10.1) and default_floor("val_top1", 2) == 75.0
+    assert default_floor("val_top5", 5) is None and default_floor("val_loss", 10) is None
+    assert default_floor("val_top5", 100) == 15.0  # 5% chance + 10 points
+
+
+def test_trials_below_the_accuracy_floor_are_infeasible_and_off_the_front(tmp_path: Path, tiny_space: dict,
+                                                                          capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write_space(tmp_path, _space(tiny_space, cluster={"gpus": 8, "gpus_per_node": 8}))
+    db = f"sqlite:///{tmp_path}/s.db"
+    assert main(["search", "--space", str(path), "--storage", db, "--trials", "5", "--objective", "pareto",
+                 "--sampler", "random", "--study", "f", "--min-accuracy", "13"]) == 0
+    out = capsys.readouterr()
+    study = optuna.load_study(study_name="f", storage=db)
+    assert study.user_attrs["min_accuracy"] == 13
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    for t in done:  # Optuna's constraint: <= 0 feasible, the shortfall otherwise
+        assert t.constraints["min_accuracy"] == pytest.approx(13 - t.values[0])
+    front = {t.number for t in pareto_front(study)}
+    assert all(next(t for t in done if t.number == n).values[0] >= 13 for n in front)
+    below = [t for t in done if t.values[0] < 13]
+    assert not front & {t.number for t in below}
+    if front:
+        assert "trials below 13 are off it" in " ".join(out.out.split())  # the title may wrap
+    else:
+        assert "no complete trial reaches the accuracy floor of 13" in out.err

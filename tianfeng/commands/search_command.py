@@ -83,7 +83,8 @@ def _search(args, started: dict[str, str]) -> int:
     check_report_of(args.storage, study_name, default_report_path(study_name))
     study = api.search(args.space, data=args.data, study=args.study, storage=args.storage, sampler=args.sampler,
                        pruner=args.pruner, trials=args.trials, timeout_s=timeout_s, workers=args.workers,
-                       fidelity=args.fidelity, objective=args.objective, target=args.target, gpus=args.gpus,
+                       fidelity=args.fidelity, objective=args.objective, target=args.target,
+                       min_accuracy=args.min_accuracy, gpus=args.gpus,
                        gpus_per_node=args.gpus_per_node, resume=args.resume, seed=args.seed,
                        runs_dir=args.runs_dir, verbose=args.verbose, failure_limit=args.failure_limit,
                        heartbeat_s=args.heartbeat_s, grace_s=args.grace_s, backend=args.backend,
@@ -125,6 +126,10 @@ def add_search_arguments(parser) -> None:
                         help="accuracy: the metric alone; pareto: the metric against the full run's predicted wall "
                              "time on the cluster; time-to-target: least predicted time whose metric reaches "
                              "--target (default: the space's objective.mode, else accuracy)")
+    parser.add_argument("--min-accuracy", type=float, default=None, metavar="PERCENT",
+                        help="with --objective pareto: trials below this accuracy are infeasible, never on the "
+                             "front (default: the space's objective.min_accuracy, else chance plus as much again, "
+                             "at least 10 points: 40 for 5 classes, 20 for 10, 10.1 for 1000)")
     parser.add_argument("--target", type=float, default=None,
                         help="with --objective time-to-target: the metric the search rung must reach")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs of the cluster the full run is for "

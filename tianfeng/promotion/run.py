@@ -54,7 +54,7 @@ def study_space(study: optuna.Study) -> SearchSpace:
                         stored_format=attrs.get("space_format", 1))
     from tianfeng.search.runner import with_objective
 
-    return with_objective(space, attrs.get("objective_mode"), attrs.get("target"))
+    return with_objective(space, attrs.get("objective_mode"), attrs.get("target"), attrs.get("min_accuracy"))
 
 
 def complete_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:

@@ -13,8 +13,10 @@ from tianfeng.tables import add_plain_row, plain_table
 def front_table(study: optuna.Study, trials: list | None = None):
     metric = study.user_attrs.get("metric", "value")
     cluster = study.user_attrs.get("cluster", "")
+    floor = study.user_attrs.get("min_accuracy")
+    below = f" (trials below {floor:g} are off it)" if floor is not None else ""
     table = plain_table(title=f"Pareto front of {study.study_name}: {metric} at the search rung against the "
-                              f"full run's predicted wall time on {cluster}",
+                              f"full run's predicted wall time on {cluster}{below}",
                         columns=("trial", metric, "predicted time", "GPU-hours", "batch", "resolution schedule"))
     for t in pareto_front(study) if trials is None else trials:
         predicted = t.user_attrs["predicted"]
@@ -27,6 +29,20 @@ def front_table(study: optuna.Study, trials: list | None = None):
 
 def print_front(study: optuna.Study, console: Console | None = None) -> None:
     (console or Console(width=160)).print(front_table(study))
+
+
+def default_floor(metric: str, classes: int) -> float | None:
+    """The accuracy a pareto search needs for a place on the front unless told otherwise: chance
+    plus as much again (at least 10 points above chance), at most halfway from chance to 100.
+    5 classes: 40% top-1; 10: 20%; 1000: 10.1%; 2: 75%. None where chance is 100% (top-5 of five
+    classes) or the metric is not an accuracy."""
+    picks = {"val_top1": 1, "val_top5": 5}.get(metric)
+    if picks is None or classes < 1:
+        return None
+    chance = min(100.0, 100.0 * picks / classes)
+    if chance >= 100.0:
+        return None
+    return round(min(chance + max(chance, 10.0), chance + (100.0 - chance) / 2), 2)
 
 
 def fastest_to(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial | None:

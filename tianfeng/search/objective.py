@@ -169,6 +169,8 @@ def objective_values(trial: optuna.Trial, objective, value: float) -> float | tu
     trial.set_user_attr("score", value)
     seconds = trial.user_attrs["predicted"]["seconds"]
     if objective.mode == "pareto":
+        if objective.min_accuracy is not None:
+            trial.set_constraint("min_accuracy", objective.min_accuracy - value)
         return value, seconds
     if objective.mode == "time-to-target":
         shortfall = objective.target - value if objective.direction == "maximize" else value - objective.target

@@ -96,6 +96,7 @@ class SearchPlan:
     gpus_per_node: int | None = None
     objective: str | None = None  # objective mode, replacing the space's
     target: float | None = None  # time-to-target's target, replacing the space's
+    min_accuracy: float | None = None  # pareto's accuracy floor, replacing the space's
 
     def __post_init__(self) -> None:
         check_name(self.study, "--study", "", max_length=STUDY_MAX_LENGTH)  # runs/<study>/trial-N
@@ -104,7 +105,7 @@ class SearchPlan:
 def plan_space(plan: SearchPlan) -> SearchSpace:
     """The space a plan searches: the file's, pinned and adjusted as the plan says."""
     space = load_space(plan.space_path, data=plan.data, gpus=plan.gpus, gpus_per_node=plan.gpus_per_node)
-    space = with_objective(space, plan.objective, plan.target)
+    space = with_objective(space, plan.objective, plan.target, plan.min_accuracy)
     if plan.batch_size is None and not plan.set_overrides and plan.priors:
         return space
     from tianfeng.scale.space import at_batch
@@ -112,14 +113,18 @@ def plan_space(plan: SearchPlan) -> SearchSpace:
     return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)
 
 
-def with_objective(space: SearchSpace, mode: str | None, target: float | None) -> SearchSpace:
-    """`--objective` and `--target` replace the space's objective mode and target."""
+def with_objective(space: SearchSpace, mode: str | None, target: float | None,
+                   min_accuracy: float | None = None) -> SearchSpace:
+    """`--objective`, `--target` and `--min-accuracy` replace the space's objective mode, target
+    and accuracy floor."""
     import dataclasses
 
-    if mode is None and target is None:
+    if mode is None and target is None and min_accuracy is None:
         return space
-    objective = dataclasses.replace(space.objective, mode=mode or space.objective.mode,
-                                    target=space.objective.target if target is None else target)
+    objective = dataclasses.replace(
+        space.objective, mode=mode or space.objective.mode,
+        target=space.objective.target if target is None else target,
+        min_accuracy=space.objective.min_accuracy if min_accuracy is None else min_accuracy)
     if objective.mode == "time-to-target" and objective.target is None:
         raise ConfigError("--target", "", f"is required with --objective time-to-target (the {objective.metric} "
                           "the search rung must reach), unless the space's objective gives one")
@@ -177,7 +182,8 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
     if not exists:
         attrs = {"kind": "search", "space_path": space.path, "space_yaml": Path(space.path).read_text(),
                  "objective_mode": space.objective.mode, "direction": space.objective.direction,
-                 "target": space.objective.target, "cluster": space.cluster.describe(),
+                 "target": space.objective.target, "min_accuracy": space.objective.min_accuracy,
+                 "cluster": space.cluster.describe(),
                  "gpus": space.cluster.gpus, "gpus_per_node": space.cluster.gpus_per_node,
                  "data": plan.data or space.base.data.source, "rung": plan.rung,
                  "sampler": plan.sampler, "pruner": plan.pruner,

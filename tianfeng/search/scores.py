@@ -59,7 +59,8 @@ def ranked(study: optuna.Study) -> list[FrozenTrial]:
 def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
     """Completed trials no other beats on both metric and predicted time, fastest first."""
     sign = 1 if maximizing(study) else -1
-    done = [t for t in completed(study) if predicted_s(t) is not None]
+    # below the accuracy floor (or failing a constraint) a trial is infeasible: never on the front
+    done = [t for t in completed(study) if predicted_s(t) is not None and all(c <= 0 for c in t.constraints.values())]
     front = [t for t in done if not any(
         sign * score(o) >= sign * score(t) and predicted_s(o) <= predicted_s(t)
         and (sign * score(o) > sign * score(t) or predicted_s(o) < predicted_s(t)) for o in done)]

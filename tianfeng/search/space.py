@@ -26,6 +26,7 @@ from trainers.yaml_input import parse_yaml, read_yaml
 
 PARAMETER_TYPES = ("float", "int", "categorical", "fixed")
 METRICS = tuple(f for f in EpochMetrics.__dataclass_fields__ if f not in ("epoch", "phase", "noise_scale"))
+ACCURACY_METRICS = ("val_top1", "val_top5")  # percentages, with a chance level
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OBJECTIVE_MODES = ("accuracy", "pareto", "time-to-target")
 # what every expression may read besides the parameters: the cluster's size and the data's
@@ -80,6 +81,9 @@ class Objective:
     constraints: tuple[Expression, ...] = ()
     mode: str = "accuracy"  # accuracy | pareto (metric against predicted wall time) | time-to-target
     target: float | None = None  # time-to-target: the metric the search rung must reach
+    # pareto: a trial whose metric is below this is infeasible (off the front); None: the default
+    # the search sets from the data's classes (`tianfeng.search.front.default_floor`)
+    min_accuracy: float | None = None
 
     def reached(self, value: float) -> bool:
         return value >= self.target if self.direction == "maximize" else value <= self.target
@@ -422,7 +426,8 @@ def _read_fidelities(source: str, raw: Any) -> dict[str, Fidelity]:
 
 
 def _read_objective(source: str, raw: Any) -> Objective:
-    r = _Reader(source, "objective", raw, ("metric", "direction", "at", "constraints", "mode", "target"))
+    r = _Reader(source, "objective", raw, ("metric", "direction", "at", "constraints", "mode", "target",
+                                          "min_accuracy"))
     metric = r.choice("metric", METRICS, "val_top1")
     direction = r.choice("direction", ("maximize", "minimize"), "maximize")
     at = r.choice("at", ("final", "best"), "final")
@@ -430,6 +435,12 @@ def _read_objective(source: str, raw: Any) -> Objective:
     target = r.number("target")
     if mode == "time-to-target" and target is None:
         raise r.error("target", f"is required with mode time-to-target: the {metric} the search rung must reach")
+    min_accuracy = r.number("min_accuracy")
+    if min_accuracy is not None and (direction != "maximize" or metric not in ACCURACY_METRICS):
+        raise r.error("min_accuracy", f"applies to a maximised accuracy metric ({', '.join(ACCURACY_METRICS)}); "
+                      f"the objective is to {direction} {metric}")
+    if min_accuracy is not None and not 0 <= min_accuracy < 100:
+        raise r.error("min_accuracy", f"must be a percentage in [0, 100), got {min_accuracy}")
     constraints_raw = raw.get("constraints") or []
     if not isinstance(constraints_raw, list):
         raise r.error("constraints", "must be a list of conditions such as 'samples_per_s >= 500'")
@@ -443,7 +454,7 @@ def _read_objective(source: str, raw: Any) -> Objective:
         if unknown:
             raise r.error(f"constraints.{i}", f"unknown metric {unknown[0]!r}; allowed: {', '.join(METRICS)}")
         constraints.append(expr)
-    return Objective(metric, direction, at, tuple(constraints), mode, target)
+    return Objective(metric, direction, at, tuple(constraints), mode, target, min_accuracy)
 
 
 def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...], *,

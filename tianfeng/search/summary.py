@@ -6,13 +6,14 @@ import sys
 from pathlib import Path
 
 
-def check_data(space) -> None:
+def check_data(space) -> int:
     """Open the space's data source once before any trial: a missing or empty image folder is
-    one error here, not a failure in every trial."""
+    one error here, not a failure in every trial. Returns its number of classes."""
     from trainers.data.sources import open_source
 
     base = space.base.data
-    open_source(base.source, synthetic_images=base.synthetic_images, synthetic_classes=base.synthetic_classes)
+    return open_source(base.source, synthetic_images=base.synthetic_images,
+                       synthetic_classes=base.synthetic_classes).num_classes
 
 
 def write_report(storage: str, study: str) -> Path:
@@ -43,6 +44,13 @@ def print_summary(study, storage: str) -> int:
     metric = study.user_attrs.get("metric", "value")
     storage = "" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}"
     if mode == "pareto":
+        from tianfeng.search.scores import pareto_front
+
+        floor = study.user_attrs.get("min_accuracy")
+        if not pareto_front(study):
+            print(f"no complete trial reaches the accuracy floor of {floor:g} {metric}: the front is empty; "
+                  "search on with a lower --min-accuracy (or more epochs at the search rung)", file=sys.stderr)
+            return 0
         print_front(study)
         print(f"promote one with:\n  tianfeng promote --fastest-to LEVEL --study {study.study_name}{storage}\n"
               f"  (or tianfeng promote TRIAL; list the front again with tianfeng promote --front)")
