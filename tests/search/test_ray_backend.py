@@ -75,3 +75,28 @@ def test_bad_ray_flags(tmp_path: Path, tiny_space: dict, args: list[str], expect
     out = tianfeng("search", "--space", str(write_space(tmp_path, tiny_space)), *args, cwd=tmp_path)
     assert out.returncode == 2 and expected in out.stderr, out.stderr[-2000:]
     assert out.stderr.strip().count("\n") == 0
+
+
+def test_a_trial_that_trained_all_its_epochs_is_complete_whatever_its_length(tmp_path: Path, tiny_space: dict) -> None:
+    """Trials of one study train different epochs (here half of a searched 2 or 6): one that
+    reached its own last epoch completes, even when another trial's proxy is longer."""
+    from tianfeng.search.ray_backend import RayOptions, StudySearcher
+    from tianfeng.search.runner import SearchPlan, open_study, plan_space
+
+    tiny_space["parameters"]["epochs"] = {"type": "categorical", "choices": [2, 6]}
+    tiny_space["phases"] = {**tiny_space["phases"], "epochs": "epochs"}
+    tiny_space["fidelities"] = {"proxy": {"epoch_fraction": 0.5}, "target": {}}
+    tiny_space["priors"] = [{"name": "short", "params": {"optimizer": "sgd", "base_lr": 0.4, "batch_size": 64,
+                                                         "warmup_epochs": 0.0, "epochs": 2}}]
+    plan = SearchPlan(space_path=str(write_space(tmp_path, tiny_space)), data=None,
+                      storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="none", seed=0,
+                      trials=2, timeout_s=None, runs_root=str(tmp_path / "runs"), rung="proxy")
+    space = plan_space(plan)
+    study = open_study(plan, space, resume=False)
+    searcher = StudySearcher(study, space, plan, RayOptions())
+    config = searcher.suggest("ray-0")
+    assert config["run_config"]["phases"][0]["epochs"] == 1  # the prior: half of 2 epochs
+    searcher.on_trial_result("ray-0", {"status": "running", "epoch": 1, "val_top1": 55.0})
+    searcher.on_trial_complete("ray-0", {"status": "completed", "epoch": 1, "val_top1": 55.0})
+    trial = study.get_trials()[0]
+    assert trial.state == TrialState.COMPLETE and trial.value == 55.0

@@ -98,7 +98,7 @@ class StudySearcher(Searcher):
         self.threads, self.trainer = max(1, int(options.cpus_per_trial)), options.trainer
         self.cores = options.cpus_per_trial
         self.budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
-        self.total_epochs = rung_epochs(space, plan.rung)
+        self.epochs: dict[str, int] = {}  # each Ray trial's own epochs at the rung (they differ per trial)
         self.log_trial = TrialLogger(space.objective.metric)
         self.trials: dict[str, optuna.Trial] = {}
         self.values: dict[str, dict[int, float]] = {}  # epoch -> value, per Ray trial
@@ -125,6 +125,7 @@ class StudySearcher(Searcher):
                             cores=self.cores, worker="ray (waiting for a worker)")
         trial.set_user_attr("backend", "ray")
         self.trials[trial_id], self.values[trial_id] = trial, {}
+        self.epochs[trial_id] = cfg.total_epochs
         return {"run_config": config_to_dict(cfg), "trial_number": trial.number, "threads": self.threads,
                 "trainer": self.trainer,
                 "metric": self.space.objective.metric,
@@ -157,6 +158,7 @@ class StudySearcher(Searcher):
         result = result or {}
         self.on_trial_result(trial_id, result)  # a result that stopped the trial skips on_trial_result
         trial, values = self.trials.pop(trial_id), list(self.values.pop(trial_id).values())
+        own_epochs = self.epochs.pop(trial_id)
         status = result.get("status", "failed" if error else "running")
         epochs = int(result.get("epoch", 0))
         if error:
@@ -168,7 +170,7 @@ class StudySearcher(Searcher):
             trial.set_user_attr("status", "diverged")
             trial.set_user_attr("message", result.get("message", ""))
             self.study.tell(trial, state=TrialState.PRUNED)
-        elif epochs < self.total_epochs:  # Ray's scheduler stopped it
+        elif epochs < own_epochs:  # Ray's scheduler stopped it before its last epoch
             trial.set_user_attr("status", "pruned")
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
