@@ -88,3 +88,14 @@ def test_a_reader_that_stops_early_ends_the_output_quietly(tmp_path: Path) -> No
                          shell=True, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.stdout == "[\n"
     assert out.stderr == "", out.stderr
+
+
+def test_storage_takes_a_plain_path_to_a_sqlite_file(tmp_path: Path) -> None:
+    import optuna
+
+    optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'study.db'}").add_trial(
+        optuna.trial.create_trial(params={}, distributions={}, value=1.0))
+    for given in (str(tmp_path / "study.db"), "study.db"):  # absolute, and relative to the working folder
+        out = run("status", "--study", "s", "--storage", given, "--json", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)[0]["state"] == "complete"

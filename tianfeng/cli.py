@@ -194,6 +194,9 @@ def _check_inputs(args: argparse.Namespace) -> None:
         if value is not None:
             check_name(value, flag, "", max_length=STUDY_MAX_LENGTH)
     if getattr(args, "storage", None) is not None and not getattr(args, "throughput", False):
+        from tianfeng.storage_url import as_url
+
+        args.storage = as_url(args.storage)
         creates = args.command in ("search", "scale") and not args.resume
         writes = args.command in ("search", "scale", "promote", "calibrate") and not (
             getattr(args, "dry_run", False) or getattr(args, "front", False))

@@ -5,11 +5,19 @@ not a SQLite database, or (for commands that only read) a database that does not
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from trainers.config import ConfigError
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # `sqlite:`, `postgresql+psycopg:`: a URL, not a path
+
+
+def as_url(text: str) -> str:
+    """`--storage` as given: a SQLAlchemy URL, or a plain path to a SQLite file (`study.db`,
+    `runs/study.db`), which becomes `sqlite:///PATH`."""
+    return text if _SCHEME.match(text) else f"sqlite:///{text}"
 
 
 def check_storage(url: str, *, must_exist: bool, writes: bool = False, flag: str = "--storage") -> str:

@@ -104,7 +104,7 @@ def add_search_arguments(parser) -> None:
                              "in an experiment named after the study, e.g. sqlite:///mlflow.db")
     parser.add_argument("--data", default=None, help="replace the space's data source (digits, synthetic, imagefolder:DIR)")
     parser.add_argument("--study", default=None, help="study name (default: the space's name)")
-    parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL of the study database (default {DEFAULT_STORAGE}); "
+    parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"the study database: a SQLAlchemy URL or a SQLite file path (default {DEFAULT_STORAGE}); "
                         "postgresql://... for many workers or machines")
     parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe")
     parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha")
