@@ -99,3 +99,14 @@ def test_storage_takes_a_plain_path_to_a_sqlite_file(tmp_path: Path) -> None:
         out = run("status", "--study", "s", "--storage", given, "--json", cwd=tmp_path)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)[0]["state"] == "complete"
+
+
+@pytest.mark.parametrize(("argv", "usage", "hint"), [
+    (["serch"], "usage: tianfeng [-h]", "did you mean search?"),
+    (["status", "--jsn"], "usage: tianfeng status", "did you mean --json?"),
+    (["search", "--space", "x.yaml", "--sampler", "tpee"], "usage: tianfeng search", "did you mean tpe?"),
+])
+def test_a_mistyped_command_flag_or_choice_gets_its_usage_and_a_suggestion(argv, usage, hint) -> None:
+    out = run(*argv)
+    assert out.returncode == 2
+    assert out.stderr.startswith(usage) and out.stderr.strip().endswith(hint), out.stderr

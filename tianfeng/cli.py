@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from trainers.config import ConfigError
 
@@ -17,13 +19,43 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
                              "or --set phases.0.batch_size=128 (repeatable)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a "did you mean" for a mistyped command, flag or choice, and the usage of
+    the command the mistake was made in."""
+
+    def error(self, message: str) -> NoReturn:
+        import difflib
+
+        target, hint = self, ""
+        commands = getattr(self, "commands", {})
+        argv = sys.argv[1:] if self._argv is None else self._argv
+        given = next((a for a in argv if a in commands), None)
+        if given is not None:
+            target = commands[given]
+        unknown = re.search(r"unrecognized arguments: (\S+)", message)
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if unknown:
+            flags = [o for action in target._actions for o in action.option_strings]
+            close = difflib.get_close_matches(unknown.group(1).split("=")[0], flags, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+        elif choice:
+            options = [c.strip().strip("'") for c in choice.group(2).split(",")]
+            close = difflib.get_close_matches(choice.group(1), options, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+        target.print_usage(sys.stderr)
+        self.exit(2, f"{target.prog}: error: {message}{hint}\n")
+
+    _argv: list[str] | None = None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tianfeng",
         description="Find hyper-parameters for large-batch training with cheap proxy runs, "
                     "then run the winners at scale.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    parser.commands = sub.choices
 
     train = sub.add_parser("train", help="run one training job with the bundled engine",
                            description="Train with the bundled engine. Logs go to stderr; the "
@@ -218,7 +250,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    parser._argv = argv
+    args = parser.parse_args(argv)
     from tianfeng import interrupts
     from tianfeng.logs import setup_logging
 
