@@ -29,6 +29,7 @@ from tianfeng.logs import quiet_optuna
 from tianfeng.ownership import check_folder, claim_folder, new_uid, study_owner
 from tianfeng.search.locked_storage import BudgetReached, LockedSQLiteStorage, rdb_storage
 from tianfeng.search.objective import ProxyObjective
+from tianfeng.search.outcomes import Outcome, outcome
 from tianfeng.search.peer_pruning import PeerPruner
 from tianfeng.search.progress import StudyProgress
 from tianfeng.search.registry import PRUNERS, SAMPLERS
@@ -239,7 +240,7 @@ def finished_count(study: optuna.Study) -> int:
 
 def failed(trial: optuna.trial.FrozenTrial) -> bool:
     """A trial that raised an error (not one cut by Ctrl-C or a dead worker: those are retried)."""
-    return trial.state == TrialState.FAIL and trial.user_attrs.get("status") == "failed"
+    return outcome(trial) == Outcome.FAILED
 
 
 def counted(trials: optuna.Study | list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
