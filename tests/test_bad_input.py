@@ -174,6 +174,8 @@ CASES = [
      "--random: must be >= 0"),
     ("report-climbing-study", {}, ["report", "../../x"], 2, "STUDY: must be letters"),
     ("report-bad-url", {}, ["report", "--storage", "sqlite:/x"], 2, "--storage"),
+    ("report-no-such-study", "STUDY", ["report", "nosuch", "--storage", "{db}"], 2,
+     "STUDY: nosuch: no such study in"),
     ("report-unwritable", "STUDY", ["report", "tiny", "--storage", "{db}", "-o", "/proc/tianfeng/r.html"], 1,
      "cannot use /proc/tianfeng"),
     ("report-climbing-scale", {}, ["report", "--scale", "../x"], 2, "--scale: must be"),

@@ -32,16 +32,16 @@ from trainers.names import STUDY_MAX_LENGTH, check_name
 log = logging.getLogger("tianfeng.promote")
 
 
-def load_study(storage: str, study_name: str | None) -> optuna.Study:
+def load_study(storage: str, study_name: str | None, flag: str = "--study") -> optuna.Study:
     quiet_optuna()
     names = optuna.get_all_study_names(storage)
     if study_name is None:
         if len(names) != 1:
-            raise ConfigError("--study", "", f"name the study; {storage} holds: {', '.join(names) or 'none'}")
+            raise ConfigError(flag, "", f"name the study; {storage} holds: {', '.join(names) or 'none'}")
         study_name = names[0]
     if study_name not in names:
-        raise ConfigError("--study", study_name, f"no such study in {storage}; it holds: {', '.join(names) or 'none'}")
-    check_name(study_name, "--study", "", max_length=STUDY_MAX_LENGTH)  # it becomes paths below runs/, reports/
+        raise ConfigError(flag, study_name, f"no such study in {storage}; it holds: {', '.join(names) or 'none'}")
+    check_name(study_name, flag, "", max_length=STUDY_MAX_LENGTH)  # it becomes paths below runs/, reports/
     return optuna.load_study(study_name=study_name, storage=storage)
 
 

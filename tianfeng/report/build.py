@@ -77,9 +77,10 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
     return rows
 
 
-def build_report(storage: str, study_name: str | None, output: Path | None = None) -> Path:
+def build_report(storage: str, study_name: str | None, output: Path | None = None, *,
+                 flag: str = "--study") -> Path:
     warnings.filterwarnings("ignore", module="optuna")  # importance estimates on few trials warn
-    study = load_study(storage, study_name)
+    study = load_study(storage, study_name, flag)
     trials = study.get_trials(deepcopy=False)
     runs = RunStore(storage).runs(study.study_name)
     metric = study.user_attrs.get("metric", "value")
@@ -144,6 +145,6 @@ def run_report_command(args) -> int:
 
         path = build_scale_report(args.storage, args.scale, args.output)
     else:
-        path = build_report(args.storage, args.study, args.output)
+        path = build_report(args.storage, args.study, args.output, flag="STUDY")  # the positional argument
     print(json.dumps({"report": str(path)}))
     return 0
