@@ -278,9 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tianfeng: error: {exc.with_source(source)}", file=sys.stderr)
         return 2
     except _InterruptedBeforeStart:
+        interrupts.clear()
         print("tianfeng: interrupted before anything started; nothing was saved", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
+        interrupts.clear()  # handled: a later command in this process does not see it again
         print("tianfeng: interrupted; completed epochs and checkpoints are saved", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `tianfeng status --json | head -1`: the reader has all it wanted
