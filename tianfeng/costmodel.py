@@ -6,7 +6,8 @@ What it assumes (printed by `tianfeng plan`, stated in the README):
   NICs of `inter` speed each, whatever the number of GPUs sending;
 - the flat allreduce is NCCL's topology-aware ring (one ring per adapter, entering and leaving
   each node once): its bandwidth term runs at min(per-GPU intra-node speed, the node's network);
-  its latency grows with the ring's length, paid once per bucket;
+  its latency grows with the ring's length, paid once per bucket; or NCCL's tree where that is
+  faster (small messages on many nodes: its latency grows with log2(nodes));
 - the hierarchical variant reduce-scatters inside the node, runs `gpus_per_node` concurrent rings
   between nodes on a 1/G shard each (together the node's whole gradient through the same shared
   adapters: no bandwidth saved, fewer ring steps), then all-gathers inside the node;
@@ -97,12 +98,29 @@ def _ring(nbytes: float, ranks: int, bytes_per_s: float, alpha_s: float, halves:
     return halves * (ranks - 1) * (alpha_s + nbytes / ranks / bytes_per_s)
 
 
-def allreduce_s(nbytes: float, c: Cluster) -> float:
+def ring_allreduce_s(nbytes: float, c: Cluster) -> float:
     """NCCL's flat ring over every GPU: bound by the slower of a GPU's NVLink and its node's network."""
     if c.nodes == 1:
         return _ring(nbytes, c.gpus, c.intra.bytes_per_s, c.intra.alpha_s)
     speed = min(c.intra.bytes_per_s, c.network_bytes_per_s)
     return _ring(nbytes, c.gpus, speed, c.inter.alpha_s)
+
+
+def tree_allreduce_s(nbytes: float, c: Cluster) -> float:
+    """NCCL's tree: a chain through each node's GPUs and a binary tree across the nodes, reducing
+    up and broadcasting down, pipelined: the latency of the path both ways (a few hops across
+    nodes where the ring has `gpus`), and the bytes about once each way through the slower link."""
+    if c.gpus <= 1:
+        return 0.0
+    hops = (c.local - 1) * c.intra.alpha_s + math.ceil(math.log2(c.nodes)) * c.inter.alpha_s
+    speed = c.intra.bytes_per_s if c.nodes == 1 else min(c.intra.bytes_per_s, c.network_bytes_per_s)
+    return 2 * (hops + nbytes / speed)
+
+
+def allreduce_s(nbytes: float, c: Cluster) -> float:
+    """A flat allreduce as NCCL runs it: ring or tree, whichever is faster for this size (NCCL's
+    tuner chooses by the same kind of latency and bandwidth estimate, per message size)."""
+    return min(ring_allreduce_s(nbytes, c), tree_allreduce_s(nbytes, c))
 
 
 def hierarchical_s(nbytes: float, c: Cluster, inter_fraction: float = 1.0) -> float:

@@ -30,6 +30,10 @@ class DeviceThroughput:
     batch: int  # per-GPU batch of those figures
     half_batch: float  # per-GPU batch at which a GPU reaches half its peak throughput
     source: str
+    memory_gib: float  # device memory
+    memory_gb_s: float  # device memory bandwidth, GB/s: what an optimizer step's passes cost
+    cpu_cores_per_gpu: float  # the node's CPU cores over its GPUs: the data loaders' share
+    node_source: str = ""
 
 
 # half_batch: V100's mixed-precision inference runs batch 1 in 12.8 ms and saturates at
@@ -38,16 +42,25 @@ class DeviceThroughput:
 # assumption: the source gives no small-batch training figures).
 DEVICES: dict[str, DeviceThroughput] = {
     "v100": DeviceThroughput(1200.0, 367.0, 256, 45.0,
-                             f"DGX-1 (8x V100 16GB), 1 GPU: 1,200 img/s mixed, 367 img/s FP32; {DLE}"),
+                             f"DGX-1 (8x V100 16GB), 1 GPU: 1,200 img/s mixed, 367 img/s FP32; {DLE}",
+                             16.0, 900.0, 5.0,
+                             "V100 SXM2 16 GB, 900 GB/s HBM2 (NVIDIA Tesla V100 datasheet); DGX-1: two 20-core "
+                             "Xeon E5-2698 v4 for 8 GPUs (NVIDIA DGX-1 datasheet)"),
     "a100": DeviceThroughput(2470.0, 938.0, 256, 45.0,
-                             f"DGX A100 (8x A100 80GB), 1 GPU: 2,470 img/s mixed, 938 img/s TF32; {DLE}"),
+                             f"DGX A100 (8x A100 80GB), 1 GPU: 2,470 img/s mixed, 938 img/s TF32; {DLE}",
+                             80.0, 2039.0, 16.0,
+                             "A100 SXM4 80 GB, 2,039 GB/s HBM2e (NVIDIA A100 datasheet); DGX A100: two 64-core "
+                             "AMD EPYC 7742 for 8 GPUs (NVIDIA DGX A100 datasheet)"),
     # no per-GPU ResNet-50 table is published for H100 in the same form: Lambda's analysis puts
     # vision models at ~2x an A100 (https://lambdalabs.com/blog/nvidia-h100-gpu-deep-learning-
     # performance-analysis); give cluster.images_per_s for a measured figure
     "h100": DeviceThroughput(4940.0, 1876.0, 256, 45.0,
                              "2x the A100 figures above, per Lambda's H100 analysis (vision models "
                              "~2x A100), https://lambdalabs.com/blog/nvidia-h100-gpu-deep-learning-"
-                             "performance-analysis"),
+                             "performance-analysis",
+                             80.0, 3350.0, 14.0,
+                             "H100 SXM5 80 GB, 3.35 TB/s HBM3 (NVIDIA H100 datasheet); DGX H100: two 56-core "
+                             "Xeon Platinum 8480C for 8 GPUs (NVIDIA DGX H100 datasheet)"),
 }
 
 
@@ -57,6 +70,7 @@ class StepCost:
     flops: float
     layers: int
     params: int
+    norm_channels: tuple[int, ...] = ()  # each BatchNorm layer's channels: what SyncBN exchanges
 
 
 @functools.lru_cache(maxsize=256)
@@ -74,7 +88,9 @@ def step_cost(model: ModelConfig, resolution: int, in_channels: int = 3, classes
             net(x).sum().backward()
     layers = sum(1 for m in net.modules()
                  if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False)))
-    return StepCost(float(counter.get_total_flops()), layers, sum(p.numel() for p in net.parameters()))
+    norm_kinds = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.SyncBatchNorm)
+    norms = tuple(m.num_features for m in net.modules() if isinstance(m, norm_kinds))
+    return StepCost(float(counter.get_total_flops()), layers, sum(p.numel() for p in net.parameters()), norms)
 
 
 def reference_cost() -> StepCost:

@@ -14,7 +14,12 @@ from trainers.yaml_input import MAX_BYTES
 
 KEYS = ("gpus", "gpus_per_node", "device", "throughput", "images_per_s", "half_batch", "exchange", "overlap",
         "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us", "adapters_per_node",
-        "train_images")
+        "train_images", "memory_gib", "cpu_cores_per_gpu", "loader", "min_per_gpu_batch")
+LOADERS = ("dali", "cache", "torch")
+# Half the smallest per-GPU batch among the published GPU records (Goyal et al. 2017: 32 per
+# GPU), above the range where BatchNorm over a GPU's own images loses accuracy fast (Wu & He,
+# Group Normalization, 2018: ResNet-50 error 23.6% at 32 images per GPU, 34.7% at 2).
+MIN_PER_GPU_BATCH = 16
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,26 @@ class ClusterSpec:
     inter_latency_us: float | None = None
     adapters_per_node: int | None = None
     train_images: int | None = None  # the full run's training set; None: the space's data
+    memory_gib: float | None = None  # one GPU's memory; None: the device's (no limit for measured)
+    cpu_cores_per_gpu: float | None = None  # data loader cores per GPU; None: the device's node
+    loader: str = "dali"  # the full run's data pipeline: dali (GPU decode), cache (pre-decoded), torch
+    min_per_gpu_batch: int = MIN_PER_GPU_BATCH  # what the shipped spaces sample from (min_per_gpu)
+
+    @property
+    def device_memory_gib(self) -> float | None:
+        if self.memory_gib is not None:
+            return self.memory_gib
+        return DEVICES[self.device].memory_gib if self.device in DEVICES else None
+
+    @property
+    def loader_cores(self) -> float:
+        if self.cpu_cores_per_gpu is not None:
+            return self.cpu_cores_per_gpu
+        if self.device in DEVICES:
+            return DEVICES[self.device].cpu_cores_per_gpu
+        import os
+
+        return max(1.0, (os.cpu_count() or 1) / self.gpus)  # measured: this machine's cores
 
     @property
     def nodes(self) -> int:
@@ -118,6 +143,11 @@ def checked(spec: ClusterSpec, source: str, prefix: str = "cluster.") -> Cluster
         integer("adapters_per_node", 1)
     if spec.train_images is not None:
         integer("train_images", 1)
+    number("memory_gib")
+    number("cpu_cores_per_gpu")
+    if spec.loader not in LOADERS:
+        raise fail("loader", f"must be one of {', '.join(LOADERS)}; got {spec.loader!r}")
+    integer("min_per_gpu_batch", 1)
     if spec.gpus < spec.gpus_per_node:
         spec = replace(spec, gpus_per_node=spec.gpus)  # fewer GPUs than a node holds: one node
     return spec

@@ -1,20 +1,34 @@
-"""Predicted wall time and GPU-hours of a run on the space's cluster, before it trains.
+"""Predicted wall time and GPU-hours of a run on a cluster, before it trains: the one model
+behind `plan`, the search's objective, `promote` and the report.
 
-Every phase: steps x (one GPU's compute at that phase's resolution and per-GPU batch, plus
-the gradient exchange the cost model predicts for the model's gradient size, minus what
-overlaps the backward pass), plus one evaluation of the validation split per epoch (a forward
-pass: a third of a training step's work per image). Data loading is assumed to keep up
-(DALI or pre-decoded data, as the records had)."""
+Every cost a first run pays, each a line of the breakdown:
+- start-up: launch (interpreter, torch and the CUDA context, data index, model), the
+  rendezvous and NCCL's communicator set-up (growing with the ranks), and one warm-up per
+  distinct step shape (cuDNN's autotune, or a cold torch.compile when the run compiles);
+- compute: steps x (one GPU's forward and backward at that phase's resolution and per-GPU
+  batch: a fixed part plus a part per image, tianfeng.throughput);
+- optimizer: what LARS's and LAMB's extra passes over the weights cost beyond the SGD step the
+  throughput figures include (memory-bound: bytes over the device's memory bandwidth);
+- noise scale: the steps that run in two halves to measure it pay a second fixed part, two
+  gradient norms, and the first half's backward without an overlapping exchange;
+- exchange: the gradient allreduce not hidden behind the backward pass (tianfeng.costmodel),
+  and SyncBatchNorm's blocking per-layer collectives when the run uses it;
+- data wait: when the loader cores of a GPU decode and augment slower than the step;
+- evaluation: one forward pass over the validation split per epoch (a third of a training
+  step's work per image);
+- checkpoints: weights and optimizer state written by rank 0 while the others wait."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from tianfeng.costmodel import Phase, predict_run
+from tianfeng.costmodel import allreduce_s, step_seconds
+from tianfeng.memory import OPTIMIZER_STATES, per_gpu_fit
 from tianfeng.search.cluster import ClusterSpec
 from tianfeng.throughput import (
     DEVICES,
+    StepCost,
     StepModel,
     reference_step_model,
     scaled_step_model,
@@ -24,19 +38,65 @@ from trainers.config import ConfigError, RunConfig
 
 FORWARD_SHARE = 1 / 3  # of a training step's work: what evaluating an image costs
 
+# Start-up. Assumptions (no cited figure covers them; `plan --json` shows each term so a user
+# can replace them by their cluster's): launching a rank and building the run before its first
+# step, NCCL's set-up plus a share per rank (its bootstrap exchanges every rank's address), one
+# cuDNN autotune per distinct step shape (cudnn.benchmark), and a cold torch.compile per shape
+# (trainers/compilation.py's prior for GPUs).
+LAUNCH_S = 20.0
+NCCL_INIT_S = 2.0
+NCCL_INIT_PER_RANK_S = 0.005
+AUTOTUNE_S = 5.0
+COMPILE_S = 60.0
+
+# An optimizer step streams these fp32 tensors per parameter through device memory (reads and
+# writes): SGD with momentum reads weight, gradient and momentum and writes weight and momentum;
+# LARS adds a read of weight and gradient for the per-layer norms; LAMB reads and writes two
+# moments and reads weight and update again for its norms. The throughput figures include SGD's.
+OPTIMIZER_PASSES = {"sgd": 5, "lars": 7, "lamb": 9}
+
+# Checkpoints: rank 0 writes weights and optimizer state; 1 GB/s is an assumption (a node's
+# local NVMe writes faster, a shared file system under load slower).
+CHECKPOINT_GB_S = 1.0
+
+# The data pipelines' CPU time per image and core: fixed + per output pixel. cache and torch
+# measured by benchmarks/loader_rates.py (one thread, 500 x 375 JPEGs, 128/224/288 px) on
+# 2026-11-25 at commit 1c9e4c7 on a 2-core AMD EPYC VM: cache (pre-decoded, batched
+# normalise + random-resized-crop) 572/286/203 img/s per core, torch (PIL decode + resize, then
+# the same augmentation) 1 / (1/decode + 1/augment) with decode 867/403/343 img/s. A cluster's
+# cores differ; these are the model's figures until a user measures their own. dali decodes and
+# augments on the GPU; its CPU part (reading files, Huffman decoding) is taken as 400 img/s per
+# core at any resolution, an assumption above the floor NVIDIA's table implies (DALI fed
+# 1,200 img/s per V100 from a DGX-1's 5 cores per GPU).
+LOADER_S = {  # (seconds per image, seconds per output pixel), one core
+    "cache": (0.97e-3, 4.8e-8),
+    "torch": (0.97e-3 + 0.71e-3, 4.8e-8 + 2.66e-8),
+    "dali": (1 / 400, 0.0),
+}
+
+PARTS = ("startup", "compute", "optimizer", "noise_scale", "exchange", "sync_bn", "data_wait", "evaluation",
+         "checkpoints")
+
 
 @dataclass(frozen=True)
 class WallTime:
-    seconds: float  # training and evaluation
-    train_s: float
+    seconds: float  # every part below
+    train_s: float  # the training steps: compute, optimizer, noise scale, exchange, sync_bn, data wait
     eval_s: float
     gpu_hours: float
     steps: int
-    efficiency: float  # compute / training time: what the exchange leaves of the GPUs
+    efficiency: float  # compute / training time: what the exchange and the data leave of the GPUs
     phases: tuple[tuple[int, int, int], ...] = ()  # (epochs, resolution, global batch) of the run
+    parts: dict[str, float] = field(default_factory=dict)  # PARTS -> seconds
+    notes: tuple[str, ...] = ()  # what bounds the run, in words (data-bound phases)
 
     def short(self) -> str:
         return f"{format_seconds(self.seconds)}, {self.gpu_hours:.3g} GPU-h"
+
+    def breakdown(self) -> str:
+        """`compute 12.1 min, exchange 1.2 min, ...`: the non-zero parts, largest first."""
+        parts = sorted(((v, k) for k, v in self.parts.items() if v > 0), reverse=True)
+        return ", ".join(f"{k.replace('_', ' ')} {format_seconds(v)}" for v, k in parts)
 
 
 def format_seconds(seconds: float) -> str:
@@ -84,13 +144,65 @@ def _measured_step_models(cfg: RunConfig, spec: ClusterSpec, resolutions: list[i
     return models
 
 
+def loader_images_per_s(spec: ClusterSpec, resolution: int) -> float:
+    """What one GPU's loader cores deliver at a resolution."""
+    fixed, per_pixel = LOADER_S[spec.loader]
+    return spec.loader_cores / (fixed + per_pixel * resolution * resolution)
+
+
+def startup_seconds(cfg: RunConfig, spec: ClusterSpec) -> float:
+    shapes = {(p.resolution, math.ceil(p.batch_size / spec.gpus)) for p in cfg.phases}
+    shapes |= {(p.resolution, cfg.data.val_batch_size) for p in cfg.phases}  # evaluation's own shapes
+    nccl = NCCL_INIT_S + NCCL_INIT_PER_RANK_S * spec.gpus if spec.gpus > 1 else 0.0
+    warm = COMPILE_S if cfg.engine.compile == "on" else AUTOTUNE_S
+    return LAUNCH_S + nccl + warm * len(shapes)
+
+
+def sync_bn_seconds(cfg: RunConfig, spec: ClusterSpec, cost: StepCost) -> float:
+    """One step's SyncBatchNorm collectives: per BN layer, the statistics in the forward pass and
+    their gradients in the backward, each a small allreduce on the critical path."""
+    if not cfg.distributed.sync_bn or spec.gpus <= 1:
+        return 0.0
+    links = spec.links()
+    if cfg.distributed.sync_bn_scope == "node":
+        links = replace(links, gpus=links.local)
+    return sum(allreduce_s(4.0 * (2 * c + 1), links) + allreduce_s(4.0 * 2 * c, links) for c in cost.norm_channels)
+
+
+def check_memory(cfg: RunConfig, spec: ClusterSpec, *, in_channels: int, classes: int, source: str = "") -> None:
+    """Every phase's per-GPU batch fits the device's memory: one line naming the phase and the limit."""
+    memory = spec.device_memory_gib
+    if memory is None:
+        return
+    mixed = cfg.precision.mode != "fp32"
+    for i, p in enumerate(cfg.phases):
+        per_gpu = math.ceil(p.batch_size / spec.gpus)
+        params = step_cost(cfg.model, p.resolution, in_channels, classes).params
+        fit = per_gpu_fit(cfg.model, p.resolution, mixed=mixed, optimizer=cfg.optimizer.name, memory_gib=memory,
+                          params=params, in_channels=in_channels, classes=classes)
+        if per_gpu > fit.max_per_gpu:
+            raise ConfigError(source, f"phases.{i}.batch_size",
+                              f"{p.batch_size} is {per_gpu} images per GPU on {spec.gpus} GPUs; at {p.resolution} px "
+                              f"a {memory:g} GiB GPU holds at most {fit.max_per_gpu} ({fit.describe(memory)}); "
+                              f"cluster.memory_gib sets the memory")
+
+
 def predict_wall_time(cfg: RunConfig, spec: ClusterSpec, *, train_images: int, val_images: int,
-                      classes: int, in_channels: int = 3) -> WallTime:
+                      classes: int, in_channels: int = 3, startup: bool = True) -> WallTime:
+    """`startup=False` leaves the start-up out (benchmarks timed from the first step, as MLPerf's)."""
     models = _step_models(cfg, spec, in_channels, classes)
     links = spec.links()
-    params = step_cost(cfg.model, cfg.phases[-1].resolution, in_channels, classes).params
-    bucket_mb = 25.0 if cfg.distributed.bucket_mb == "auto" else cfg.distributed.bucket_mb
-    phases, eval_s, steps = [], 0.0, 0
+    cost = step_cost(cfg.model, cfg.phases[-1].resolution, in_channels, classes)
+    params = cost.params
+    grad_bytes = 4.0 * params
+    bucket_bytes = (25.0 if cfg.distributed.bucket_mb == "auto" else cfg.distributed.bucket_mb) * 2**20
+    device = DEVICES.get(spec.device)
+    memory_s = 4.0 * params / (device.memory_gb_s * 1e9) if device else 0.0  # one fp32 pass over the weights
+    optimizer_s = (OPTIMIZER_PASSES[cfg.optimizer.name] - OPTIMIZER_PASSES["sgd"]) * memory_s
+    sync_bn_s = sync_bn_seconds(cfg, spec, cost)
+    parts = dict.fromkeys(PARTS, 0.0)
+    notes: list[str] = []
+    steps = 0
     val_per_gpu = math.ceil(val_images / spec.gpus)
     for i, p in enumerate(cfg.phases):
         if p.batch_size < spec.gpus:
@@ -98,17 +210,46 @@ def predict_wall_time(cfg: RunConfig, spec: ClusterSpec, *, train_images: int, v
                               f"{p.batch_size} is smaller than the cluster's {spec.gpus} GPUs; snap the batch "
                               "to a multiple of them, e.g. `gpus * max(1, round(batch_size / gpus))`")
         per_gpu = math.ceil(p.batch_size / spec.gpus)
-        n = p.epochs * max(1, train_images // p.batch_size)
+        per_epoch = max(1, train_images // p.batch_size)
+        n = p.epochs * per_epoch
         steps += n
         model = models[p.resolution]
-        phases.append(Phase(n, per_gpu, model.step_s(per_gpu)))
+        compute = model.step_s(per_gpu)
+        step, comm = step_seconds(spec.exchange, links, grad_bytes=grad_bytes, compute_s=compute,
+                                  bucket_bytes=bucket_bytes, backward_share=spec.overlap)
+        exposed = step - compute
+        # the noise-scale steps: two half batches (a second fixed part, two gradient norms), the
+        # first half's backward kept local, so only the second half's can hide the exchange
+        measured = p.epochs * math.ceil(per_epoch / cfg.noise_scale_every) if cfg.noise_scale_every else 0
+        measured = measured if per_gpu >= 2 else 0
+        half_step, _ = step_seconds(spec.exchange, links, grad_bytes=grad_bytes, compute_s=compute,
+                                    bucket_bytes=bucket_bytes, backward_share=spec.overlap / 2)
+        noise_extra = model.fixed_s + 2 * memory_s + (half_step - step)
+        busy = compute + optimizer_s + sync_bn_s + exposed  # a step's time when data keeps up
+        data = per_gpu / loader_images_per_s(spec, p.resolution)
+        wait = max(0.0, data - busy)
+        if wait > 0:
+            notes.append(f"phase {i} is data-bound: {spec.loader} on {spec.loader_cores:g} cores per GPU delivers "
+                         f"{loader_images_per_s(spec, p.resolution):,.0f} img/s at {p.resolution} px, the GPU "
+                         f"takes {per_gpu / busy:,.0f}")
+        parts["compute"] += n * compute
+        parts["optimizer"] += n * optimizer_s
+        parts["noise_scale"] += measured * noise_extra
+        parts["exchange"] += n * exposed
+        parts["sync_bn"] += n * sync_bn_s
+        parts["data_wait"] += n * wait
         val_steps = math.ceil(val_per_gpu / cfg.data.val_batch_size)
-        eval_s += p.epochs * FORWARD_SHARE * (val_steps * model.fixed_s + val_per_gpu * model.image_s)
-    run = predict_run(spec.exchange, links, grad_bytes=4.0 * params, phases=phases,
-                      bucket_bytes=bucket_mb * 2**20, backward_share=spec.overlap)
-    total = run.run_s + eval_s
-    return WallTime(total, run.run_s, eval_s, total * spec.gpus / 3600, steps, run.efficiency,
-                    tuple((p.epochs, p.resolution, p.batch_size) for p in cfg.phases))
+        parts["evaluation"] += p.epochs * FORWARD_SHARE * (val_steps * model.fixed_s + val_per_gpu * model.image_s)
+    epochs = sum(p.epochs for p in cfg.phases)
+    writes = (epochs // cfg.checkpoint.every_epochs if cfg.checkpoint.every_epochs else 0) + (
+        steps // cfg.checkpoint.every_steps if cfg.checkpoint.every_steps else 0)
+    parts["checkpoints"] = writes * 4.0 * params * (1 + OPTIMIZER_STATES[cfg.optimizer.name]) / (CHECKPOINT_GB_S * 1e9)
+    parts["startup"] = startup_seconds(cfg, spec) if startup else 0.0
+    train_s = sum(parts[k] for k in ("compute", "optimizer", "noise_scale", "exchange", "sync_bn", "data_wait"))
+    total = sum(parts.values())
+    return WallTime(total, train_s, parts["evaluation"], total * spec.gpus / 3600, steps,
+                    parts["compute"] / train_s if train_s else 1.0,
+                    tuple((p.epochs, p.resolution, p.batch_size) for p in cfg.phases), parts, tuple(notes))
 
 
 def schedule_text(phases) -> str:
