@@ -80,22 +80,30 @@ def test_every_phase_counts() -> None:
 
 
 def test_plan_prices_resnet50_on_128_v100_with_infiniband(tmp_path, capsys) -> None:
+    """plan runs the search's wall-time model: every part, summed; the compute from the given
+    throughput with the device's half-peak batch; the memory fit of each GPU count."""
     import json
 
     from tianfeng.cli import main
 
     config = tmp_path / "r50.yaml"
-    config.write_text("model: {name: resnet50}\nphases: [{epochs: 90, resolution: 224, batch_size: 4096}]\n")
-    assert main(["plan", "--config", str(config), "--gpus", "128", "--gpus-per-node", "8", "--json"]) == 0
+    config.write_text("model: {name: resnet50}\nprecision: {mode: fp16}\n"
+                      "phases: [{epochs: 90, resolution: 224, batch_size: 4096}]\n")
+    assert main(["plan", "--config", str(config), "--gpus", "128", "--gpus-per-node", "8", "--json",
+                 "--gpu-images-per-s", "1250"]) == 0
     captured = capsys.readouterr()
     rows = {(r["gpus"], r["variant"]): r for r in json.loads(captured.out)}
-    assert "DGX-1" in captured.err  # where the link figures come from
+    assert "DGX-1" in captured.err  # where the figures come from
     assert set(rows) >= {(g, v) for g in (1, 8, 128) for v in ("flat", "hierarchical", "hierarchical+fp16", "powersgd")}
-    assert rows[1, "flat"]["efficiency"] == 1.0
-    # 25.6M parameters, 32 images per V100 at 1,250 images/s: 25.6 ms of compute per step
+    for r in rows.values():
+        assert r["seconds"] == pytest.approx(sum(r["parts"].values()))
+    assert rows[1, "flat"]["parts"]["exchange"] == 0 and rows[1, "flat"]["parts"]["startup"] > 0
+    # 1,250 img/s at 256 per V100, half the peak at 45: 32 per GPU take (45 + 32) / (45 + 256) of 256 / 1250 s
     flat = rows[128, "flat"]
-    assert flat["step_s"] == pytest.approx(32 / 1250 + max(flat["comm_s"] - 2 / 3 * 32 / 1250, flat["comm_s"] / 4))
+    steps = 90 * (1_281_167 // 4096)
+    assert flat["parts"]["compute"] == pytest.approx(steps * 256 / 1250 * (45 + 32) / (45 + 256), rel=1e-9)
     assert 0.5 < flat["efficiency"] < 1.0
-    hier = rows[128, "hierarchical"]
-    assert hier["step_s"] == pytest.approx(32 / 1250 + max(hier["comm_s"] - 2 / 3 * 32 / 1250, hier["comm_s"] / 4))
-    assert rows[128, "hierarchical+fp16"]["comm_s"] < rows[128, "hierarchical"]["comm_s"]
+    assert rows[128, "hierarchical+fp16"]["parts"]["exchange"] < rows[128, "hierarchical"]["parts"]["exchange"]
+    # 4,096 images on one 16 GB V100 do not fit; 32 per GPU do
+    assert "at most" in rows[1, "flat"]["memory"] and rows[128, "flat"]["memory"] == "fits"
+    assert rows[128, "flat"]["parts"]["startup"] > rows[8, "flat"]["parts"]["startup"]  # NCCL grows with ranks

@@ -172,21 +172,26 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--address", default=None,
                         help="with --via ray: the Ray cluster to run on (auto, HOST:PORT); default a Ray started here")
 
-    plan = sub.add_parser("plan", help="predict step time and scaling efficiency at many GPUs",
-                          description="Alpha-beta communication cost model: predicted step time, samples/s "
-                                      "and scaling efficiency of a run for flat, hierarchical and "
-                                      "compressed gradient exchange at several GPU counts.")
+    plan = sub.add_parser("plan", help="predict a run's wall time, part by part, at many GPUs",
+                          description="The predicted wall time of a run (start-up, compute, exchange, data, "
+                                      "evaluation, checkpoints) at several GPU counts for flat, hierarchical "
+                                      "and compressed gradient exchange, with scaling efficiency and whether "
+                                      "the per-GPU batch fits the GPU's memory: the model the search scores "
+                                      "recipes with.")
     plan.add_argument("--config", type=Path, required=True)
     plan.add_argument("--gpus", type=int, required=True)
     plan.add_argument("--gpus-per-node", type=int, default=8)
     plan.add_argument("--classes", type=int, default=1000, help="classes of the model's head (default 1000)")
-    plan.add_argument("--gpu-images-per-s", type=float, default=1250.0,
-                      help="training images/s of one GPU on this model at the last phase's resolution "
-                           "(default 1250: V100, mixed precision, ResNet-50 at 224 px)")
-    plan.add_argument("--compute-ms", type=float, default=None, help="compute time per step of the last phase instead (measured)")
+    plan.add_argument("--gpu-images-per-s", type=float, default=None,
+                      help="training images/s of one GPU on this model at the last phase's resolution, 256 "
+                           "per GPU (default: the device's ResNet-50 figure moved to the model by its FLOPs)")
+    plan.add_argument("--compute-ms", type=float, default=None,
+                      help="measured compute time of one step of the last phase at --gpus instead")
     plan.add_argument("--train-images", type=int, default=1_281_167, help="training set size (default ImageNet-1k's)")
+    plan.add_argument("--val-images", type=int, default=50_000, help="validation set size (default ImageNet-1k's)")
     plan.add_argument("--preset", choices=("v100", "a100", "h100"), default="v100",
-                      help="links of a DGX-1 V100 (default) or DGX A100 cluster with InfiniBand; the flags below override")
+                      help="device and links of a DGX-1 V100 (default), DGX A100 or DGX H100 cluster with "
+                           "InfiniBand; the flags below override")
     plan.add_argument("--intra-gbps", type=float, default=None, help="one GPU's NVLink bandwidth inside a node, Gbit/s per direction")
     plan.add_argument("--intra-latency-us", type=float, default=None)
     plan.add_argument("--inter-gbps", type=float, default=None, help="one network adapter between nodes, Gbit/s")
@@ -194,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--adapters-per-node", type=int, default=None, help="network adapters per node, shared by its GPUs")
     plan.add_argument("--overlap", type=float, default=2 / 3,
                       help="share of a step's compute (its backward pass) that an overlapping exchange hides behind")
+    plan.add_argument("--loader", choices=("dali", "cache", "torch"), default="dali",
+                      help="the data pipeline: dali (GPU decode, default), cache (pre-decoded), torch (CPU decode)")
+    plan.add_argument("--cpu-cores-per-gpu", type=float, default=None,
+                      help="loader cores per GPU (default: the preset node's cores over its GPUs)")
+    plan.add_argument("--memory-gib", type=float, default=None, help="one GPU's memory (default: the preset's)")
     plan.add_argument("--json", action="store_true")
 
     sub.add_parser("spaces", help="list the search spaces shipped with tianfeng",
