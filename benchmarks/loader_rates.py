@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from common import ROOT  # noqa: F401  (puts the repository on the path)
 from PIL import Image
 
-from common import ROOT  # noqa: F401  (puts the repository on the path)
 from trainers.data.augment import AugmentSpec, normalise_and_augment, sample_theta
 from trainers.data.decode import decode_file
 

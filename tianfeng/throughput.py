@@ -51,6 +51,15 @@ DEVICES: dict[str, DeviceThroughput] = {
                              80.0, 2039.0, 16.0,
                              "A100 SXM4 80 GB, 2,039 GB/s HBM2e (NVIDIA A100 datasheet); DGX A100: two 64-core "
                              "AMD EPYC 7742 for 8 GPUs (NVIDIA DGX A100 datasheet)"),
+    # no NVIDIA table covers the P100 in this form: its FP32 figure is the V100's scaled by the
+    # two datasheets' FP32 peaks (10.6 / 15.7 TFLOPS, SXM2); the P100 has no tensor cores, so
+    # mixed precision is taken to buy memory, not speed (an assumption)
+    "p100": DeviceThroughput(247.8, 247.8, 256, 45.0,
+                             "V100's 367 img/s FP32 x 10.6 / 15.7 TFLOPS (NVIDIA Tesla P100 and V100 datasheets); "
+                             f"{DLE}",
+                             16.0, 732.0, 5.0,
+                             "P100 SXM2 16 GB, 732 GB/s HBM2 (NVIDIA Tesla P100 datasheet); DGX-1 with P100: two "
+                             "20-core Xeon E5-2698 v4 for 8 GPUs (NVIDIA DGX-1 datasheet)"),
     # no per-GPU ResNet-50 table is published for H100 in the same form: Lambda's analysis puts
     # vision models at ~2x an A100 (https://lambdalabs.com/blog/nvidia-h100-gpu-deep-learning-
     # performance-analysis); give cluster.images_per_s for a measured figure

@@ -200,7 +200,11 @@ def test_imagenet_space_checks_and_builds_its_rungs() -> None:
     assert [p.resolution for p in proxy.phases] == [64, 104, 144]
     assert proxy.data.fraction == pytest.approx(0.1) and proxy.precision.mode == "bf16"
     assert proxy.schedule.warmup_epochs == pytest.approx(18.0 * 5 / 60)
-    assert target.data.min_crop_scale == 0.08 and len(space.priors) == 10
+    assert target.data.min_crop_scale == 0.08
+    assert len(space.priors) == 7  # of 10: the 64K, 64,480 and 86,016 batches do not fit 128 V100 16 GB
+    # 256 per GPU at 224 px; at 288 px (288/224)^2 of the memory per image: what fits of it
+    assert [p.batch_size for p in target.phases] == [128 * 189] * 3
+    assert space.constants["max_per_gpu"] * 224**2 // 288**2 == 189
 
 
 def test_min_steps_stretches_a_rung_that_leaves_too_few_steps(tmp_path: Path) -> None:

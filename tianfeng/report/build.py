@@ -27,7 +27,7 @@ from tianfeng.search.scores import (
     ranked,
     score,
 )
-from tianfeng.search.walltime import format_seconds
+from tianfeng.search.walltime import format_seconds, parts_text
 from tianfeng.store import RunStore
 
 
@@ -69,6 +69,12 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
             ("budget used", f"{seconds / 3600:.3f} trial-hours, {core_s / 3600:.3f} core-hours "
                             f"({seconds:.0f} s of trial wall time, {pruned_share(trials):.0%} of it in pruned trials)"),
             ("created", attrs.get("created", "-"))]
+    if attrs.get("per_gpu_batch"):
+        rows.insert(5, ("per-GPU batch", attrs["per_gpu_batch"]))
+    best = best_trial(study)
+    parts = best is not None and (best.user_attrs.get("predicted") or {}).get("parts")
+    if parts:
+        rows.insert(5, (f"trial {best.number}'s predicted full run", parts_text(parts)))
     if calibration:
         used = calibration.get("pairs_used", len(calibration["pairs"]))
         rho = calibration.get("spearman_rho")

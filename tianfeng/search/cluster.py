@@ -79,7 +79,9 @@ class ClusterSpec:
 
     def describe(self) -> str:
         what = f"{self.device.upper()}" if self.device != "measured" else f"measured ({self.throughput})"
-        return f"{self.gpus} x {what} ({self.nodes} node(s) of {self.gpus_per_node}), {self.exchange} exchange"
+        memory = f" {self.device_memory_gib:g} GiB" if self.device_memory_gib is not None else ""
+        return (f"{self.gpus} x {what}{memory} ({self.nodes} node(s) of {self.gpus_per_node}), {self.exchange} "
+                f"exchange, {self.loader} data on {self.loader_cores:g} cores per GPU")
 
 
 DEFAULT = ClusterSpec()

@@ -83,7 +83,8 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
         trial.set_user_attr("predicted", {"seconds": predicted.seconds, "gpu_hours": predicted.gpu_hours,
                                           "steps": predicted.steps, "efficiency": predicted.efficiency,
                                           "cluster": space.cluster.describe(),
-                                          "phases": [list(p) for p in predicted.phases]})
+                                          "phases": [list(p) for p in predicted.phases],
+                                          "parts": predicted.parts, "notes": list(predicted.notes)})
     trial.set_user_attr("values", values)
     trial.set_user_attr("fidelity", rung)
     trial.set_user_attr("run_dir", str(run_dir))

@@ -34,7 +34,7 @@ from tianfeng.search.peer_pruning import PeerPruner
 from tianfeng.search.progress import StudyProgress
 from tianfeng.search.registry import PRUNERS, SAMPLERS
 from tianfeng.search.scores import best_trial, epochs_reported, score
-from tianfeng.search.space import SearchSpace, load_space
+from tianfeng.search.space import SearchSpace, load_space, per_gpu_range
 from tianfeng.search.walltime import format_seconds
 from trainers.config import ConfigError
 from trainers.names import STUDY_MAX_LENGTH, check_name
@@ -184,7 +184,7 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
         attrs = {"kind": "search", "space_path": space.path, "space_yaml": Path(space.path).read_text(),
                  "objective_mode": space.objective.mode, "direction": space.objective.direction,
                  "target": space.objective.target, "min_accuracy": space.objective.min_accuracy,
-                 "cluster": space.cluster.describe(),
+                 "cluster": space.cluster.describe(), "per_gpu_batch": per_gpu_range(space),
                  "gpus": space.cluster.gpus, "gpus_per_node": space.cluster.gpus_per_node,
                  "data": plan.data or space.base.data.source, "rung": plan.rung,
                  "sampler": plan.sampler, "pruner": plan.pruner,

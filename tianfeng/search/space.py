@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,13 +25,19 @@ from trainers.engine import EpochMetrics
 from trainers.names import STUDY_MAX_LENGTH, check_name
 from trainers.yaml_input import parse_yaml, read_yaml
 
+log = logging.getLogger("tianfeng.search")
+_told: set[tuple[str, str]] = set()  # priors left out, said once per process
+
 PARAMETER_TYPES = ("float", "int", "categorical", "fixed")
 METRICS = tuple(f for f in EpochMetrics.__dataclass_fields__ if f not in ("epoch", "phase", "noise_scale"))
 ACCURACY_METRICS = ("val_top1", "val_top5")  # percentages, with a chance level
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OBJECTIVE_MODES = ("accuracy", "pareto", "time-to-target")
 # what every expression may read besides the parameters: the cluster's size and the data's
-CONSTANTS = ("gpus", "gpus_per_node", "train_images")
+# Names every expression may read: the cluster's (min_per_gpu and max_per_gpu bound the per-GPU
+# batch: cluster.min_per_gpu_batch, and what fits a GPU's memory) and the data's.
+CLUSTER_CONSTANTS = ("gpus", "gpus_per_node", "min_per_gpu", "max_per_gpu")
+CONSTANTS = (*CLUSTER_CONSTANTS, "train_images")
 
 
 @dataclass(frozen=True)
@@ -183,7 +190,7 @@ class _Reader:
 
 
 def _read_parameter(source: str, name: str, raw: Any,
-                    constants: Callable[[], dict[str, int]] = dict) -> Parameter:
+                    constants: Callable[[set[str]], dict[str, int]] = lambda names: {}) -> Parameter:
     path = f"parameters.{name}"
     if name in CONSTANTS:
         raise ConfigError(source, path, f"{name!r} is a name every expression reads (the cluster's or the "
@@ -220,6 +227,12 @@ def _read_parameter(source: str, name: str, raw: Any,
         r = _Reader(source, path, raw, allowed)
     low = r.number("low", required=True, integer=integer)
     high = r.number("high", required=True, integer=integer)
+    if not high > low and bounds is not None:  # the cluster or the data leave no room
+        read = sorted({n for b in bounds for n in _names(b)} & set(CONSTANTS))
+        given = ", ".join(f"{n} {constants(set(read))[n]}" for n in read)
+        raise r.error("high", f"{bounds[1]} = {high:g} is not above low {bounds[0]} = {low:g} with {given}: no "
+                              "recipe of this range fits this cluster and data (fewer GPUs, more data, or "
+                              "cluster.min_per_gpu_batch / cluster.memory_gib)")
     if not high > low:
         raise r.error("high", f"must be > low ({low:g}), got {high:g}")
     log = raw.get("log", False)
@@ -233,7 +246,14 @@ def _read_parameter(source: str, name: str, raw: Any,
     return Parameter(name, kind, low=low, high=high, log=log, step=step, when=when, bounds=bounds)
 
 
-def _bound(r: _Reader, key: str, constants: Callable[[], dict[str, int]], integer: bool) -> Any:
+def _names(text: str) -> set[str]:
+    try:
+        return Expression(text).names
+    except ExpressionError:
+        return set()
+
+
+def _bound(r: _Reader, key: str, constants: Callable[[set[str]], dict[str, int]], integer: bool) -> Any:
     """A range bound written as an expression of the cluster's and the data's sizes, e.g.
     `high: "min(8192, train_images / 4)"`: its value for this data and cluster."""
     try:
@@ -244,7 +264,7 @@ def _bound(r: _Reader, key: str, constants: Callable[[], dict[str, int]], intege
     if unknown:
         raise r.error(key, f"unknown name {unknown[0]!r}; a bound reads only {', '.join(CONSTANTS)}")
     try:
-        value = expr.evaluate(constants())
+        value = expr.evaluate(constants(expr.names))
     except ExpressionError as exc:
         raise r.error(key, str(exc)) from None
     if integer and isinstance(value, float) and math.isfinite(value):
@@ -287,13 +307,33 @@ def parse_space(text: str, source: str, *, data: str | None = None, gpus: int | 
 
 
 def data_constants(base: RunConfig, cluster: ClusterSpec) -> dict[str, int]:
-    """The values of CONSTANTS: the cluster's size and the base run's training images."""
+    """The values of CONSTANTS: the cluster's, and the base run's training images."""
     from trainers.data.sources import open_source
 
     d = base.data
-    train = len(open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes).train)
-    return {"gpus": cluster.gpus, "gpus_per_node": cluster.gpus_per_node, "train_images": int(train * d.fraction),
-            "all_train_images": train}
+    source = open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes)
+    train = len(source.train)
+    return {**cluster_constants(base, cluster, source.channels, source.num_classes),
+            "train_images": int(train * d.fraction), "all_train_images": train, "channels": source.channels,
+            "classes": source.num_classes}
+
+
+def cluster_constants(base: RunConfig, cluster: ClusterSpec, channels: int = 3, classes: int = 1000) -> dict[str, int]:
+    """The cluster's sizes, and the per-GPU batch range: from cluster.min_per_gpu_batch to what
+    one GPU's memory holds of the base run's model at its largest resolution, precision and
+    optimizer (tianfeng.memory; unbounded on a measured cluster, whose memory is not modelled)."""
+    from tianfeng.memory import per_gpu_fit
+    from tianfeng.throughput import step_cost
+
+    memory = cluster.device_memory_gib
+    most = 2**31 - 1
+    if memory is not None:
+        resolution = max(p.resolution for p in base.phases)
+        most = per_gpu_fit(base.model, resolution, mixed=base.precision.mode != "fp32", optimizer=base.optimizer.name,
+                           memory_gib=memory, params=step_cost(base.model, resolution, channels, classes).params,
+                           in_channels=channels, classes=classes).max_per_gpu
+    return {"gpus": cluster.gpus, "gpus_per_node": cluster.gpus_per_node, "min_per_gpu": cluster.min_per_gpu_batch,
+            "max_per_gpu": most}
 
 
 def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = None,
@@ -318,8 +358,13 @@ def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = No
     cluster = with_overrides(read_cluster(source, raw.get("cluster")), gpus=gpus, gpus_per_node=gpus_per_node)
     constants: dict[str, int] = {}
 
-    def known_constants() -> dict[str, int]:
-        if not constants:
+    def known_constants(names: set[str] | None = None) -> dict[str, int]:
+        """The constants `names` read: the cluster's alone need no data (a space for a data set
+        that is elsewhere still loads); None: all of them."""
+        if names is not None and names <= set(CLUSTER_CONSTANTS):
+            if "gpus" not in constants:
+                constants.update(cluster_constants(base, cluster))
+        elif "train_images" not in constants:
             constants.update(data_constants(base, cluster))
         return constants
 
@@ -351,7 +396,7 @@ def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = No
         raise top.error("min_steps", f"must be an integer >= 0 (0: no guard); got {min_steps!r}")
     read = {n for e in [*assignments.values(), *(vars(phases).values() if phases else ())] if e for n in e.names}
     if read & set(CONSTANTS):
-        known_constants()
+        known_constants(read & set(CONSTANTS))
     elif min_steps:
         # the guard counts steps on the searched data; a space whose data is elsewhere (ImageNet
         # on the cluster) is loaded without it and gets it where its trials run
@@ -472,8 +517,16 @@ def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...], *,
             p = by_name.get(key)
             if p is None:
                 raise r.error(f"params.{key}", f"is not a parameter; parameters are: {', '.join(by_name)}")
-            if not _value_fits(p, value):
+            if not _value_fits(p, value) and p.bounds is None:
                 raise r.error(f"params.{key}", f"{value!r} is outside the parameter's {_domain(p)}")
+        misfit = next((by_name[k] for k, v in params.items() if not _value_fits(by_name[k], v)), None)
+        if misfit is not None:  # outside a range the cluster or the data set: the recipe does not fit them
+            name = str(item.get("name", f"prior-{i}"))
+            if (source, name) not in _told:
+                _told.add((source, name))
+                log.warning("prior %s left out: its %s %r is outside this cluster's and data's %s", name,
+                            misfit.name, params[misfit.name], _domain(misfit))
+            continue
         if complete and item.get("partial") is not True:  # partial: true marks a warm start
             _check_complete(r, params, parameters)
         priors.append(Prior(str(item.get("name", f"prior-{i}")), dict(params)))
@@ -524,20 +577,23 @@ def _check_builds(space: SearchSpace) -> None:
             try:
                 cfg = build_config(space, values, rung)
                 if rung == "target":
-                    _check_fits_cluster(cfg, space.cluster)
+                    _check_fits_cluster(cfg, space.cluster, space.constants)
             except (ConfigError, ExpressionError) as exc:
                 detail = str(exc.with_source(space.path)) if isinstance(exc, ConfigError) else str(exc)
                 raise ConfigError(space.path, f"fidelities.{rung}",
                                   f"the {corner} corner of the space gives a bad run: {detail}") from None
 
 
-def _check_fits_cluster(cfg: RunConfig, cluster: ClusterSpec) -> None:
+def _check_fits_cluster(cfg: RunConfig, cluster: ClusterSpec, constants: dict[str, int]) -> None:
+    from tianfeng.search.walltime import check_memory
+
     for i, p in enumerate(cfg.phases):
         if p.batch_size < cluster.gpus:
             raise ConfigError("", f"phases.{i}.batch_size",
                               f"{p.batch_size} is smaller than the cluster's {cluster.gpus} GPUs; give every GPU "
                               "an image: snap the batch to a multiple of them, e.g. "
                               "`gpus * max(1, round(batch_size / gpus))` in phases.batch_size")
+    check_memory(cfg, cluster, in_channels=constants.get("channels", 3), classes=constants.get("classes", 1000))
 
 
 def corner_value(p: Parameter, *, low: bool) -> Any:
@@ -555,3 +611,14 @@ def round_resolution(value: float) -> int:
     """Resolutions snap to multiples of 4 (at least 8), the granularity strided nets need."""
     return max(8, int(4 * round(value / 4)))
 
+
+
+def per_gpu_range(space: SearchSpace) -> str:
+    """`per_gpu_batch 16-59 (a GPU's memory holds 314)`: the ranges the cluster and the data set
+    (bounds written as expressions), and what one GPU holds; "" when nothing reads them."""
+    c = space.constants
+    derived = ", ".join(f"{p.name} {p.low:g}-{p.high:g}" for p in space.parameters if p.bounds is not None)
+    if "max_per_gpu" not in c:
+        return derived
+    holds = "no memory limit" if c["max_per_gpu"] >= 2**31 - 1 else f"a GPU's memory holds {c['max_per_gpu']}"
+    return f"{derived} ({holds}, at least {c['min_per_gpu']} per GPU)" if derived else holds

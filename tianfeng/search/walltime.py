@@ -94,9 +94,13 @@ class WallTime:
         return f"{format_seconds(self.seconds)}, {self.gpu_hours:.3g} GPU-h"
 
     def breakdown(self) -> str:
-        """`compute 12.1 min, exchange 1.2 min, ...`: the non-zero parts, largest first."""
-        parts = sorted(((v, k) for k, v in self.parts.items() if v > 0), reverse=True)
-        return ", ".join(f"{k.replace('_', ' ')} {format_seconds(v)}" for v, k in parts)
+        return parts_text(self.parts)
+
+
+def parts_text(parts: dict[str, float]) -> str:
+    """`compute 12.1 min, exchange 1.2 min, ...`: the non-zero parts of a prediction, largest first."""
+    ordered = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)
+    return ", ".join(f"{k.replace('_', ' ')} {format_seconds(v)}" for v, k in ordered)
 
 
 def format_seconds(seconds: float) -> str:
@@ -270,5 +274,6 @@ def predict_trial(space, values: dict) -> WallTime:
     if space.cluster.train_images is not None:  # predicting a larger data set than the one searched
         val = round(val * space.cluster.train_images / max(1, train))
         train = space.cluster.train_images
+    check_memory(cfg, space.cluster, in_channels=source.channels, classes=source.num_classes, source=space.path)
     return predict_wall_time(cfg, space.cluster, train_images=train, val_images=val,
                              classes=source.num_classes, in_channels=source.channels)
