@@ -120,7 +120,7 @@ def test_bounds_tied_to_the_data_and_batches_snapped_to_the_gpus(tmp_path: Path,
 @pytest.mark.parametrize(("cluster", "flags", "expected"), [
     ({"gpus": 0}, [], "cluster.gpus: must be an integer >= 1; got 0"),
     ({"gpus": 12, "gpus_per_node": 8}, [], "cluster.gpus: must be a multiple of gpus_per_node (8); got 12"),
-    ({"device": "tpu"}, [], "cluster.device: must be one of v100, a100, h100, measured; got 'tpu'"),
+    ({"device": "tpu"}, [], "cluster.device: must be one of v100, a100, p100, h100, measured; got 'tpu'"),
     ({"images_per_s": -5}, [], "cluster.images_per_s: must be a number > 0; got -5"),
     ({"overlap": 1.5}, [], "cluster.overlap: must be a number >= 0 and <= 1; got 1.5"),
     ({"exchange": "ring"}, [], "cluster.exchange: must be one of flat, hierarchical"),
