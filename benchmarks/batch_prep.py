@@ -14,12 +14,12 @@ import numpy as np
 import torch
 from common import interleaved, print_table, timed
 
-from trainers.config import DataConfig
-from trainers.data import loaders
-from trainers.data.augment import augment, to_normalised
-from trainers.data.loaders import build_pipeline
-from trainers.data.order import epoch_order
-from trainers.data.sources import synthetic_source
+from tianfeng.trainers.config import DataConfig
+from tianfeng.trainers.data import loaders
+from tianfeng.trainers.data.augment import augment, to_normalised
+from tianfeng.trainers.data.loaders import build_pipeline
+from tianfeng.trainers.data.order import epoch_order
+from tianfeng.trainers.data.sources import synthetic_source
 
 CASES = ((8, 256), (8, 2048), (16, 256), (16, 1024))  # (resolution, batch)
 

@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainers.comm import compression, hierarchical
-from trainers.config import ModelConfig
-from trainers.distributed import exit_rank
-from trainers.models import build_model
+from tianfeng.trainers.comm import compression, hierarchical
+from tianfeng.trainers.config import ModelConfig
+from tianfeng.trainers.distributed import exit_rank
+from tianfeng.trainers.models import build_model
 
 # "... blocking": the same hook running its collectives inside the hook call, as before the hooks
 # got their background thread (no overlap with the rest of the backward pass)

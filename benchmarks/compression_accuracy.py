@@ -19,8 +19,8 @@ from pathlib import Path
 import yaml
 from common import ROOT, cifar5_dir, print_table
 
-from trainers.config import ModelConfig
-from trainers.models import build_model
+from tianfeng.trainers.config import ModelConfig
+from tianfeng.trainers.models import build_model
 
 VARIANTS = {
     "flat allreduce": {"hook": "none", "compression": "none"},

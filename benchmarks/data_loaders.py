@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 from common import cifar5_dir, interleaved, print_table
 
-from trainers.config import DataConfig, RunConfig, config_from_dict, config_to_dict
-from trainers.data.cache import decoded_split
-from trainers.data.loaders import build_pipeline
-from trainers.data.sources import imagefolder_source
-from trainers.engine import train
+from tianfeng.trainers.config import DataConfig, RunConfig, config_from_dict, config_to_dict
+from tianfeng.trainers.data.cache import decoded_split
+from tianfeng.trainers.data.loaders import build_pipeline
+from tianfeng.trainers.data.sources import imagefolder_source
+from tianfeng.trainers.engine import train
 
 
 def epoch_rate(folder: Path, loader: str, resolution: int, batch: int, workers: int) -> float:

@@ -15,13 +15,13 @@ import numpy as np
 import torch
 from common import interleaved, print_table
 
-from trainers import memory_format
-from trainers.config import ModelConfig, RunConfig, config_from_dict, config_to_dict
-from trainers.data.loaders import build_pipeline
-from trainers.data.sources import default_cache_dir, open_source
-from trainers.engine import train
-from trainers.models import build_model
-from trainers.optim import build_optimizer
+from tianfeng.trainers import memory_format
+from tianfeng.trainers.config import ModelConfig, RunConfig, config_from_dict, config_to_dict
+from tianfeng.trainers.data.loaders import build_pipeline
+from tianfeng.trainers.data.sources import default_cache_dir, open_source
+from tianfeng.trainers.engine import train
+from tianfeng.trainers.models import build_model
+from tianfeng.trainers.optim import build_optimizer
 
 
 def make_config(tmp: str, steps_epochs: int, batch: int, resolution: int, width: int, layout: str,

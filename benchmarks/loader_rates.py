@@ -18,8 +18,8 @@ import torch
 from common import ROOT  # noqa: F401  (puts the repository on the path)
 from PIL import Image
 
-from trainers.data.augment import AugmentSpec, normalise_and_augment, sample_theta
-from trainers.data.decode import decode_file
+from tianfeng.trainers.data.augment import AugmentSpec, normalise_and_augment, sample_theta
+from tianfeng.trainers.data.decode import decode_file
 
 
 def _jpeg(path: Path, seed: int) -> None:

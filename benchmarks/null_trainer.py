@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.engine import EpochMetrics, RunResult
+from tianfeng.trainers.engine import EpochMetrics, RunResult
 
 
 def empty_trainer(cfg, callback) -> RunResult:

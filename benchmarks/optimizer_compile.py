@@ -21,9 +21,9 @@ import torch
 import torch._dynamo
 from common import interleaved, print_table, timed
 
-from trainers.config import ModelConfig
-from trainers.models import build_model
-from trainers.optim import Lamb, Lars, parameter_groups
+from tianfeng.trainers.config import ModelConfig
+from tianfeng.trainers.models import build_model
+from tianfeng.trainers.optim import Lamb, Lars, parameter_groups
 
 CASES = (  # (label, width, resolution, batch)
     ("proxy w8 8px b256", 8, 8, 256),

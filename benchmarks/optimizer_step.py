@@ -11,9 +11,9 @@ import argparse
 import torch
 from common import interleaved, print_table, timed
 
-from trainers.config import ModelConfig
-from trainers.models import build_model
-from trainers.optim import Lamb, Lars, parameter_groups
+from tianfeng.trainers.config import ModelConfig
+from tianfeng.trainers.models import build_model
+from tianfeng.trainers.optim import Lamb, Lars, parameter_groups
 
 
 class LarsBefore(torch.optim.Optimizer):

@@ -1,6 +1,6 @@
 """What BatchNorm per emulated GPU costs a proxy step: forward, backward and an SGD step of
 `resnet_small` with torch's BatchNorm over the whole batch (the baseline, measured in the same
-run) against `trainers.per_gpu_bn` at several images per GPU, in the engine's layouts. The
+run) against `tianfeng.trainers.per_gpu_bn` at several images per GPU, in the engine's layouts. The
 target is a step within 1.10x of the baseline's."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 from common import interleaved, print_table, timed
 from torch import nn
 
-from trainers import per_gpu_bn
-from trainers.config import ModelConfig
-from trainers.models import build_model
+from tianfeng.trainers import per_gpu_bn
+from tianfeng.trainers.config import ModelConfig
+from tianfeng.trainers.models import build_model
 
 CASES = (  # (label, width, resolution, batch)
     ("proxy w8 8px b256", 8, 8, 256),

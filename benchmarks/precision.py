@@ -9,9 +9,9 @@ import time
 import torch
 from common import interleaved, print_table
 
-from trainers.config import ModelConfig, PrecisionConfig
-from trainers.models import build_model
-from trainers.precision import build_precision, resolve_mode
+from tianfeng.trainers.config import ModelConfig, PrecisionConfig
+from tianfeng.trainers.models import build_model
+from tianfeng.trainers.precision import build_precision, resolve_mode
 
 
 def step_time(mode: str, batch: int, resolution: int, width: int, steps: int) -> float:

@@ -29,7 +29,7 @@ from scipy.stats import spearmanr
 from tianfeng.search.materialize import build_config
 from tianfeng.search.objective import objective_value, suggest
 from tianfeng.search.space import SearchSpace, load_space
-from trainers.engine import train
+from tianfeng.trainers.engine import train
 
 KEPT_STUDY = "proxy_fidelity_full"
 

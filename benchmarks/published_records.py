@@ -19,7 +19,7 @@ from common import ROOT  # noqa: F401  (puts the repository on the path)
 
 from tianfeng.search.cluster import ClusterSpec, checked
 from tianfeng.search.walltime import format_seconds, predict_wall_time
-from trainers.config import config_from_dict
+from tianfeng.trainers.config import config_from_dict
 
 IMAGENET_TRAIN, IMAGENET_VAL = 1_281_167, 50_000
 

@@ -86,9 +86,9 @@ def check_precision(gpus: int, work: Path) -> tuple[bool, str]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from trainers import engine
-    from trainers.config import load_config
-    from trainers.precision import resolve_mode
+    from tianfeng.trainers import engine
+    from tianfeng.trainers.config import load_config
+    from tianfeng.trainers.precision import resolve_mode
 
     mode, reason = resolve_mode("auto", torch.device("cuda", 0))
     major, minor = torch.cuda.get_device_capability(0)
@@ -118,9 +118,9 @@ def _overlap_worker(out_path: str, hook: str) -> None:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
-    from trainers.comm import hierarchical
-    from trainers.config import ModelConfig
-    from trainers.models import build_model
+    from tianfeng.trainers.comm import hierarchical
+    from tianfeng.trainers.config import ModelConfig
+    from tianfeng.trainers.models import build_model
 
     local = int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local)
@@ -187,9 +187,9 @@ def check_loaders(gpus: int, work: Path) -> tuple[bool, str]:
     import torch
     from PIL import Image
 
-    from trainers.config import DataConfig
-    from trainers.data.loaders import build_pipeline
-    from trainers.data.sources import imagefolder_source
+    from tianfeng.trainers.config import DataConfig
+    from tianfeng.trainers.data.loaders import build_pipeline
+    from tianfeng.trainers.data.sources import imagefolder_source
 
     folder = work / "images"
     rng = np.random.default_rng(0)

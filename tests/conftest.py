@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.config import RunConfig, config_from_dict, config_to_dict
+from tianfeng.trainers.config import RunConfig, config_from_dict, config_to_dict
 
 SHARED_ARCHIVE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar5-dev.tar.gz"
 ARCHIVE_SHA256 = "df41a7f26a209c3bf063f3cbd6d6e5f07be0277c52d6850e1eebe5590e12cf99"

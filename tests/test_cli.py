@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.precision import cpu_has_bf16_hardware
+from tianfeng.trainers.precision import cpu_has_bf16_hardware
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

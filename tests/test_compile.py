@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.conftest import make_config
-from trainers import compilation
-from trainers.engine import train
+from tianfeng.trainers import compilation
+from tianfeng.trainers.engine import train
 
 CPU = torch.device("cpu")
 
@@ -117,7 +117,7 @@ def test_inductor_caches_go_under_the_tianfeng_cache_unless_the_user_chose(tmp_p
 
 
 def test_yaml_on_and_off_read_as_the_settings(tmp_path: Path) -> None:
-    from trainers.config import load_config
+    from tianfeng.trainers.config import load_config
 
     path = tmp_path / "run.yaml"
     path.write_text("engine: {compile: on}\n")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.config import ConfigError, RunConfig, config_to_dict, load_config
+from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, load_config
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -17,7 +17,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_defaults_round_trip() -> None:
     raw = config_to_dict(RunConfig())
-    from trainers.config import config_from_dict
+    from tianfeng.trainers.config import config_from_dict
 
     assert config_from_dict(raw) == RunConfig()
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
-from trainers.config import DataConfig
-from trainers.data import loaders
-from trainers.data.augment import (
+from tianfeng.trainers.config import DataConfig
+from tianfeng.trainers.data import loaders
+from tianfeng.trainers.data.augment import (
     AugmentSpec,
     augment,
     batch_generator,
@@ -20,11 +20,16 @@ from trainers.data.augment import (
     to_normalised,
     whole_pixel,
 )
-from trainers.data.cache import decoded_split
-from trainers.data.loaders import build_pipeline
-from trainers.data.order import epoch_order, prefetch, rank_slice
-from trainers.data.sources import DataSourceError, digits_source, imagefolder_source, open_source
-from trainers.data.subset import stratified_subset
+from tianfeng.trainers.data.cache import decoded_split
+from tianfeng.trainers.data.loaders import build_pipeline
+from tianfeng.trainers.data.order import epoch_order, prefetch, rank_slice
+from tianfeng.trainers.data.sources import (
+    DataSourceError,
+    digits_source,
+    imagefolder_source,
+    open_source,
+)
+from tianfeng.trainers.data.subset import stratified_subset
 
 
 def test_digits_is_embedded_and_stratified() -> None:
@@ -69,7 +74,7 @@ def test_a_new_process_reads_the_scan_index_instead_of_stating_every_file(
         small_imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    from trainers.data import sources
+    from tianfeng.trainers.data import sources
 
     folder = tmp_path / "indexed"
     shutil.copytree(small_imagefolder, folder)
@@ -295,7 +300,7 @@ def test_dali_decodes_the_same_pixels_as_the_cache_loader(small_imagefolder: Pat
     """At the images' own 32 px (no resize on either side) DALI's CPU decoder and the cache's PIL
     decoder see the same JPEGs: each image DALI reads equals the cache's decode of one file, up to
     the rounding of two IDCT implementations."""
-    from trainers.data.decode import decode_file
+    from tianfeng.trainers.data.decode import decode_file
 
     src = imagefolder_source(str(small_imagefolder))
     cfg = DataConfig(source=f"imagefolder:{small_imagefolder}", loader="dali", workers=1)

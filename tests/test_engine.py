@@ -15,14 +15,14 @@ import torch
 import yaml
 
 from tests.conftest import make_config
-from trainers import checkpoint
-from trainers.config import PrecisionConfig, config_to_dict
-from trainers.engine import StopTraining, train
-from trainers.precision import build_precision, resolve_mode
+from tianfeng.trainers import checkpoint
+from tianfeng.trainers.config import PrecisionConfig, config_to_dict
+from tianfeng.trainers.engine import StopTraining, train
+from tianfeng.trainers.precision import build_precision, resolve_mode
 
 
 def test_auto_precision_on_cpu_follows_the_bf16_hardware_and_says_why(monkeypatch) -> None:
-    from trainers import precision
+    from tianfeng.trainers import precision
 
     monkeypatch.setattr(precision, "cpu_has_bf16_hardware", lambda: False)
     mode, reason = resolve_mode("auto", torch.device("cpu"))
@@ -74,7 +74,7 @@ def test_divergence_stops_the_run(tmp_path: Path) -> None:
 
 def test_divergence_read_every_few_steps_stops_late_but_never_saves_a_diverged_model(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainers import engine
+    from tianfeng.trainers import engine
 
     real_build, forwards = engine.build_model, {"n": 0}
 
@@ -127,7 +127,7 @@ def test_multi_phase_run_changes_resolution_and_batch(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_digits_default_recipe_reaches_95_percent(tmp_path: Path) -> None:
     from tianfeng.recipes import DEFAULT_RECIPE
-    from trainers.config import load_config
+    from tianfeng.trainers.config import load_config
 
     cfg = load_config(DEFAULT_RECIPE, [f"run_dir={tmp_path / 'digits'}"])
     result = train(cfg)

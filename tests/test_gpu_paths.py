@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 
 from tianfeng.search.runner import worker_gpus
-from trainers import distributed
-from trainers.data import dali
-from trainers.precision import resolve_mode
+from tianfeng.trainers import distributed
+from tianfeng.trainers.data import dali
+from tianfeng.trainers.precision import resolve_mode
 
 
 def test_auto_precision_on_a_gpu_ignores_emulated_bf16(monkeypatch) -> None:
@@ -63,7 +63,7 @@ def test_dali_threads_share_the_cores_between_a_nodes_ranks(monkeypatch) -> None
 def test_a_gpu_checkpoint_loads_on_the_cpu_first(tmp_path, monkeypatch) -> None:
     """torch.load maps every tensor to the CPU (a CUDA RNG state would be refused by
     torch.set_rng_state); the model and optimizer then move what they load to their device."""
-    from trainers import checkpoint
+    from tianfeng.trainers import checkpoint
 
     seen = {}
     real_load = torch.load

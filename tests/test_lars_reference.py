@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.optim import Lamb, Lars, parameter_groups
+from tianfeng.trainers.optim import Lamb, Lars, parameter_groups
 
 STEPS, WARMUP = 200, 30
 LR, MOMENTUM, WD, ETA, EPS = 2.0, 0.9, 1e-3, 0.02, 1e-7

@@ -1,6 +1,10 @@
-"""The command-line layer (tianfeng/cli.py, tianfeng/commands/) sits on top: no library module
-imports it, so the library (and tianfeng.api) works without argparse objects, and there is no
-import circle through the commands."""
+"""The package's import graph, read from the source (imports inside functions included): no
+circles, and no module imports a layer above its own. A new circle or upward import fails here.
+
+Layers, lowest first: the engine (tianfeng.trainers) never imports the platform; core policies
+(storage, logging, cost and memory models, ownership); the search side (spaces, studies, workers,
+launch plans); studies built on searches (scale, promotion, calibration, tracking); reports; the
+Python API; the command line."""
 
 from __future__ import annotations
 
@@ -8,38 +12,131 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tianfeng"
-CLI_LAYER = ("tianfeng.cli", "tianfeng.commands")
+LAYERS = (
+    ("engine", ("tianfeng.version", "tianfeng.trainers")),
+    ("core", ("tianfeng.logs", "tianfeng.interrupts", "tianfeng.tables", "tianfeng.storage_url", "tianfeng.ownership",
+              "tianfeng.defaults", "tianfeng.costmodel", "tianfeng.throughput", "tianfeng.memory", "tianfeng.store",
+              "tianfeng.ray_cluster", "tianfeng.shipped_spaces", "tianfeng.recipes", "tianfeng.spaces")),
+    ("search", ("tianfeng.search", "tianfeng.launch")),
+    ("studies", ("tianfeng.scale", "tianfeng.promotion", "tianfeng.throughput_measure", "tianfeng.tracking")),
+    ("report", ("tianfeng.report",)),
+    ("api", ("tianfeng.api", "tianfeng.callable_module")),
+    ("cli", ("tianfeng.commands", "tianfeng.cli", "tianfeng")),
+)
+# What is left to undo: `tianfeng.search`, `.scale` and `.report` are both subpackages and API
+# functions, reconciled by swapping the subpackage module's class (callable_module). The list
+# may only shrink.
+KNOWN_UPWARD = {("tianfeng.report", "tianfeng.callable_module"), ("tianfeng.scale", "tianfeng.callable_module"),
+                ("tianfeng.search", "tianfeng.callable_module")}
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, at the top or inside functions (absolute imports only: the
-    project uses no relative ones, which test_no_relative_imports checks)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"{path}: relative import"
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in PACKAGE.rglob("*.py"):
+        parts = f.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
 
 
-def library_files() -> list[Path]:
-    return [p for p in PACKAGE.rglob("*.py")
-            if p.name != "cli.py" or p.parent != PACKAGE
-            if "commands" not in p.relative_to(PACKAGE).parts]
+def _graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        package = m if f.name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(ast.parse(f.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                # `from a import b`: the module a.b when b is one, else a
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for t in targets:
+                r = resolve(t)
+                if r and r != m:
+                    edges[m].add(r)
+    return edges
 
 
-def test_no_library_module_imports_the_cli_layer() -> None:
-    files = library_files()
-    assert len(files) > 30 and not any(p.name.endswith("_command.py") for p in files)
-    offenders = {str(p.relative_to(PACKAGE)): sorted(m for m in imported_modules(p) if m.startswith(CLI_LAYER))
-                 for p in files}
-    assert {k: v for k, v in offenders.items() if v} == {}
+def _layer(module: str) -> int:
+    best = (-1, -1)
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best[1]:
+                best = (i, len(p))
+    return best[0]
 
 
-def test_the_walker_sees_imports_inside_functions(tmp_path: Path) -> None:
-    sample = tmp_path / "x.py"
-    sample.write_text("def f():\n    from tianfeng.commands.search_command import run_search_command\n")
-    assert "tianfeng.commands.search_command" in imported_modules(sample)
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found = []
+    counter = 0
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        component.append(w)
+                        if w == v:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [m for m in _modules() if _layer(m) < 0] == []
+
+
+def test_no_import_circles() -> None:
+    assert _circles(_graph(_modules())) == []
+
+
+def test_no_upward_imports() -> None:
+    edges = _graph(_modules())
+    upward = {(m, t) for m, targets in edges.items() for t in targets if _layer(t) > _layer(m)}
+    assert upward - KNOWN_UPWARD == set()
+    assert upward >= KNOWN_UPWARD  # a known one that is gone: take it off the list
+
+
+def test_the_checker_sees_circles_and_function_local_imports(tmp_path) -> None:
+    """The oracle for the checker itself: a circle through an import inside a function."""
+    mods = {"tianfeng.a": tmp_path / "a.py", "tianfeng.b": tmp_path / "b.py"}
+    mods["tianfeng.a"].write_text("from tianfeng.b import x\n")
+    mods["tianfeng.b"].write_text("def f():\n    from tianfeng import a\n    return a\nx = 1\n")
+    assert _circles(_graph(mods)) == [["tianfeng.a", "tianfeng.b"]]

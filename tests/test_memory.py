@@ -16,7 +16,7 @@ from tianfeng.search.cluster import ClusterSpec
 from tianfeng.search.space import load_space
 from tianfeng.search.walltime import check_memory
 from tianfeng.throughput import step_cost
-from trainers.config import ConfigError, ModelConfig
+from tianfeng.trainers.config import ConfigError, ModelConfig
 
 RN50 = ModelConfig(name="resnet50")
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from tianfeng.recipes import DEFAULT_RECIPE
-from trainers import memory_format
-from trainers.config import ModelConfig, load_config
-from trainers.engine import train
-from trainers.models import build_model
+from tianfeng.trainers import memory_format
+from tianfeng.trainers.config import ModelConfig, load_config
+from tianfeng.trainers.engine import train
+from tianfeng.trainers.models import build_model
 
 
 def test_both_layouts_give_the_same_loss_after_a_few_steps() -> None:

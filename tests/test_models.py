@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from trainers.config import ModelConfig
-from trainers.models import BasicBlock, Bottleneck, build_model
+from tianfeng.trainers.config import ModelConfig
+from tianfeng.trainers.models import BasicBlock, Bottleneck, build_model
 
 
 def test_resnet50_has_the_imagenet_architecture() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.noise_scale import NoiseScale, unbiased_terms
+from tianfeng.trainers.noise_scale import NoiseScale, unbiased_terms
 
 
 def test_b_simple_of_linear_regression_within_10_percent() -> None:
@@ -57,9 +57,9 @@ class _Linear(torch.nn.Module):
 def test_measured_backward_leaves_the_full_batch_gradient_and_estimates_the_analytic_scale() -> None:
     """The engine's two-half step: the accumulated gradient is the one-pass full-batch gradient,
     and averaged over steps it recovers the least-squares noise scale (within 10%)."""
-    from trainers.config import PrecisionConfig
-    from trainers.noise_scale import EpochNoise, measured_backward
-    from trainers.precision import build_precision
+    from tianfeng.trainers.config import PrecisionConfig
+    from tianfeng.trainers.noise_scale import EpochNoise, measured_backward
+    from tianfeng.trainers.precision import build_precision
 
     d, sigma = 20, 2.0
     gen = torch.Generator().manual_seed(1)
@@ -93,7 +93,7 @@ def test_measured_backward_leaves_the_full_batch_gradient_and_estimates_the_anal
 
 def test_every_epoch_logs_a_noise_scale(tmp_path) -> None:
     from tests.conftest import make_config
-    from trainers.engine import train
+    from tianfeng.trainers.engine import train
 
     measured = train(make_config(tmp_path / "on"))
     assert all(m.noise_scale is not None and m.noise_scale > 0 for m in measured.epochs)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.config import LambConfig, LarsConfig, OptimizerConfig
-from trainers.optim import Lamb, Lars, build_optimizer, parameter_groups
+from tianfeng.trainers.config import LambConfig, LarsConfig, OptimizerConfig
+from tianfeng.trainers.optim import Lamb, Lars, build_optimizer, parameter_groups
 
 
 def tiny_model() -> nn.Module:

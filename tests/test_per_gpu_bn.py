@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainers import per_gpu_bn
+from tianfeng.trainers import per_gpu_bn
 
 
 def _pair(bn: nn.Module, group: int) -> tuple[nn.Module, nn.Module]:
@@ -88,8 +88,8 @@ def test_a_small_per_gpu_batch_changes_what_the_model_computes() -> None:
 
 def test_the_engine_trains_with_batchnorm_per_emulated_gpu(tmp_path, caplog) -> None:
     from tests.conftest import make_config
-    from trainers.config import ConfigError
-    from trainers.engine import train
+    from tianfeng.trainers.config import ConfigError
+    from tianfeng.trainers.engine import train
 
     phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}, {"epochs": 1, "resolution": 8, "batch_size": 32}]
     with caplog.at_level("INFO", logger="tianfeng.engine"):

@@ -16,7 +16,7 @@ from tianfeng.report.build import build_report
 from tianfeng.search.objective import ProxyObjective
 from tianfeng.search.runner import SearchPlan, open_study
 from tianfeng.search.space import load_space
-from trainers.engine import EpochMetrics, RunResult
+from tianfeng.trainers.engine import EpochMetrics, RunResult
 
 REPO = Path(__file__).resolve().parents[1]
 

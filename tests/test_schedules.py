@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainers.config import PhaseConfig, ScheduleConfig, load_config
-from trainers.phases import PhasePlan
-from trainers.schedules import batch_scale, learning_rate, shape_factor
+from tianfeng.trainers.config import PhaseConfig, ScheduleConfig, load_config
+from tianfeng.trainers.phases import PhasePlan
+from tianfeng.trainers.schedules import batch_scale, learning_rate, shape_factor
 
 
 @pytest.mark.parametrize(("rule", "expected"), [("linear", 4.0), ("sqrt", 2.0), ("none", 1.0)])
@@ -79,14 +79,14 @@ def test_phase_plan_positions() -> None:
 def test_piecewise_lines_jumps_and_its_checks() -> None:
     import pytest
 
-    from trainers.config import (
+    from tianfeng.trainers.config import (
         ConfigError,
         RunConfig,
         ScheduleConfig,
         config_from_dict,
         config_to_dict,
     )
-    from trainers.schedules import shape_factor
+    from tianfeng.trainers.schedules import shape_factor
 
     s = ScheduleConfig(decay="piecewise", piecewise_epochs=(0, 4, 4, 8), piecewise_factors=(0.5, 1.0, 0.1, 0.0))
     assert [shape_factor(e, 10, s) for e in (0, 2, 3.999, 4, 6, 8, 9)] == pytest.approx(

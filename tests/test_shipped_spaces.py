@@ -8,13 +8,14 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from tianfeng.cli import main
 from tianfeng.shipped_spaces import SPACES_DIR, resolve_space, shipped_spaces
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,6 +58,9 @@ def test_the_wheel_runs_the_mission_command_from_an_empty_folder(tmp_path: Path)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
                     str(source)], check=True, capture_output=True)
     wheel = next(wheels.glob("tianfeng-*.whl"))
+    with zipfile.ZipFile(wheel) as z:  # one import root: nothing but tianfeng and its metadata
+        assert {n.split("/")[0] for n in z.namelist()} == {"tianfeng", "tianfeng-0.1.0.dist-info"}
+        assert "tianfeng/report/jinja/study.html.j2" in z.namelist()
     env_dir = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
     python = env_dir / "bin" / "python"
@@ -72,8 +76,37 @@ def test_the_wheel_runs_the_mission_command_from_an_empty_folder(tmp_path: Path)
     where = subprocess.run([str(python), "-c", "import tianfeng; print(tianfeng.__file__)"], cwd=empty, env=env,
                            check=True, capture_output=True, text=True).stdout
     assert str(fresh_site) in where and str(REPO) not in where
+    bare = subprocess.run([str(python), "-c", "import trainers"], cwd=empty, env=env, capture_output=True, text=True)
+    assert "No module named 'trainers'" in bare.stderr
     done = subprocess.run([str(env_dir / "bin" / "tianfeng"), "search", "--space", "large_batch.yaml", "--trials", "2"],
                           cwd=empty, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "2 trials (" in done.stdout and "objective pareto" in done.stdout
     assert (empty / "tianfeng.db").exists()
+
+
+@pytest.mark.slow
+def test_an_editable_install_imports_one_root_and_finds_the_report_templates(tmp_path: Path) -> None:
+    """`pip install -e .` of a copy into a fresh environment: the engine is tianfeng.trainers, the
+    templates load as package data from any folder, and no bare `trainers` is installed."""
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "runs", "*.html", "*.db", "__pycache__", "*.egg-info", ".pytest_cache"))
+    env_dir = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    fresh_site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                     check=True, capture_output=True, text=True).stdout.strip())
+    (fresh_site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+                    "--no-build-isolation", "-q", "-e", str(source)], check=True, capture_output=True)
+    empty = tmp_path / "empty"
+    (empty / "reports").mkdir(parents=True)  # a folder of generated reports does not shadow anything
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = ("import tianfeng.trainers.engine as e; from tianfeng.report.templates import environment; "
+            "environment().get_template('study.html.j2'); print(e.__file__)")
+    where = subprocess.run([str(python), "-c", code], cwd=empty, env=env, check=True, capture_output=True,
+                           text=True).stdout
+    assert where.startswith(str(source / "tianfeng" / "trainers"))
+    bare = subprocess.run([str(python), "-c", "import trainers"], cwd=empty, env=env, capture_output=True, text=True)
+    assert "No module named 'trainers'" in bare.stderr

@@ -10,8 +10,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tianfeng.recipes import DEFAULT_RECIPE
-from trainers.config import load_config
-from trainers.engine import train
+from tianfeng.trainers.config import load_config
+from tianfeng.trainers.engine import train
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -33,7 +33,7 @@ def test_event_file_matches_metrics_jsonl(tmp_path: Path) -> None:
 def test_a_resumed_run_shows_each_epoch_once(tmp_path: Path) -> None:
     """Stopped after epoch 2 with a checkpoint every 2 epochs... then epoch 3 logged, killed: the
     resume re-runs epoch 3, and TensorBoard keeps one value for it."""
-    from trainers.engine import StopTraining
+    from tianfeng.trainers.engine import StopTraining
 
     overrides = [f"run_dir={tmp_path / 'run'}", "phases.0.epochs=4", "precision.mode=fp32",
                  "checkpoint.every_epochs=2"]

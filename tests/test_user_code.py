@@ -12,8 +12,8 @@ import yaml
 from tests.conftest import make_config
 from tests.search.conftest import TINY_SPACE, write_space
 from tianfeng.recipes import DEFAULT_RECIPE
-from trainers.config import ConfigError, config_from_dict, config_to_dict, load_config
-from trainers.engine import train
+from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict, load_config
+from tianfeng.trainers.engine import train
 
 USER_MODULE = textwrap.dedent('''
     import numpy as np
@@ -56,8 +56,8 @@ def test_one_epoch_with_a_user_model_on_digits(tmp_path: Path, user_module: str)
     result = train(cfg)
     assert result.status == "completed" and result.final.val_top1 > 50  # 10 classes: chance is 10
     # weight decay and trust ratios skip its BN and bias tensors, as for the built-in models
-    from trainers.models import build_model
-    from trainers.optim import parameter_groups
+    from tianfeng.trainers.models import build_model
+    from tianfeng.trainers.optim import parameter_groups
 
     decayed, skipped = parameter_groups(build_model(cfg.model, 1, 10), 1e-4)
     assert len(decayed["params"]) == 2 and len(skipped["params"]) == 4

@@ -3,12 +3,13 @@
 The Python API (tianfeng.api) is reachable from here: tianfeng.search, promote, scale, report,
 train; it is imported on first use, so `import tianfeng` (and `tianfeng --help`) stays light."""
 
-__version__ = "0.1.0"
-__all__ = ["promote", "report", "scale", "search", "train"]
+from tianfeng.version import __version__
+
+__all__ = ["__version__", "promote", "report", "scale", "search", "train"]
 
 
 def __getattr__(name: str):
-    if name in __all__:
+    if name in __all__[1:]:
         from tianfeng import api
 
         return getattr(api, name)

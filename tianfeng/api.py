@@ -6,7 +6,7 @@ notebooks and scripts with the same options, returning the Optuna study or the r
     run = tianfeng.promote(study=study.study_name, fastest_to=80)
     tianfeng.report(study.study_name)
 
-Errors are `trainers.config.ConfigError` (bad input: it names the file or option, the key and
+Errors are `tianfeng.trainers.config.ConfigError` (bad input: it names the file or option, the key and
 what is allowed) or the environment's own exceptions; nothing here prints the summary tables the
 commands print, except the Pareto front and the transfer rules logged to stderr.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 
 from tianfeng.defaults import DEFAULT_STORAGE, OBJECTIVE_MODES
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 
 def search(space: str | Path, *, data: str | None = None, study: str | None = None,
@@ -195,9 +195,13 @@ def export_scale(uri: str, storage: str, name: str, batch_sizes: Sequence[int]) 
 
 def report(study: str, *, storage: str = DEFAULT_STORAGE) -> Path:
     """Write the study's HTML report (reports/<study>.html) and return its path."""
-    from tianfeng.search.summary import write_report
+    import logging
 
-    return write_report(storage, study)
+    from tianfeng.report.build import build_report
+
+    path = build_report(storage, study)
+    logging.getLogger("tianfeng").info("report written to %s", path)
+    return path
 
 
 def train(config: str | Path | None = None, overrides: Sequence[str] = (),
@@ -206,7 +210,7 @@ def train(config: str | Path | None = None, overrides: Sequence[str] = (),
     digits recipe), `overrides` as `--set KEY=VALUE`, `callback` called with each epoch's metrics.
     Returns the engine's RunResult."""
     from tianfeng.recipes import DEFAULT_RECIPE
-    from trainers.config import load_config
-    from trainers.engine import train as run_engine
+    from tianfeng.trainers.config import load_config
+    from tianfeng.trainers.engine import train as run_engine
 
     return run_engine(load_config(config or DEFAULT_RECIPE, list(overrides)), callback)

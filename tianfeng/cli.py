@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _check_inputs(args: argparse.Namespace) -> None:
     """The flags every command shares, checked before anything is opened or written."""
     from tianfeng.storage_url import check_storage
-    from trainers.names import STUDY_MAX_LENGTH, check_name
+    from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
     if getattr(args, "space", None) is not None:
         from tianfeng.shipped_spaces import resolve_space

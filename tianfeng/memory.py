@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from trainers.config import ModelConfig
+from tianfeng.trainers.config import ModelConfig
 
 GIB = 2**30
 # Not the model's: the CUDA context, cuDNN/cuBLAS workspaces and NCCL buffers (~1.5 GiB
@@ -32,7 +32,7 @@ def activation_bytes(model: ModelConfig, resolution: int, in_channels: int = 3, 
     """fp32 bytes autograd saves per training image of `model` at `resolution`."""
     import torch
 
-    from trainers.models import build_model
+    from tianfeng.trainers.models import build_model
 
     batch = 2  # BatchNorm in training mode needs more than one value per channel
     saved: dict[int, int] = {}

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 MARK = ".tianfeng-owner.json"
 _META = re.compile(r'<meta name="tianfeng-owner" content="([^"]*)"')

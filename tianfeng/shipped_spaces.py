@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 SPACES_DIR = Path(__file__).resolve().parent / "spaces"
 

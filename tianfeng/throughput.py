@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from trainers.config import ModelConfig
+from tianfeng.trainers.config import ModelConfig
 
 REFERENCE_RESOLUTION = 224
 DLE = ("NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md "
@@ -88,7 +88,7 @@ def step_cost(model: ModelConfig, resolution: int, in_channels: int = 3, classes
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from trainers.models import build_model
+    from tianfeng.trainers.models import build_model
 
     with torch.device("meta"):
         net = build_model(model, in_channels, classes)

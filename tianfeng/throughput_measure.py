@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainers.config import RunConfig, config_to_dict
-from trainers.models import build_model
-from trainers.optim import build_optimizer
-from trainers.precision import build_precision
+from tianfeng.trainers.config import RunConfig, config_to_dict
+from tianfeng.trainers.models import build_model
+from tianfeng.trainers.optim import build_optimizer
+from tianfeng.trainers.precision import build_precision
 
 log = logging.getLogger("tianfeng.calibrate")
 
@@ -29,7 +29,7 @@ def measure_step(cfg: RunConfig, resolution: int, batch: int, *, in_channels: in
     `batch`, on random inputs, as the engine runs it on CPU: the LR set on every group, the loss
     read every step (the divergence check), and one step in `noise_scale_every` run in two
     halves for the gradient noise scale."""
-    from trainers.noise_scale import EpochNoise, measured_backward
+    from tianfeng.trainers.noise_scale import EpochNoise, measured_backward
 
     device = torch.device("cpu")
     model = build_model(cfg.model, in_channels, classes).to(device)

@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainers.comm import compression, hierarchical
-from trainers.distributed import exit_rank
+from tianfeng.trainers.comm import compression, hierarchical
+from tianfeng.trainers.distributed import exit_rank
 
 STEPS = 40
 

@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainers.comm.hierarchical import NodeLayout, build_state, hierarchical_allreduce_hook
-from trainers.distributed import exit_rank
+from tianfeng.trainers.comm.hierarchical import NodeLayout, build_state, hierarchical_allreduce_hook
+from tianfeng.trainers.distributed import exit_rank
 
 
 def model() -> nn.Module:

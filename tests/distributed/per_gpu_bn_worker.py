@@ -1,7 +1,7 @@
 """Run under torchrun by test_per_gpu_bn_ddp.py: a ResNet trains one step on DDP ranks, each with
 its own share of a fixed batch and plain BatchNorm (as GPUs of a cluster do); rank 0 then trains
 the same model in one process on the whole batch with BatchNorm per group of a rank's share
-(trainers.per_gpu_bn) and writes the largest differences of loss and gradients to argv[1]."""
+(tianfeng.trainers.per_gpu_bn) and writes the largest differences of loss and gradients to argv[1]."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainers import per_gpu_bn
-from trainers.config import ModelConfig
-from trainers.distributed import exit_rank
-from trainers.models import build_model
+from tianfeng.trainers import per_gpu_bn
+from tianfeng.trainers.config import ModelConfig
+from tianfeng.trainers.distributed import exit_rank
+from tianfeng.trainers.models import build_model
 
 
 def main() -> None:

@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from trainers import distributed, engine
-from trainers.config import load_config
+from tianfeng.trainers import distributed, engine
+from tianfeng.trainers.config import load_config
 
 VARIANTS = {
     "fp16+hier": ["distributed.compression=fp16", "distributed.hook=hierarchical"],

@@ -11,9 +11,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainers.comm.hierarchical import build_state
-from trainers.distributed import exit_rank
-from trainers.sync_bn import convert
+from tianfeng.trainers.comm.hierarchical import build_state
+from tianfeng.trainers.distributed import exit_rank
+from tianfeng.trainers.sync_bn import convert
 
 
 def main() -> None:

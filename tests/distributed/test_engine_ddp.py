@@ -11,9 +11,9 @@ import torch
 
 from tests.conftest import make_config
 from tests.distributed.test_hooks import REPO, torchrun
-from trainers.config import ConfigError
-from trainers.distributed import DistContext, validate_world
-from trainers.engine import train
+from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.distributed import DistContext, validate_world
+from tianfeng.trainers.engine import train
 
 
 def run_cli(nproc: int, run_dir: Path, *sets: str, epochs: int = 2, log: list[str] | None = None) -> list[dict]:

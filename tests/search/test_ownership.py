@@ -14,7 +14,7 @@ from tests.search.test_study import plan_for
 from tianfeng.promotion.run import promote
 from tianfeng.report.build import build_report
 from tianfeng.search.runner import run_search
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -20,7 +20,7 @@ from tianfeng.promotion.transfer import transfer
 from tianfeng.search.runner import run_search
 from tianfeng.search.space import load_space
 from tianfeng.store import RunStore
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from tianfeng.search.materialize import build_config
 from tianfeng.search.objective import suggest
 from tianfeng.search.space import load_space
-from trainers.schedules import learning_rate, warmup_start
+from tianfeng.trainers.schedules import learning_rate, warmup_start
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from tests.search.conftest import write_space
 from tianfeng.commands.scale_command import parse_batch_sizes, parse_budget
 from tianfeng.scale.results import ScaleStore
 from tianfeng.scale.study import largest_within
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -159,7 +159,7 @@ def test_naive_copied_only_when_the_warm_start_trains_the_same_config(tmp_path: 
     from tianfeng.scale.study import _reuse_naive
     from tianfeng.search.materialize import build_config
     from tianfeng.search.runner import SearchPlan, plan_space
-    from trainers.config import config_to_dict
+    from tianfeng.trainers.config import config_to_dict
 
     def plan_for(space: dict) -> SearchPlan:
         path = write_space(tmp_path, space, name=f"{space['name']}.yaml")

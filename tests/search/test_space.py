@@ -12,7 +12,7 @@ from tests.search.conftest import TINY_SPACE, write_space
 from tianfeng.search.expressions import Expression, ExpressionError
 from tianfeng.search.materialize import build_config, build_phases, is_active, split_epochs
 from tianfeng.search.space import load_space
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -83,7 +83,7 @@ def test_nan_trial_is_pruned_and_the_study_goes_on(tmp_path: Path, tiny_space: d
 
 
 def test_existing_study_needs_resume_and_resume_extends_budget(tmp_path: Path, tiny_space_file: Path) -> None:
-    from trainers.config import ConfigError
+    from tianfeng.trainers.config import ConfigError
 
     plan = plan_for(tmp_path, tiny_space_file, trials=2)
     run_search(plan, workers=1, resume=False)

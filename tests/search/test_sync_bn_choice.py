@@ -13,7 +13,7 @@ from tests.search.conftest import write_space
 from tianfeng.search.materialize import build_config
 from tianfeng.search.space import load_space
 from tianfeng.search.walltime import predict_wall_time
-from trainers.engine import train
+from tianfeng.trainers.engine import train
 
 
 def test_sync_bn_is_searched_priced_and_trained_as_the_cluster_would(tmp_path, tiny_space, caplog) -> None:

@@ -20,7 +20,7 @@ from tianfeng.search.scores import best_trial, pareto_front
 from tianfeng.search.space import load_space
 from tianfeng.search.walltime import predict_wall_time
 from tianfeng.throughput import DEVICES, reference_step_model
-from trainers.config import ConfigError, config_from_dict
+from tianfeng.trainers.config import ConfigError, config_from_dict
 
 
 def _run(model: dict, phases: list[dict], precision: str = "auto"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tianfeng.search.workers import MAX_CPU_WORKERS, parse_workers, resolve_workers
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 
 def test_auto_runs_one_worker_per_gpu() -> None:

@@ -13,7 +13,7 @@ log = logging.getLogger("tianfeng.calibrate")
 
 
 def _sizes(flag: str, text: str | None, low: int) -> list[int] | None:
-    from trainers.config import ConfigError
+    from tianfeng.trainers.config import ConfigError
 
     if text is None:
         return None
@@ -33,8 +33,8 @@ def run_throughput(args) -> int:
     from tianfeng.search.materialize import build_config, sample_active
     from tianfeng.search.space import corner_value, load_space
     from tianfeng.throughput_measure import measure_throughput, write_throughput
-    from trainers.config import ConfigError
-    from trainers.data.sources import default_cache_dir, open_source
+    from tianfeng.trainers.config import ConfigError
+    from tianfeng.trainers.data.sources import default_cache_dir, open_source
 
     if args.space is None:
         raise ConfigError("--throughput", "", "needs --space: the model and precision to measure")
@@ -68,7 +68,7 @@ def run_throughput(args) -> int:
 
 
 def run_calibrate_command(args) -> int:
-    from trainers.config import ConfigError
+    from tianfeng.trainers.config import ConfigError
 
     if args.throughput:
         return run_throughput(args)

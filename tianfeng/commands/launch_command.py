@@ -9,7 +9,7 @@ import sys
 from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from tianfeng.launch.ray_train import main_ray
-from trainers.config import ConfigError, load_config
+from tianfeng.trainers.config import ConfigError, load_config
 
 
 def run_launch_command(args) -> int:

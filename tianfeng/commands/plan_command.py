@@ -15,7 +15,7 @@ from tianfeng.search.cluster import ClusterSpec, checked
 from tianfeng.search.walltime import check_memory, format_seconds, predict_wall_time
 from tianfeng.tables import add_plain_row, plain_table
 from tianfeng.throughput import DEVICES
-from trainers.config import ConfigError, load_config
+from tianfeng.trainers.config import ConfigError, load_config
 
 
 def _check_flags(args) -> None:

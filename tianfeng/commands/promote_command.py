@@ -13,7 +13,7 @@ from tianfeng.promotion.run import Launch, load_study, promote
 from tianfeng.search.scores import score
 from tianfeng.store import RunStore
 from tianfeng.tables import add_plain_row, plain_table
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 log = logging.getLogger("tianfeng.promote")
 

@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|trials?|epochs?)$")
 BUDGET_FORMS = "a time (600s, 10m, 1h), a trial count (12trials) or training epochs (72epochs)"

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tianfeng.defaults import DEFAULT_STORAGE, OBJECTIVE_MODES, PRUNER_NAMES, SAMPLER_NAMES
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
 
@@ -75,7 +75,7 @@ def _search(args, started: dict[str, str]) -> int:
     from tianfeng.ownership import check_report_of, default_report_path
     from tianfeng.search.runner import requeue_interrupted
     from tianfeng.search.summary import print_summary, write_report
-    from trainers.yaml_input import read_yaml
+    from tianfeng.trainers.yaml_input import read_yaml
 
     raw = read_yaml(args.space)
     study_name = args.study or (raw.get("name") if isinstance(raw, dict) else None) or Path(args.space).stem

@@ -6,13 +6,13 @@ import argparse
 
 from tianfeng.shipped_spaces import shipped_spaces
 from tianfeng.tables import add_plain_row, plain_table
-from trainers.yaml_input import read_yaml
+from tianfeng.trainers.yaml_input import read_yaml
 
 
 def _cluster(path) -> str:
     """The space's cluster and the per-GPU batches it allows (its memory and minimum)."""
     from tianfeng.search.space import load_space, per_gpu_range
-    from trainers.config import ConfigError
+    from tianfeng.trainers.config import ConfigError
 
     try:
         space = load_space(path)

@@ -9,9 +9,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tianfeng.recipes import DEFAULT_RECIPE
-from trainers import distributed
-from trainers.config import load_config
-from trainers.engine import train
+from tianfeng.trainers import distributed
+from tianfeng.trainers.config import load_config
+from tianfeng.trainers.engine import train
 
 
 def run_train(config_path: Path | None, overrides: list[str]) -> int:

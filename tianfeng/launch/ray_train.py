@@ -14,7 +14,7 @@ from typing import Any
 
 from tianfeng.launch.plan import LaunchPlan
 from tianfeng.ray_cluster import start_or_join
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 log = logging.getLogger("tianfeng.launch")
 
@@ -23,8 +23,8 @@ def _rank_worker(loop_config: dict[str, Any]) -> None:
     import ray.train
 
     from tianfeng.logs import setup_logging
-    from trainers.config import load_config
-    from trainers.engine import train
+    from tianfeng.trainers.config import load_config
+    from tianfeng.trainers.engine import train
 
     setup_logging()
     ctx = ray.train.get_context()

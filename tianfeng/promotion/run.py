@@ -25,9 +25,9 @@ from tianfeng.search.scores import best_trial, score
 from tianfeng.search.space import SearchSpace, parse_space
 from tianfeng.store import RunStore
 from tianfeng.tables import add_plain_row, plain_table
-from trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
-from trainers.engine import EpochMetrics, train
-from trainers.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
+from tianfeng.trainers.engine import EpochMetrics, train
+from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.promote")
 

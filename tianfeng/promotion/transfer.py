@@ -10,8 +10,14 @@ from typing import Any
 
 from tianfeng.search.materialize import build_config
 from tianfeng.search.space import SearchSpace
-from trainers.config import ConfigError, RunConfig, apply_override, config_from_dict, config_to_dict
-from trainers.schedules import batch_scale
+from tianfeng.trainers.config import (
+    ConfigError,
+    RunConfig,
+    apply_override,
+    config_from_dict,
+    config_to_dict,
+)
+from tianfeng.trainers.schedules import batch_scale
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,14 @@ import time
 import warnings
 from pathlib import Path
 
-import jinja2
 import optuna
 import yaml
 
-from tianfeng import __version__
 from tianfeng.ownership import default_report_path, study_owner, write_report
 from tianfeng.promotion.run import load_study
 from tianfeng.report import figures
 from tianfeng.report.plotlyjs import bundle_for
-from tianfeng.report.templates import TEMPLATES
+from tianfeng.report.templates import environment, script_json
 from tianfeng.search.outcomes import count_outcomes, outcome, outcomes_text
 from tianfeng.search.scores import (
     best_trial,
@@ -29,11 +27,7 @@ from tianfeng.search.scores import (
 )
 from tianfeng.search.walltime import format_seconds, parts_text
 from tianfeng.store import RunStore
-
-
-def script_json(fig) -> str:
-    """Figure JSON safe inside <script>: no `</script>` or `<!--` can close or comment it out."""
-    return fig.to_json().replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+from tianfeng.version import __version__
 
 
 def _fmt(value) -> str:
@@ -135,7 +129,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
                 "efficiency": f"{100 * r['efficiency']:.0f}%", "predicted": f"{100 * r['predicted']:.0f}%"}
                for r in scaling_rows(runs)]
     storage_flag = "" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}"
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
+    env = environment()
     html = env.get_template("study.html.j2").render(
         study=study.study_name, summary=_summary(study, trials), best=best, metric=metric,
         promote_command=f"tianfeng promote {best['number']} --study {study.study_name}{storage_flag}" if best else "",

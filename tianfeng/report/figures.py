@@ -21,8 +21,8 @@ from tianfeng.search.scores import (
     score,
 )
 from tianfeng.search.walltime import format_seconds, schedule_text
-from trainers.config import config_from_dict
-from trainers.schedules import learning_rate
+from tianfeng.trainers.config import config_from_dict
+from tianfeng.trainers.schedules import learning_rate
 
 Figure = tuple[go.Figure | None, str]
 

@@ -7,20 +7,18 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import jinja2
 import optuna
 import plotly.graph_objects as go
 
-from tianfeng import __version__
 from tianfeng.ownership import default_report_path, study_owner, write_report
-from tianfeng.report.build import script_json
 from tianfeng.report.plotlyjs import bundle_for
-from tianfeng.report.templates import TEMPLATES
+from tianfeng.report.templates import environment, script_json
 from tianfeng.scale.results import ScalePoint, ScaleStore
 from tianfeng.scale.table import describe, fmt_value, headline
 from tianfeng.search.runner import UNLIMITED_TRIALS
-from trainers.config import ConfigError
-from trainers.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.version import __version__
 
 
 def accuracy_figure(points: list[ScalePoint], metric: str, tolerance: float) -> go.Figure:
@@ -102,7 +100,7 @@ def build_scale_report(storage: str, name: str, output: Path | None = None) -> P
                                                                           if p.searched_trial is not None else ""),
                      p.study, f"{p.trials} ({p.pruned}, {p.warm_started})", f"{p.wall_s:.0f}",
                      f"{p.pruned_s / p.trial_s:.0%}" if p.trial_s else "-"])
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
+    env = environment()
     html = env.get_template("scale.html.j2").render(
         name=name, summary=summary, metric=metric, headline=headline(points, tolerance, maximize),
         figures=figs, columns=columns, rows=rows, plotly_js=bundle_for([fig for _title, fig in drawn]),

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from tianfeng.costmodel import Cluster, predict
-from trainers.config import RunConfig, config_from_dict
+from tianfeng.trainers.config import RunConfig, config_from_dict
 
 _WORLD = re.compile(r"-(\d+)x(\d+)$")
 
@@ -44,7 +44,7 @@ def _variant(cfg: RunConfig) -> str:
 
 
 def scaling_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from trainers.models import build_model
+    from tianfeng.trainers.models import build_model
 
     singles = {(r["trial_number"], r["config_hash"]): r for r in runs
                if not _WORLD.search(r["config_hash"]) and r["status"] == "completed"}

@@ -7,8 +7,8 @@ def training_set_size(space, rung: str) -> tuple[int, str]:
     """Training images a trial at `rung` sees, and a description for errors."""
     import numpy as np
 
-    from trainers.data.sources import open_source
-    from trainers.data.subset import stratified_subset
+    from tianfeng.trainers.data.sources import open_source
+    from tianfeng.trainers.data.subset import stratified_subset
 
     base = space.base
     fraction = base.data.fraction * space.fidelities[rung].data_fraction

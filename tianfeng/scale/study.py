@@ -15,10 +15,10 @@ from optuna.trial import TrialState
 
 from tianfeng.promotion.transfer import peak_lr
 from tianfeng.scale.results import ScalePoint, ScaleStore
-from tianfeng.scale.space import batch_parameter
 from tianfeng.search.materialize import build_config
+from tianfeng.search.pinned import batch_parameter
 from tianfeng.search.runner import SearchPlan, plan_space, run_search, rung_epochs
-from trainers.config import ConfigError, config_from_dict, config_to_dict
+from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
 
 log = logging.getLogger("tianfeng.scale")
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from tianfeng.costmodel import BACKWARD_SHARE, DEFAULT_PRESET, PRESETS, VARIANTS, Cluster, Link
 from tianfeng.throughput import DEVICES
-from trainers.config import ConfigError
-from trainers.yaml_input import MAX_BYTES
+from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.yaml_input import MAX_BYTES
 
 KEYS = ("gpus", "gpus_per_node", "device", "throughput", "images_per_s", "half_batch", "exchange", "overlap",
         "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us", "adapters_per_node",

@@ -8,8 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 from tianfeng.search.expressions import ExpressionError
-from tianfeng.search.space import Fidelity, Parameter, PhasesTemplate, SearchSpace, round_resolution
-from trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
+from tianfeng.search.space_types import (
+    Fidelity,
+    Parameter,
+    PhasesTemplate,
+    SearchSpace,
+    round_resolution,
+)
+from tianfeng.trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
 
 
 def is_active(param, values: dict[str, Any]) -> bool:
@@ -232,7 +238,7 @@ def max_rung_epochs(space: SearchSpace, rung: str) -> int:
     f = space.fidelities[rung]
     if f.epoch_fraction is None and not space.min_steps:
         return f.epochs or space.base.total_epochs
-    from tianfeng.search.space import corner_value
+    from tianfeng.search.space_types import corner_value
 
     return max(build_config(space, sample_active(space, functools.partial(corner_value, low=low)), rung).total_epochs
                for low in (True, False))

@@ -16,9 +16,9 @@ from tianfeng.search.materialize import build_config, sample_active
 from tianfeng.search.peer_pruning import PeerPruner, rung_passed
 from tianfeng.search.space import Parameter, SearchSpace
 from tianfeng.search.walltime import predict_trial
-from trainers.config import ConfigError, RunConfig, config_to_dict
-from trainers.engine import EpochMetrics, RunResult, StopTraining, train
-from trainers.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
+from tianfeng.trainers.engine import EpochMetrics, RunResult, StopTraining, train
+from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.search")
 

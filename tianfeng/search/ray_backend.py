@@ -42,7 +42,7 @@ from tianfeng.search.runner import (
     sampler_seed,
 )
 from tianfeng.search.space import SearchSpace
-from trainers.config import ConfigError, config_to_dict
+from tianfeng.trainers.config import ConfigError, config_to_dict
 
 log = logging.getLogger("tianfeng.search")
 
@@ -57,7 +57,7 @@ class RayOptions:
     address: str | None = None  # None starts a local Ray; "auto" or HOST:PORT joins a cluster
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None  # None: one GPU per trial on a cluster that has GPUs, else 0
-    trainer: str = "trainers.engine:train"  # module:function the workers run (benchmarks swap it)
+    trainer: str = "tianfeng.trainers.engine:train"  # module:function the workers run (benchmarks swap it)
 
 
 def ray_trial(config: dict[str, Any]) -> None:
@@ -68,7 +68,7 @@ def ray_trial(config: dict[str, Any]) -> None:
     import torch
     from ray import tune
 
-    from trainers.config import config_from_dict
+    from tianfeng.trainers.config import config_from_dict
 
     module, function = config["trainer"].split(":")
     train = getattr(importlib.import_module(module), function)
@@ -200,7 +200,7 @@ class StudySearcher(Searcher):
 
     @staticmethod
     def space_metrics() -> tuple[str, ...]:
-        from trainers.engine import EpochMetrics
+        from tianfeng.trainers.engine import EpochMetrics
 
         return tuple(EpochMetrics.__dataclass_fields__)
 

@@ -36,8 +36,8 @@ from tianfeng.search.registry import PRUNERS, SAMPLERS
 from tianfeng.search.scores import best_trial, epochs_reported, score
 from tianfeng.search.space import SearchSpace, load_space, per_gpu_range
 from tianfeng.search.walltime import format_seconds
-from trainers.config import ConfigError
-from trainers.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.search")
 
@@ -109,7 +109,7 @@ def plan_space(plan: SearchPlan) -> SearchSpace:
     space = with_objective(space, plan.objective, plan.target, plan.min_accuracy)
     if plan.batch_size is None and not plan.set_overrides and plan.priors:
         return space
-    from tianfeng.scale.space import at_batch
+    from tianfeng.search.pinned import at_batch
 
     return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)
 

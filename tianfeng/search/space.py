@@ -14,114 +14,38 @@ import functools
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tianfeng.search.cluster import ClusterSpec, read_cluster, with_overrides
 from tianfeng.search.expressions import Expression, ExpressionError
-from trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
-from trainers.engine import EpochMetrics
-from trainers.names import STUDY_MAX_LENGTH, check_name
-from trainers.yaml_input import parse_yaml, read_yaml
+from tianfeng.search.space_types import (
+    ACCURACY_METRICS,
+    CLUSTER_CONSTANTS,
+    CONSTANTS,
+    METRICS,
+    OBJECTIVE_MODES,
+    PARAMETER_TYPES,
+    PRECISIONS,
+    Fidelity,
+    Objective,
+    Parameter,
+    PhasesTemplate,
+    Prior,
+    SearchSpace,
+    corner_value,
+    round_resolution,
+)
+from tianfeng.trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
+from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.trainers.yaml_input import parse_yaml, read_yaml
+
+__all__ = ["ACCURACY_METRICS", "CONSTANTS", "METRICS", "OBJECTIVE_MODES", "Fidelity", "Objective", "Parameter",
+           "PhasesTemplate", "Prior", "SearchSpace", "corner_value", "load_space", "parse_space", "per_gpu_range",
+           "round_resolution"]
 
 log = logging.getLogger("tianfeng.search")
 _told: set[tuple[str, str]] = set()  # priors left out, said once per process
-
-PARAMETER_TYPES = ("float", "int", "categorical", "fixed")
-METRICS = tuple(f for f in EpochMetrics.__dataclass_fields__ if f not in ("epoch", "phase", "noise_scale"))
-ACCURACY_METRICS = ("val_top1", "val_top5")  # percentages, with a chance level
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-OBJECTIVE_MODES = ("accuracy", "pareto", "time-to-target")
-# what every expression may read besides the parameters: the cluster's size and the data's
-# Names every expression may read: the cluster's (min_per_gpu and max_per_gpu bound the per-GPU
-# batch: cluster.min_per_gpu_batch, and what fits a GPU's memory) and the data's.
-CLUSTER_CONSTANTS = ("gpus", "gpus_per_node", "min_per_gpu", "max_per_gpu")
-CONSTANTS = (*CLUSTER_CONSTANTS, "train_images")
-
-
-@dataclass(frozen=True)
-class Parameter:
-    name: str
-    type: str
-    low: float | None = None
-    high: float | None = None
-    log: bool = False
-    bounds: tuple[str, str] | None = None  # low and high as written, when they are expressions
-    step: float | None = None
-    choices: tuple[Any, ...] = ()
-    value: Any = None
-    when: Expression | None = None
-
-
-@dataclass(frozen=True)
-class Fidelity:
-    """Proxy knobs: each shrinks the base run; the target rung is the run promotion aims at."""
-    name: str
-    epochs: int | None = None  # total epochs; None keeps the base's
-    epoch_fraction: float | None = None  # or this share of the trial's target epochs (at least 1)
-    resolution_scale: float = 1.0
-    data_fraction: float = 1.0
-    width_scale: float = 1.0
-    precision: str = "auto"
-
-
-@dataclass(frozen=True)
-class PhasesTemplate:
-    stages: Expression
-    start_resolution: Expression
-    end_resolution: Expression
-    batch_size: Expression
-    final_stage_fraction: Expression
-    scale_batch_with_resolution: Expression
-    epochs: Expression | None = None  # the full run's epochs; None keeps the base's
-    # explicit phases instead of the ramp: a list of [epochs, resolution, batch] (an empty list:
-    # the ramp), for recipes whose batch changes by phase (fast.ai's imagenet18)
-    table: Expression | None = None
-
-
-@dataclass(frozen=True)
-class Objective:
-    metric: str = "val_top1"
-    direction: str = "maximize"
-    at: str = "final"  # final | best (over epochs)
-    constraints: tuple[Expression, ...] = ()
-    mode: str = "accuracy"  # accuracy | pareto (metric against predicted wall time) | time-to-target
-    target: float | None = None  # time-to-target: the metric the search rung must reach
-    # pareto: a trial whose metric is below this is infeasible (off the front); None: the default
-    # the search sets from the data's classes (`tianfeng.search.front.default_floor`)
-    min_accuracy: float | None = None
-
-    def reached(self, value: float) -> bool:
-        return value >= self.target if self.direction == "maximize" else value <= self.target
-
-
-@dataclass(frozen=True)
-class Prior:
-    name: str
-    params: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class SearchSpace:
-    path: str
-    name: str
-    base: RunConfig
-    parameters: tuple[Parameter, ...]
-    assignments: dict[str, Expression]  # config key path -> expression
-    phases: PhasesTemplate | None
-    fidelities: dict[str, Fidelity]
-    search_fidelity: str
-    objective: Objective
-    priors: tuple[Prior, ...] = field(default=())
-    cluster: ClusterSpec = field(default_factory=ClusterSpec)
-    constants: dict[str, int] = field(default_factory=dict)  # CONSTANTS' values
-    min_steps: int = 50  # the fewest optimizer steps a proxy rung may leave a trial (0: any)
-
-    @property
-    def target(self) -> Fidelity:
-        return self.fidelities["target"]
-
 
 # ---------------------------------------------------------------------------------------------
 # Loading
@@ -308,7 +232,7 @@ def parse_space(text: str, source: str, *, data: str | None = None, gpus: int | 
 
 def data_constants(base: RunConfig, cluster: ClusterSpec) -> dict[str, int]:
     """The values of CONSTANTS: the cluster's, and the base run's training images."""
-    from trainers.data.sources import open_source
+    from tianfeng.trainers.data.sources import open_source
 
     d = base.data
     source = open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes)
@@ -596,21 +520,9 @@ def _check_fits_cluster(cfg: RunConfig, cluster: ClusterSpec, constants: dict[st
     check_memory(cfg, cluster, in_channels=constants.get("channels", 3), classes=constants.get("classes", 1000))
 
 
-def corner_value(p: Parameter, *, low: bool) -> Any:
-    if p.type == "categorical":
-        return p.choices[0] if low else p.choices[-1]
-    return p.low if low else p.high
-
-
 def _unknown(name: str, names: set[str]) -> str:
     return (f"unknown name {name!r}; parameters are: {', '.join(sorted(names))} "
             f"(quote a literal string twice: \"'{name}'\")")
-
-
-def round_resolution(value: float) -> int:
-    """Resolutions snap to multiples of 4 (at least 8), the granularity strided nets need."""
-    return max(8, int(4 * round(value / 4)))
-
 
 
 def per_gpu_range(space: SearchSpace) -> str:

@@ -3,28 +3,16 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 
 def check_data(space) -> int:
     """Open the space's data source once before any trial: a missing or empty image folder is
     one error here, not a failure in every trial. Returns its number of classes."""
-    from trainers.data.sources import open_source
+    from tianfeng.trainers.data.sources import open_source
 
     base = space.base.data
     return open_source(base.source, synthetic_images=base.synthetic_images,
                        synthetic_classes=base.synthetic_classes).num_classes
-
-
-def write_report(storage: str, study: str) -> Path:
-    """The study's HTML report, rewritten after every command that changes the study."""
-    import logging
-
-    from tianfeng.report.build import build_report
-
-    path = build_report(storage, study)
-    logging.getLogger("tianfeng").info("report written to %s", path)
-    return path
 
 
 def print_summary(study, storage: str) -> int:

@@ -34,7 +34,7 @@ from tianfeng.throughput import (
     scaled_step_model,
     step_cost,
 )
-from trainers.config import ConfigError, RunConfig
+from tianfeng.trainers.config import ConfigError, RunConfig
 
 FORWARD_SHARE = 1 / 3  # of a training step's work: what evaluating an image costs
 
@@ -134,7 +134,7 @@ def _measured_step_models(cfg: RunConfig, spec: ClusterSpec, resolutions: list[i
     """This machine's fits (calibrate --throughput), moved to the run's model and to resolutions
     not measured from the nearest measured one, as the cited figures are."""
     from tianfeng.search.cluster import read_throughput
-    from trainers.config import ModelConfig
+    from tianfeng.trainers.config import ModelConfig
 
     data = read_throughput(spec.throughput)
     measured_model = ModelConfig(**data["model"])
@@ -264,7 +264,7 @@ def schedule_text(phases) -> str:
 def predict_trial(space, values: dict) -> WallTime:
     """The full-fidelity run of a trial's values on the space's cluster."""
     from tianfeng.search.materialize import build_config
-    from trainers.data.sources import open_source
+    from tianfeng.trainers.data.sources import open_source
 
     cfg = build_config(space, values, "target")
     d = cfg.data

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 MAX_CPU_WORKERS = 8  # beyond this, SQLite's single writer and memory per process start to cost
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from trainers.config_error import ConfigError
-from trainers.names import check_name
-from trainers.yaml_input import parse_yaml, read_yaml
+from tianfeng.trainers.config_error import ConfigError
+from tianfeng.trainers.names import check_name
+from tianfeng.trainers.yaml_input import parse_yaml, read_yaml
 
 __all__ = ["ConfigError", "RunConfig", "config_from_dict", "config_to_dict", "load_config"]
 
@@ -287,7 +287,7 @@ def _validate_cross_fields(cfg: RunConfig, source: str) -> None:
     check_name(cfg.name, source, "name")  # a path, a job name and a rendezvous id
     if not cfg.phases:
         raise ConfigError(source, "phases", "must list at least one {epochs, resolution, batch_size}")
-    from trainers.user_code import is_reference
+    from tianfeng.trainers.user_code import is_reference
 
     src = cfg.data.source
     if not (src in ("digits", "synthetic") or (src.startswith("imagefolder:") and len(src) > 12)

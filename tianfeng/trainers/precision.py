@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from trainers.config import PrecisionConfig
+from tianfeng.trainers.config import PrecisionConfig
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

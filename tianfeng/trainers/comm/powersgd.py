@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from trainers.comm.hierarchical import CommBytes, HierarchicalState, hierarchical_sum
+from tianfeng.trainers.comm.hierarchical import CommBytes, HierarchicalState, hierarchical_sum
 
 MIN_RATE = 2.0  # compress a matrix only when that sends at most half its entries (torch's rule)
 

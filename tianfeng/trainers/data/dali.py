@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import torch
 
-from trainers.config import ConfigError
-from trainers.data.loaders import Batch, _Base
-from trainers.data.order import rank_slice
+from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.data.order import rank_slice
+from tianfeng.trainers.data.pipeline import Batch, PipelineBase
 
 
 def dali_threads() -> int:
@@ -48,7 +48,7 @@ def _build(files: list[str], labels: list[int], batch: int, resolution: int, cha
     return pipeline
 
 
-class DaliPipeline(_Base):
+class DaliPipeline(PipelineBase):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.source.train.files is None:

@@ -16,41 +16,25 @@ import torch
 import yaml
 from torch import nn
 
-from trainers import checkpoint, compilation, memory_format, per_gpu_bn, sync_bn
-from trainers import distributed as dist_utils
-from trainers.comm import compression, fusion, hierarchical
-from trainers.comm import state as comm_state
-from trainers.config import ConfigError, RunConfig, config_to_dict
-from trainers.data.loaders import DataPipeline, build_pipeline
-from trainers.data.sources import default_cache_dir, open_source
-from trainers.data.subset import stratified_subset
-from trainers.models import build_model
-from trainers.noise_scale import EpochNoise, measured_backward
-from trainers.optim import build_optimizer
-from trainers.phases import PhasePlan
-from trainers.precision import build_precision
-from trainers.schedules import learning_rate
-from trainers.tensorboard_log import open_board
+from tianfeng.trainers import checkpoint, compilation, memory_format, per_gpu_bn, sync_bn
+from tianfeng.trainers import distributed as dist_utils
+from tianfeng.trainers.comm import compression, fusion, hierarchical
+from tianfeng.trainers.comm import state as comm_state
+from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
+from tianfeng.trainers.data.loaders import build_pipeline
+from tianfeng.trainers.data.pipeline import DataPipeline
+from tianfeng.trainers.data.sources import default_cache_dir, open_source
+from tianfeng.trainers.data.subset import stratified_subset
+from tianfeng.trainers.metrics import EpochMetrics
+from tianfeng.trainers.models import build_model
+from tianfeng.trainers.noise_scale import EpochNoise, measured_backward
+from tianfeng.trainers.optim import build_optimizer
+from tianfeng.trainers.phases import PhasePlan
+from tianfeng.trainers.precision import build_precision
+from tianfeng.trainers.schedules import learning_rate
+from tianfeng.trainers.tensorboard_log import open_board
 
 log = logging.getLogger("tianfeng.engine")
-
-
-@dataclass(frozen=True)
-class EpochMetrics:
-    epoch: int  # epochs completed, 1-based
-    phase: int
-    resolution: int
-    batch_size: int
-    lr: float  # at the last step of the epoch
-    train_loss: float
-    val_loss: float
-    val_top1: float  # percent
-    val_top5: float  # percent
-    samples_per_s: float
-    data_wait_fraction: float  # share of the epoch's wall time spent waiting for batches
-    skipped_steps: int  # fp16 steps skipped for inf/nan gradients
-    elapsed_s: float  # since the run (or its first resume) started
-    noise_scale: float | None = None  # B_simple over the epoch's measured steps (trainers/noise_scale)
 
 
 class StopTraining(Exception):

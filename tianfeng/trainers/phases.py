@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainers.config import ConfigError, PhaseConfig
+from tianfeng.trainers.config import ConfigError, PhaseConfig
 
 
 @dataclass(frozen=True)

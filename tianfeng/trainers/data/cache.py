@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from rich.progress import Progress
 
-from trainers.data.decode import decode_file, resize_array
-from trainers.data.sources import ImageSource, Split, default_cache_dir
+from tianfeng.trainers.data.decode import decode_file, resize_array
+from tianfeng.trainers.data.sources import ImageSource, Split, default_cache_dir
 
 
 @dataclass

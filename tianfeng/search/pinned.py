@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from tianfeng.search.expressions import Expression
+from tianfeng.search.expressions import Expression, ExpressionError
 from tianfeng.search.space import Parameter, Prior, SearchSpace
-from trainers.config import ConfigError, config_from_dict, config_to_dict
+from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
 
 
 def batch_parameter(space: SearchSpace) -> str | None:
@@ -20,6 +20,20 @@ def batch_parameter(space: SearchSpace) -> str | None:
     return next(iter(names)) if len(names) == 1 else None
 
 
+def _pinned_value(space: SearchSpace, name: str, batch: int) -> int:
+    """The value of the batch parameter that gives the global `batch`: the batch itself, or its
+    share per GPU when the template multiplies a per-GPU parameter (`gpus * per_gpu_batch`)."""
+    expr = space.phases.batch_size
+    env = dict(space.constants)
+    try:
+        one, two = (expr.evaluate({**env, name: v}) for v in (1, 2))
+    except ExpressionError:
+        return batch
+    if one != 1 and two == 2 * one and batch % one == 0:
+        return batch // int(one)
+    return batch
+
+
 def at_batch(space: SearchSpace, batch: int | None, *, assignments: dict[str, str] | None = None,
              priors: bool = True) -> SearchSpace:
     """`space` with every run's last-phase global batch equal to `batch` (None: unchanged).
@@ -27,7 +41,8 @@ def at_batch(space: SearchSpace, batch: int | None, *, assignments: dict[str, st
     if batch is not None and batch < 1:
         raise ConfigError("--batch-sizes", "", f"batch sizes must be >= 1, got {batch}")
     pinned = batch_parameter(space) if batch is not None else None
-    parameters = tuple(Parameter(p.name, "fixed", value=batch, when=p.when) if p.name == pinned else p
+    value = _pinned_value(space, pinned, batch) if pinned is not None else None
+    parameters = tuple(Parameter(p.name, "fixed", value=value, when=p.when) if p.name == pinned else p
                        for p in space.parameters)
     phases, base = space.phases, space.base
     if batch is None:

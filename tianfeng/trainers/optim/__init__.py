@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainers.config import OptimizerConfig
-from trainers.optim.lamb import Lamb
-from trainers.optim.lars import Lars
+from tianfeng.trainers.config import OptimizerConfig
+from tianfeng.trainers.optim.lamb import Lamb
+from tianfeng.trainers.optim.lars import Lars
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:

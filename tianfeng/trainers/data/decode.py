@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from trainers.data.sources import DataSourceError
+from tianfeng.trainers.data.sources import DataSourceError
 
 
 def to_square(image: Image.Image, resolution: int) -> Image.Image:

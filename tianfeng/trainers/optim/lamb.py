@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from trainers.optim.norms import l2_norm, l2_norms
+from tianfeng.trainers.optim.norms import l2_norm, l2_norms
 
 
 def _trust(w_norm: Tensor, u_norm: Tensor) -> Tensor:

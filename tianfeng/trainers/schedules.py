@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from trainers.config import RunConfig, ScheduleConfig
+from tianfeng.trainers.config import RunConfig, ScheduleConfig
 
 
 def batch_scale(batch_size: int, schedule: ScheduleConfig) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainers.config import ModelConfig
+from tianfeng.trainers.config import ModelConfig
 
 
 def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:
@@ -113,8 +113,8 @@ def build_model(cfg: ModelConfig, in_channels: int, num_classes: int) -> nn.Modu
     builders = {"resnet_small": resnet_small, "resnet50": resnet50}
     if cfg.name in builders:
         return builders[cfg.name](cfg, in_channels, num_classes)
-    from trainers.config import ConfigError
-    from trainers.user_code import load_callable
+    from tianfeng.trainers.config import ConfigError
+    from tianfeng.trainers.user_code import load_callable
 
     builder = load_callable(cfg.name, "model.name", num_classes=num_classes, in_channels=in_channels)
     model = builder(num_classes=num_classes, in_channels=in_channels)

@@ -48,7 +48,7 @@ def init(backend: str, device: torch.device) -> DistContext:
 
 def validate_world(cfg, ctx: DistContext) -> int:
     """Checks that need the world size; returns the ranks per node."""
-    from trainers.config import ConfigError
+    from tianfeng.trainers.config import ConfigError
 
     for i, phase in enumerate(cfg.phases):
         if phase.batch_size % ctx.world:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 LAST = "last.pt"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from trainers.config_error import ConfigError
+from tianfeng.trainers.config_error import ConfigError
 
 MAX_LENGTH = 128
 STUDY_MAX_LENGTH = 64

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainers.comm.compression import CompressionState
-from trainers.comm.hierarchical import CommBytes, HierarchicalState
+from tianfeng.trainers.comm.compression import CompressionState
+from tianfeng.trainers.comm.hierarchical import CommBytes, HierarchicalState
 
 
 def _pairs(d: dict) -> list[list[Any]]:

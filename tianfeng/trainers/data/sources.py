@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 
@@ -240,7 +240,7 @@ def open_source(spec: str, *, synthetic_images: int = 2048, synthetic_classes: i
         return synthetic_source(synthetic_images, synthetic_classes, resolution)
     if spec.startswith("imagefolder:"):
         return imagefolder_source(spec.removeprefix("imagefolder:"))
-    from trainers.user_code import is_reference
+    from tianfeng.trainers.user_code import is_reference
 
     if is_reference(spec):
         return user_source(spec)
@@ -253,7 +253,7 @@ def user_source(spec: str) -> ImageSource:
     """The user's data set: `package.module:function` returns an ImageSource, or the four arrays
     (train_images, train_labels, val_images, val_labels): images uint8, N x H x W x C (or N x H x W
     for one channel), labels integers from 0."""
-    from trainers.user_code import load_callable
+    from tianfeng.trainers.user_code import load_callable
 
     made = load_callable(spec, "data.source")()
     if isinstance(made, ImageSource):

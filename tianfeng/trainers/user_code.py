@@ -11,7 +11,7 @@ import inspect
 import re
 from collections.abc import Callable
 
-from trainers.config import ConfigError
+from tianfeng.trainers.config_error import ConfigError
 
 REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
-from trainers.comm.hierarchical import (
+from tianfeng.trainers.comm.hierarchical import (
     Background,
     CommBytes,
     HierarchicalState,
@@ -19,7 +19,7 @@ from trainers.comm.hierarchical import (
     hierarchical_sum,
     run_hook,
 )
-from trainers.comm.powersgd import NodePowerSGDState, node_powersgd_sum
+from tianfeng.trainers.comm.powersgd import NodePowerSGDState, node_powersgd_sum
 
 _CASTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
