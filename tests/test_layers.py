@@ -140,3 +140,24 @@ def test_the_checker_sees_circles_and_function_local_imports(tmp_path) -> None:
     mods["tianfeng.a"].write_text("from tianfeng.b import x\n")
     mods["tianfeng.b"].write_text("def f():\n    from tianfeng import a\n    return a\nx = 1\n")
     assert _circles(_graph(mods)) == [["tianfeng.a", "tianfeng.b"]]
+
+
+def test_every_import_of_a_tianfeng_name_resolves() -> None:
+    """`from tianfeng.x import y` anywhere in the package (inside functions too, where nothing
+    runs it at import time) names a module or an attribute that exists: a move or rename that
+    left a caller behind fails here, not in a user's run."""
+    import importlib
+
+    mods = _modules()
+    missing = []
+    for m, f in mods.items():
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith("tianfeng"):
+                continue
+            if node.module not in mods:
+                missing.append(f"{m}: {node.module}")
+                continue
+            target = importlib.import_module(node.module)
+            missing += [f"{m}: {node.module}.{a.name}" for a in node.names
+                        if not hasattr(target, a.name) and f"{node.module}.{a.name}" not in mods]
+    assert missing == []

@@ -77,9 +77,9 @@ def run_calibrate_command(args) -> int:
             raise ConfigError(flag, "", f"must be >= 0, got {value}")
     result = calibrate(args.storage, args.study, top_k=args.top_k, n_random=args.random, seed=args.seed,
                        runs_dir=args.runs_dir)
-    from tianfeng.search.summary import write_report
+    from tianfeng.api import report as write_report
 
-    result["report"] = str(write_report(args.storage, result["study"]))
+    result["report"] = str(write_report(result["study"], storage=args.storage))
     print(json.dumps(result, indent=2))
     if result["spearman_rho"] is None:
         print(f"tianfeng: calibration: {result['pairs_used']} of {len(result['pairs'])} promoted runs gave a usable "

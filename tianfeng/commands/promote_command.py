@@ -58,9 +58,9 @@ def run_promote_command(args) -> int:
     if out["status"] == "planned":
         print(json.dumps(out, indent=2))
         return 0
-    from tianfeng.search.summary import write_report
+    from tianfeng.api import report as write_report
 
-    out["report"] = str(write_report(args.storage, out["study"]))
+    out["report"] = str(write_report(out["study"], storage=args.storage))
     if args.mlflow:
         from tianfeng.tracking import export_study
 

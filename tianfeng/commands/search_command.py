@@ -71,10 +71,11 @@ def _search(args, started: dict[str, str]) -> int:
         raise ConfigError("--backend", "", "--address, --cpus-per-trial and --gpus-per-trial need --backend ray")
 
     from tianfeng import api
+    from tianfeng.api import report as write_report
     from tianfeng.interrupts import raise_if_interrupted
     from tianfeng.ownership import check_report_of, default_report_path
     from tianfeng.search.runner import requeue_interrupted
-    from tianfeng.search.summary import print_summary, write_report
+    from tianfeng.search.summary import print_summary
     from tianfeng.trainers.yaml_input import read_yaml
 
     raw = read_yaml(args.space)
@@ -93,7 +94,7 @@ def _search(args, started: dict[str, str]) -> int:
                        gpus_per_trial=args.gpus_per_trial, mlflow=args.mlflow)
     raise_if_interrupted()  # a Ctrl-C swallowed on the way still ends the command as one
     code = print_summary(study, args.storage)
-    print(f"report: {write_report(args.storage, study.study_name)}")
+    print(f"report: {write_report(study.study_name, storage=args.storage)}")
     return code
 
 
