@@ -20,7 +20,7 @@ from typing import Any
 
 import optuna
 
-from tianfeng.defaults import DEFAULT_STORAGE, OBJECTIVE_MODES
+from tianfeng.defaults import DEFAULT_STORAGE, OBJECTIVE_MODES, ObjectiveMode
 from tianfeng.trainers.config import ConfigError
 
 
@@ -56,7 +56,7 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
     classes = check_data(loaded)
     o = loaded.objective
-    if o.mode == "pareto" and min_accuracy is None and o.min_accuracy is None and o.direction == "maximize":
+    if o.mode == ObjectiveMode.PARETO and min_accuracy is None and o.min_accuracy is None and o.direction == "maximize":
         from tianfeng.search.front import default_floor
 
         min_accuracy = default_floor(o.metric, classes)  # resolved once: every worker uses the same floor

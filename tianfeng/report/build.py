@@ -10,6 +10,7 @@ from pathlib import Path
 import optuna
 import yaml
 
+from tianfeng.defaults import ObjectiveMode
 from tianfeng.ownership import default_report_path, study_owner, write_report
 from tianfeng.promotion.run import load_study
 from tianfeng.report import figures
@@ -41,9 +42,9 @@ def _objective_text(study: optuna.Study) -> str:
     direction = "maximize" if maximizing(study) else "minimize"
     cluster = study.user_attrs.get("cluster")
     on = f"; full runs predicted on {cluster}" if cluster else ""
-    if mode == "pareto":
+    if mode == ObjectiveMode.PARETO:
         return f"pareto: {metric} ({direction}) against predicted wall time (minimize){on}"
-    if mode == "time-to-target":
+    if mode == ObjectiveMode.TIME_TO_TARGET:
         return f"time-to-target: least predicted wall time with {metric} reaching {study.user_attrs.get('target')}{on}"
     return f"{metric} ({direction}){on}"
 

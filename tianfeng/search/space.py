@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tianfeng.defaults import OBJECTIVE_MODES, ObjectiveMode
 from tianfeng.search.cluster import ClusterSpec, read_cluster, with_overrides
 from tianfeng.search.expressions import Expression, ExpressionError
 from tianfeng.search.space_types import (
@@ -24,7 +25,6 @@ from tianfeng.search.space_types import (
     CLUSTER_CONSTANTS,
     CONSTANTS,
     METRICS,
-    OBJECTIVE_MODES,
     PARAMETER_TYPES,
     PRECISIONS,
     Fidelity,
@@ -400,9 +400,9 @@ def _read_objective(source: str, raw: Any) -> Objective:
     metric = r.choice("metric", METRICS, "val_top1")
     direction = r.choice("direction", ("maximize", "minimize"), "maximize")
     at = r.choice("at", ("final", "best"), "final")
-    mode = r.choice("mode", OBJECTIVE_MODES, "accuracy")
+    mode = ObjectiveMode(r.choice("mode", OBJECTIVE_MODES, ObjectiveMode.ACCURACY))
     target = r.number("target")
-    if mode == "time-to-target" and target is None:
+    if mode == ObjectiveMode.TIME_TO_TARGET and target is None:
         raise r.error("target", f"is required with mode time-to-target: the {metric} the search rung must reach")
     min_accuracy = r.number("min_accuracy")
     if min_accuracy is not None and (direction != "maximize" or metric not in ACCURACY_METRICS):
