@@ -37,6 +37,7 @@ from tianfeng.search.registry import PRUNERS, SAMPLERS
 from tianfeng.search.scores import best_trial, epochs_reported, score
 from tianfeng.search.space import SearchSpace, load_space, per_gpu_range
 from tianfeng.search.walltime import format_seconds
+from tianfeng.storage_url import engine_options
 from tianfeng.trainers.config import ConfigError
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
@@ -52,7 +53,7 @@ def open_storage(url: str, heartbeat_s: int | None = 10, grace_s: int = 60) -> R
     """Optuna's RDB storage with heartbeats: a trial whose worker died goes stale after `grace_s`
     and is queued again with the same parameters (up to twice), resuming its checkpoint.
     `heartbeat_s=None` for ask-and-tell drivers (the Ray backend), which Optuna cannot heartbeat."""
-    engine_kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    engine_kwargs = engine_options(url)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if heartbeat_s is None:
         return rdb_storage(url, engine_kwargs=engine_kwargs)

@@ -509,14 +509,9 @@ def _check_builds(space: SearchSpace) -> None:
 
 
 def _check_fits_cluster(cfg: RunConfig, cluster: ClusterSpec, constants: dict[str, int]) -> None:
-    from tianfeng.search.walltime import check_memory
+    from tianfeng.search.walltime import check_batches, check_memory
 
-    for i, p in enumerate(cfg.phases):
-        if p.batch_size < cluster.gpus:
-            raise ConfigError("", f"phases.{i}.batch_size",
-                              f"{p.batch_size} is smaller than the cluster's {cluster.gpus} GPUs; give every GPU "
-                              "an image: snap the batch to a multiple of them, e.g. "
-                              "`gpus * max(1, round(batch_size / gpus))` in phases.batch_size")
+    check_batches(cfg, cluster)
     check_memory(cfg, cluster, in_channels=constants.get("channels", 3), classes=constants.get("classes", 1000))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.storage_url import storage_flag
 
 
 def check_data(space) -> int:
@@ -32,7 +33,7 @@ def print_summary(study, storage: str) -> int:
         print("no trial completed: nothing to promote", file=sys.stderr)
         return 1
     metric = study.user_attrs.get("metric", "value")
-    storage = "" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}"
+    storage = storage_flag(storage)
     if mode == ObjectiveMode.PARETO:
         from tianfeng.search.scores import pareto_front
 
