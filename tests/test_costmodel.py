@@ -7,6 +7,7 @@ import math
 import pytest
 
 from tianfeng.costmodel import Cluster, Link, Phase, comm_seconds, predict, predict_run
+from tianfeng.trainers.config import ConfigError
 
 INTRA = Link(gbit_s=80.0, latency_us=10.0)  # 10 GB/s per GPU
 INTER = Link(gbit_s=8.0, latency_us=100.0)  # 1 GB/s per adapter
@@ -107,3 +108,22 @@ def test_plan_prices_resnet50_on_128_v100_with_infiniband(tmp_path, capsys) -> N
     # 4,096 images on one 16 GB V100 do not fit; 32 per GPU do
     assert "at most" in rows[1, "flat"]["memory"] and rows[128, "flat"]["memory"] == "fits"
     assert rows[128, "flat"]["parts"]["startup"] > rows[8, "flat"]["parts"]["startup"]  # NCCL grows with ranks
+
+
+def test_the_python_api_predicts_with_the_same_model_as_plan(tmp_path, capsys) -> None:
+    import json
+
+    import tianfeng
+    from tianfeng.cli import main
+
+    config = tmp_path / "r50.yaml"
+    config.write_text("model: {name: resnet50}\nprecision: {mode: fp16}\n"
+                      "phases: [{epochs: 90, resolution: 224, batch_size: 4096}]\n")
+    w = tianfeng.predict(config, gpus=128, exchange="hierarchical")
+    assert main(["plan", "--config", str(config), "--gpus", "128", "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out) if r["gpus"] == 128 and r["variant"] == "hierarchical")
+    assert w.seconds == pytest.approx(row["seconds"]) and w.parts == pytest.approx(row["parts"])
+    with pytest.raises(ConfigError, match="does not fit|at most"):
+        tianfeng.predict(config, gpus=8)  # 512 images per 16 GB V100
+    with pytest.raises(ConfigError, match="unexpected keyword argument 'bogus'"):
+        tianfeng.predict(config, gpus=128, bogus=1)

@@ -20,7 +20,7 @@ from typing import Any
 
 import optuna
 
-from tianfeng.defaults import DEFAULT_STORAGE, OBJECTIVE_MODES
+from tianfeng.defaults import DEFAULT_STORAGE, OBJECTIVE_MODES, ObjectiveMode
 from tianfeng.trainers.config import ConfigError
 
 
@@ -56,7 +56,7 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
     classes = check_data(loaded)
     o = loaded.objective
-    if o.mode == "pareto" and min_accuracy is None and o.min_accuracy is None and o.direction == "maximize":
+    if o.mode == ObjectiveMode.PARETO and min_accuracy is None and o.min_accuracy is None and o.direction == "maximize":
         from tianfeng.search.front import default_floor
 
         min_accuracy = default_floor(o.metric, classes)  # resolved once: every worker uses the same floor
@@ -214,3 +214,26 @@ def train(config: str | Path | None = None, overrides: Sequence[str] = (),
     from tianfeng.trainers.engine import train as run_engine
 
     return run_engine(load_config(config or DEFAULT_RECIPE, list(overrides)), callback)
+
+
+def predict(config: str | Path | None = None, overrides: Sequence[str] = (), *, gpus: int, gpus_per_node: int = 8,
+            device: str = "v100", train_images: int = 1_281_167, val_images: int = 50_000, classes: int = 1000,
+            startup: bool = True, **cluster: Any):
+    """The predicted wall time of a run config on a cluster, part by part (start-up, compute,
+    exchange, data waits, evaluation, checkpoints): the model the search scores recipes with and
+    `tianfeng plan` prints. `cluster` takes the other keys of a space's `cluster:` section
+    (exchange, loader, cpu_cores_per_gpu, memory_gib, ...). Raises ConfigError when a phase's
+    per-GPU batch does not fit the GPU's memory. Returns a `tianfeng.search.walltime.WallTime`."""
+    from tianfeng.search.cluster import ClusterSpec, checked
+    from tianfeng.search.walltime import check_memory, predict_wall_time
+    from tianfeng.trainers.config import load_config
+
+    cfg = load_config(config, overrides)
+    try:
+        spec = checked(ClusterSpec(gpus=gpus, gpus_per_node=gpus_per_node, device=device, **cluster), "predict",
+                       prefix="")
+    except TypeError as exc:
+        raise ConfigError("predict", "", f"{exc}; the cluster keys are those of a space's cluster: section") from None
+    check_memory(cfg, spec, in_channels=3, classes=classes, source=str(config or "the default config"))
+    return predict_wall_time(cfg, spec, train_images=train_images, val_images=val_images, classes=classes,
+                             startup=startup)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from tianfeng.commands.flags import add_storage
 from tianfeng.trainers.config import ConfigError
 
 
@@ -74,7 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_search_arguments(search)
 
     from tianfeng.commands.scale_command import add_scale_arguments
-    from tianfeng.commands.search_command import DEFAULT_STORAGE
 
     scale = sub.add_parser("scale", help="best accuracy against batch size: a search per batch size",
                            description="For each batch size (increasing), search the space with the batch "
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="promote the front trial with the least predicted wall time whose proxy metric "
                               "reaches LEVEL")
     promote.add_argument("--study", default=None, help="study name (default: the only study in the storage)")
-    promote.add_argument("--storage", default=DEFAULT_STORAGE, help=f"study database URL (default {DEFAULT_STORAGE})")
+    add_storage(promote)
     promote.add_argument("--batch-size", type=int, default=None,
                          help="global batch of the full run's last phase; LR follows the space's scaling rule")
     promote.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser("runs", help="list promoted runs", description="List the promoted runs recorded in a study database.")
     runs.add_argument("--study", default=None)
-    runs.add_argument("--storage", default=DEFAULT_STORAGE)
+    add_storage(runs)
     runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     calibrate = sub.add_parser("calibrate", help="measure how well the proxies rank recipes",
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "fidelity and store the Spearman rank correlation between "
                                            "their proxy and full scores in the study.")
     calibrate.add_argument("--study", default=None)
-    calibrate.add_argument("--storage", default=DEFAULT_STORAGE)
+    add_storage(calibrate)
     calibrate.add_argument("--top-k", type=int, default=3, help="best trials to promote (default 3)")
     calibrate.add_argument("--random", type=int, default=2, help="further random complete trials (default 2)")
     calibrate.add_argument("--seed", type=int, default=0)
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "what was searched, what won and why, proxy against full "
                                         "scores and the promoted runs.")
     report.add_argument("study", nargs="?", default=None, help="study name (default: the only study)")
-    report.add_argument("--storage", default=DEFAULT_STORAGE)
+    add_storage(report)
     report.add_argument("-o", "--output", type=Path, default=None, help="default reports/<study>.html")
     report.add_argument("--scale", default=None, metavar="NAME",
                         help="write the report of a batch-scaling study (tianfeng scale) instead")
@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Without --study (and with several studies), list the studies in "
                                         "the database; otherwise list one study's trials.")
     status.add_argument("--study", default=None)
-    status.add_argument("--storage", default=DEFAULT_STORAGE)
+    add_storage(status)
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 

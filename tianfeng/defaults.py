@@ -1,7 +1,19 @@
 """Names and defaults shared by the library and the command line; light, so `--help` does not
 import optuna and torch (search/registry.py checks they match the registries)."""
 
+from enum import StrEnum
+
 SAMPLER_NAMES = ("tpe", "cmaes", "random", "grid", "qmc")
 PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
 DEFAULT_STORAGE = "sqlite:///tianfeng.db"
-OBJECTIVE_MODES = ("accuracy", "pareto", "time-to-target")
+
+
+class ObjectiveMode(StrEnum):
+    """What a search optimises: the metric alone, the metric against the predicted wall time (a
+    Pareto front), or the least predicted wall time that reaches a target metric."""
+    ACCURACY = "accuracy"
+    PARETO = "pareto"
+    TIME_TO_TARGET = "time-to-target"
+
+
+OBJECTIVE_MODES = tuple(m.value for m in ObjectiveMode)

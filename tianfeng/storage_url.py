@@ -20,6 +20,19 @@ def as_url(text: str) -> str:
     return text if _SCHEME.match(text) else f"sqlite:///{text}"
 
 
+def engine_options(url: str) -> dict:
+    """SQLAlchemy engine arguments for a study database: SQLite waits up to 120 s for a lock
+    (several workers share one file); a server's pooled connections are checked before use."""
+    return {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+
+
+def storage_flag(url: str) -> str:
+    """` --storage URL` for a command to copy, or "" for the default database."""
+    from tianfeng.defaults import DEFAULT_STORAGE
+
+    return "" if url == DEFAULT_STORAGE else f" --storage {url}"
+
+
 def check_storage(url: str, *, must_exist: bool, writes: bool = False, flag: str = "--storage") -> str:
     """`url` if it can be opened; `must_exist` for commands that read a study (a mistyped SQLite
     path must not silently create an empty database); `writes` for commands that change it (a

@@ -10,6 +10,8 @@ from typing import Any
 from sqlalchemy import Float, Integer, String, Text, UniqueConstraint, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from tianfeng.storage_url import engine_options
+
 
 class _Base(DeclarativeBase):
     pass
@@ -46,8 +48,7 @@ def _now() -> str:
 
 class RunStore:
     def __init__(self, url: str) -> None:
-        kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-        self.engine = create_engine(url, **kwargs)
+        self.engine = create_engine(url, **engine_options(url))
         _Base.metadata.create_all(self.engine)
 
     def open_run(self, *, study: str, trial_number: int, config_hash: str, kind: str, run_dir: str,

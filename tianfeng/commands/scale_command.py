@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 
+from tianfeng.commands.flags import add_storage
 from tianfeng.trainers.config import ConfigError
 
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|trials?|epochs?)$")
@@ -87,7 +88,7 @@ def run_scale_command(args) -> int:
 
 
 def add_scale_arguments(parser) -> None:
-    from tianfeng.defaults import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES
+    from tianfeng.defaults import PRUNER_NAMES, SAMPLER_NAMES
 
     parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
     parser.add_argument("--mlflow", default=None, metavar="URI",
@@ -99,7 +100,7 @@ def add_scale_arguments(parser) -> None:
     parser.add_argument("--data", default=None, help="replace the space's data source (digits, imagefolder:DIR)")
     parser.add_argument("--name", default=None, help="name of the scale study; its searches are NAME-b<batch> "
                                                       "(default <space name>-scale)")
-    parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL (default {DEFAULT_STORAGE})")
+    add_storage(parser)
     parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe")
     parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha")
     parser.add_argument("--workers", type=int, default=1, help="local worker processes per search")

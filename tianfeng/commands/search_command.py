@@ -6,7 +6,8 @@ import re
 import sys
 from pathlib import Path
 
-from tianfeng.defaults import DEFAULT_STORAGE, OBJECTIVE_MODES, PRUNER_NAMES, SAMPLER_NAMES
+from tianfeng.commands.flags import add_storage
+from tianfeng.defaults import OBJECTIVE_MODES, PRUNER_NAMES, SAMPLER_NAMES
 from tianfeng.trainers.config import ConfigError
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
@@ -105,8 +106,7 @@ def add_search_arguments(parser) -> None:
                              "in an experiment named after the study, e.g. sqlite:///mlflow.db")
     parser.add_argument("--data", default=None, help="replace the space's data source (digits, synthetic, imagefolder:DIR)")
     parser.add_argument("--study", default=None, help="study name (default: the space's name)")
-    parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"the study database: a SQLAlchemy URL or a SQLite file path (default {DEFAULT_STORAGE}); "
-                        "postgresql://... for many workers or machines")
+    add_storage(parser)
     parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe")
     parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha")
     parser.add_argument("--trials", type=int, default=30, help="the study's trial budget, counting trials already done (default 30)")

@@ -8,6 +8,7 @@ import sys
 import optuna
 from rich.console import Console
 
+from tianfeng.defaults import ObjectiveMode
 from tianfeng.logs import quiet_optuna
 from tianfeng.promotion.run import load_study
 from tianfeng.search.outcomes import count_outcomes, outcome, outcomes_text
@@ -19,7 +20,7 @@ from tianfeng.tables import add_plain_row, plain_table
 def _study_row(summary: optuna.study.StudySummary) -> dict:
     best = summary.best_trial  # None for pareto studies: their best is a front
     return {"study": summary.study_name, "trials": summary.n_trials,
-            "objective": summary.user_attrs.get("objective_mode", "accuracy"),
+            "objective": summary.user_attrs.get("objective_mode", ObjectiveMode.ACCURACY.value),
             "best_value": score(best) if best else None,
             "best_trial": best.number if best else None,
             "created": str(summary.datetime_start or "")}

@@ -10,6 +10,7 @@ from pathlib import Path
 import optuna
 import yaml
 
+from tianfeng.defaults import ObjectiveMode
 from tianfeng.ownership import default_report_path, study_owner, write_report
 from tianfeng.promotion.run import load_study
 from tianfeng.report import figures
@@ -26,6 +27,7 @@ from tianfeng.search.scores import (
     score,
 )
 from tianfeng.search.walltime import format_seconds, parts_text
+from tianfeng.storage_url import storage_flag
 from tianfeng.store import RunStore
 from tianfeng.version import __version__
 
@@ -41,9 +43,9 @@ def _objective_text(study: optuna.Study) -> str:
     direction = "maximize" if maximizing(study) else "minimize"
     cluster = study.user_attrs.get("cluster")
     on = f"; full runs predicted on {cluster}" if cluster else ""
-    if mode == "pareto":
+    if mode == ObjectiveMode.PARETO:
         return f"pareto: {metric} ({direction}) against predicted wall time (minimize){on}"
-    if mode == "time-to-target":
+    if mode == ObjectiveMode.TIME_TO_TARGET:
         return f"time-to-target: least predicted wall time with {metric} reaching {study.user_attrs.get('target')}{on}"
     return f"{metric} ({direction}){on}"
 
@@ -128,11 +130,11 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     scaling = [{**r, **{k: _fmt(r[k]) for k in ("single", "measured", "predicted_samples")},
                 "efficiency": f"{100 * r['efficiency']:.0f}%", "predicted": f"{100 * r['predicted']:.0f}%"}
                for r in scaling_rows(runs)]
-    storage_flag = "" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}"
+    flag = storage_flag(storage)
     env = environment()
     html = env.get_template("study.html.j2").render(
         study=study.study_name, summary=_summary(study, trials), best=best, metric=metric,
-        promote_command=f"tianfeng promote {best['number']} --study {study.study_name}{storage_flag}" if best else "",
+        promote_command=f"tianfeng promote {best['number']} --study {study.study_name}{flag}" if best else "",
         figures=figs, runs=run_rows, promoted=promoted, scaling=scaling, trial_columns=columns, trial_rows=rows,
         plotly_js=bundle_for([fig for _title, (fig, _note) in drawn] + [curves]),
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))

@@ -10,6 +10,7 @@ import optuna.visualization as ov
 import plotly.graph_objects as go
 from optuna.trial import TrialState
 
+from tianfeng.defaults import ObjectiveMode
 from tianfeng.search.outcomes import COLOURS, outcome
 from tianfeng.search.scores import (
     completed,
@@ -36,7 +37,7 @@ def _optuna(draw, study: optuna.Study, **kwargs) -> Figure:
 
 def _metric_target(study: optuna.Study) -> dict:
     """Optuna's plots draw the first objective; with pareto or time-to-target they draw the metric."""
-    if mode_of(study) == "accuracy":
+    if mode_of(study) == ObjectiveMode.ACCURACY:
         return {}
     return {"target": score, "target_name": study.user_attrs.get("metric", "value")}
 

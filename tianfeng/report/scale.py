@@ -16,6 +16,7 @@ from tianfeng.report.templates import environment, script_json
 from tianfeng.scale.results import ScalePoint, ScaleStore
 from tianfeng.scale.table import describe, fmt_value, headline
 from tianfeng.search.runner import UNLIMITED_TRIALS
+from tianfeng.storage_url import storage_flag
 from tianfeng.trainers.config import ConfigError
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 from tianfeng.version import __version__
@@ -104,7 +105,7 @@ def build_scale_report(storage: str, name: str, output: Path | None = None) -> P
     html = env.get_template("scale.html.j2").render(
         name=name, summary=summary, metric=metric, headline=headline(points, tolerance, maximize),
         figures=figs, columns=columns, rows=rows, plotly_js=bundle_for([fig for _title, fig in drawn]),
-        storage_flag="" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}",
+        storage_flag=storage_flag(storage),
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
     check_name(name, "--scale", "", max_length=STUDY_MAX_LENGTH)
     first = optuna.load_study(study_name=points[0].study, storage=storage)  # the scale study's id is its first search's

@@ -10,6 +10,8 @@ from typing import Any
 from sqlalchemy import Float, Integer, String, Text, UniqueConstraint, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from tianfeng.storage_url import engine_options
+
 
 @dataclass(frozen=True)
 class ScalePoint:
@@ -56,8 +58,7 @@ class ScaleRow(_Base):
 
 class ScaleStore:
     def __init__(self, url: str) -> None:
-        kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-        self.engine = create_engine(url, **kwargs)
+        self.engine = create_engine(url, **engine_options(url))
         _Base.metadata.create_all(self.engine)
 
     def save(self, scale: str, point: ScalePoint, settings: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 
+from tianfeng.defaults import ObjectiveMode
 from tianfeng.search.materialize import build_config, sample_active
 from tianfeng.search.peer_pruning import PeerPruner, rung_passed
 from tianfeng.search.space import Parameter, SearchSpace
@@ -75,7 +76,7 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     try:
         predicted = predict_trial(space, values)
     except ConfigError as exc:
-        if space.objective.mode != "accuracy":
+        if space.objective.mode != ObjectiveMode.ACCURACY:
             raise
         log.debug("trial %d: no wall-time prediction: %s", trial.number, exc)
         predicted = None
@@ -130,7 +131,7 @@ class ProxyObjective:
             if m.noise_scale is not None:
                 trial.set_user_attr("noise_curve", {**trial.user_attrs.get("noise_curve", {}),
                                                     str(m.epoch): m.noise_scale})
-            if objective.mode == "accuracy":
+            if objective.mode == ObjectiveMode.ACCURACY:
                 trial.report(value, m.epoch)
                 # after the last epoch the work is spent: the trial completes whatever a pruner says
                 if m.epoch < cfg.total_epochs and trial.should_prune():
@@ -169,11 +170,11 @@ def objective_values(trial: optuna.Trial, objective, value: float) -> float | tu
     the metric's shortfall from the target as a constraint (<= 0 when reached)."""
     trial.set_user_attr("score", value)
     seconds = trial.user_attrs["predicted"]["seconds"]
-    if objective.mode == "pareto":
+    if objective.mode == ObjectiveMode.PARETO:
         if objective.min_accuracy is not None:
             trial.set_constraint("min_accuracy", objective.min_accuracy - value)
         return value, seconds
-    if objective.mode == "time-to-target":
+    if objective.mode == ObjectiveMode.TIME_TO_TARGET:
         shortfall = objective.target - value if objective.direction == "maximize" else value - objective.target
         trial.set_constraint("target", shortfall)
         return seconds

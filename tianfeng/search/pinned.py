@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tianfeng.defaults import ObjectiveMode
 from tianfeng.search.expressions import Expression, ExpressionError
 from tianfeng.search.space import Parameter, Prior, SearchSpace
 from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
@@ -68,6 +69,6 @@ def at_batch(space: SearchSpace, batch: int | None, *, assignments: dict[str, st
                 seen.add(key)
                 kept.append(Prior(prior.name, params))
     # a batch-scaling study measures the metric at each batch: accuracy, whatever the space says
-    objective = dataclasses.replace(space.objective, mode="accuracy")
+    objective = dataclasses.replace(space.objective, mode=ObjectiveMode.ACCURACY)
     return dataclasses.replace(space, base=base, parameters=parameters, phases=phases,
                                assignments=sets, priors=tuple(kept), objective=objective)

@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
+from tianfeng.defaults import ObjectiveMode
 from tianfeng.logs import quiet_optuna
 from tianfeng.ray_cluster import start_or_join
 from tianfeng.search.objective import objective_value, objective_values, prepare_trial, record_final
@@ -140,7 +141,7 @@ class StudySearcher(Searcher):
         if not values and "worker" in result:
             trial.set_user_attr("worker", result["worker"])
         if epoch not in values:
-            if self.space.objective.mode == "accuracy":
+            if self.space.objective.mode == ObjectiveMode.ACCURACY:
                 trial.report(float(value), epoch)
             else:  # Optuna keeps no intermediate values for these modes
                 trial.set_user_attr("curve", {**trial.user_attrs.get("curve", {}), str(epoch): float(value)})
@@ -268,7 +269,7 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
     log_objective(space)
     epochs = rung_epochs(space, plan.rung)
     pruner = plan.pruner
-    if space.objective.mode != "accuracy" and pruner != "none":
+    if space.objective.mode != ObjectiveMode.ACCURACY and pruner != "none":
         log.warning("Ray's schedulers stop trials on the metric alone; with objective %s no trial is "
                     "pruned under --backend ray (the optuna backend compares trials of similar "
                     "predicted time)", space.objective.mode)

@@ -19,6 +19,7 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from tianfeng.defaults import ObjectiveMode
 from tianfeng.interrupts import (
     deferred_interrupt,
     held_for_children,
@@ -36,6 +37,7 @@ from tianfeng.search.registry import PRUNERS, SAMPLERS
 from tianfeng.search.scores import best_trial, epochs_reported, score
 from tianfeng.search.space import SearchSpace, load_space, per_gpu_range
 from tianfeng.search.walltime import format_seconds
+from tianfeng.storage_url import engine_options
 from tianfeng.trainers.config import ConfigError
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
@@ -51,7 +53,7 @@ def open_storage(url: str, heartbeat_s: int | None = 10, grace_s: int = 60) -> R
     """Optuna's RDB storage with heartbeats: a trial whose worker died goes stale after `grace_s`
     and is queued again with the same parameters (up to twice), resuming its checkpoint.
     `heartbeat_s=None` for ask-and-tell drivers (the Ray backend), which Optuna cannot heartbeat."""
-    engine_kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    engine_kwargs = engine_options(url)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if heartbeat_s is None:
         return rdb_storage(url, engine_kwargs=engine_kwargs)
@@ -123,10 +125,10 @@ def with_objective(space: SearchSpace, mode: str | None, target: float | None,
     if mode is None and target is None and min_accuracy is None:
         return space
     objective = dataclasses.replace(
-        space.objective, mode=mode or space.objective.mode,
+        space.objective, mode=ObjectiveMode(mode) if mode else space.objective.mode,
         target=space.objective.target if target is None else target,
         min_accuracy=space.objective.min_accuracy if min_accuracy is None else min_accuracy)
-    if objective.mode == "time-to-target" and objective.target is None:
+    if objective.mode == ObjectiveMode.TIME_TO_TARGET and objective.target is None:
         raise ConfigError("--target", "", f"is required with --objective time-to-target (the {objective.metric} "
                           "the search rung must reach), unless the space's objective gives one")
     return dataclasses.replace(space, objective=objective)
@@ -135,13 +137,13 @@ def with_objective(space: SearchSpace, mode: str | None, target: float | None,
 def directions(space: SearchSpace) -> list[str]:
     """Optuna's directions: the metric's; (metric, predicted time); or the predicted time."""
     mode = space.objective.mode
-    if mode == "pareto":
+    if mode == ObjectiveMode.PARETO:
         return [space.objective.direction, "minimize"]
-    return ["minimize"] if mode == "time-to-target" else [space.objective.direction]
+    return ["minimize"] if mode == ObjectiveMode.TIME_TO_TARGET else [space.objective.direction]
 
 
 def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePruner:
-    if space.objective.mode != "accuracy":
+    if space.objective.mode != ObjectiveMode.ACCURACY:
         return optuna.pruners.NopPruner()  # the objective's PeerPruner judges, see peer_pruning
     return PRUNERS[plan.pruner](rung_epochs(space, plan.rung))
 
@@ -162,13 +164,13 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
                           "continue it or choose another --study name")
     if not exists and resume:
         raise ConfigError("--study", plan.study, f"no such study in {plan.storage} to resume")
-    if space.objective.mode == "pareto" and plan.sampler == "cmaes":
+    if space.objective.mode == ObjectiveMode.PARETO and plan.sampler == "cmaes":
         raise ConfigError("--sampler", "cmaes", "optimises one objective; with objective pareto use tpe, "
                           "random, qmc or grid")
     folder = Path(plan.runs_root) / plan.study
     if exists:
         stored = optuna.load_study(study_name=plan.study, storage=storage)
-        was = stored.user_attrs.get("objective_mode", "accuracy")
+        was = stored.user_attrs.get("objective_mode", ObjectiveMode.ACCURACY)
         if was != space.objective.mode:
             raise ConfigError("--objective", space.objective.mode, f"study {plan.study} was created with "
                               f"objective {was}; resume it with --objective {was}")
@@ -362,7 +364,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
         return
     if isinstance(storage, LockedSQLiteStorage):  # the count checked as each trial starts
         storage.limit(plan.study, budget.exhausted_by)
-    peers = PeerPruner() if space.objective.mode != "accuracy" and plan.pruner != "none" else None
+    peers = PeerPruner() if space.objective.mode != ObjectiveMode.ACCURACY and plan.pruner != "none" else None
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, peers=peers)
     callbacks = [budget, StopOnRepeatedFailure(plan.failure_limit), TrialLogger(space.objective.metric)] + (
         [progress.update] if progress else []) + [lambda study, trial: raise_if_interrupted()]
@@ -396,10 +398,10 @@ def budget_text(plan: SearchPlan) -> str:
 def log_objective(space: SearchSpace) -> None:
     """Say once what the search optimises and for which cluster."""
     o = space.objective
-    said = {"accuracy": f"{'maximise' if o.direction == 'maximize' else 'minimise'} {o.metric} "
+    said = {ObjectiveMode.ACCURACY: f"{'maximise' if o.direction == 'maximize' else 'minimise'} {o.metric} "
                         "(--objective pareto or time-to-target weigh the predicted time too)",
-            "pareto": f"{o.metric} against the predicted wall time (a Pareto front)",
-            "time-to-target": f"least predicted wall time with {o.metric} reaching {o.target}"}[o.mode]
+            ObjectiveMode.PARETO: f"{o.metric} against the predicted wall time (a Pareto front)",
+            ObjectiveMode.TIME_TO_TARGET: f"least predicted wall time with {o.metric} reaching {o.target}"}[o.mode]
     log.info("objective %s: %s; full runs predicted on %s", o.mode, said, space.cluster.describe())
 
 

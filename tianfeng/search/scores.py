@@ -10,9 +10,11 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tianfeng.defaults import ObjectiveMode
 
-def mode_of(study: optuna.Study) -> str:
-    return study.user_attrs.get("objective_mode", "accuracy")
+
+def mode_of(study: optuna.Study) -> ObjectiveMode:
+    return ObjectiveMode(study.user_attrs.get("objective_mode", ObjectiveMode.ACCURACY))
 
 
 def maximizing(study: optuna.Study) -> bool:
@@ -70,7 +72,7 @@ def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
     """accuracy and pareto: the best metric. time-to-target: the fastest trial that reached the
     target (Optuna's feasible best), else the best metric."""
-    if mode_of(study) == "time-to-target":
+    if mode_of(study) == ObjectiveMode.TIME_TO_TARGET:
         feasible = [t for t in completed(study) if all(c <= 0 for c in t.constraints.values())]
         if feasible:
             return min(feasible, key=lambda t: t.values[0])

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tianfeng.defaults import OBJECTIVE_MODES, ObjectiveMode
 from tianfeng.search.cluster import ClusterSpec, read_cluster, with_overrides
 from tianfeng.search.expressions import Expression, ExpressionError
 from tianfeng.search.space_types import (
@@ -24,7 +25,6 @@ from tianfeng.search.space_types import (
     CLUSTER_CONSTANTS,
     CONSTANTS,
     METRICS,
-    OBJECTIVE_MODES,
     PARAMETER_TYPES,
     PRECISIONS,
     Fidelity,
@@ -400,9 +400,9 @@ def _read_objective(source: str, raw: Any) -> Objective:
     metric = r.choice("metric", METRICS, "val_top1")
     direction = r.choice("direction", ("maximize", "minimize"), "maximize")
     at = r.choice("at", ("final", "best"), "final")
-    mode = r.choice("mode", OBJECTIVE_MODES, "accuracy")
+    mode = ObjectiveMode(r.choice("mode", OBJECTIVE_MODES, ObjectiveMode.ACCURACY))
     target = r.number("target")
-    if mode == "time-to-target" and target is None:
+    if mode == ObjectiveMode.TIME_TO_TARGET and target is None:
         raise r.error("target", f"is required with mode time-to-target: the {metric} the search rung must reach")
     min_accuracy = r.number("min_accuracy")
     if min_accuracy is not None and (direction != "maximize" or metric not in ACCURACY_METRICS):
@@ -509,14 +509,9 @@ def _check_builds(space: SearchSpace) -> None:
 
 
 def _check_fits_cluster(cfg: RunConfig, cluster: ClusterSpec, constants: dict[str, int]) -> None:
-    from tianfeng.search.walltime import check_memory
+    from tianfeng.search.walltime import check_batches, check_memory
 
-    for i, p in enumerate(cfg.phases):
-        if p.batch_size < cluster.gpus:
-            raise ConfigError("", f"phases.{i}.batch_size",
-                              f"{p.batch_size} is smaller than the cluster's {cluster.gpus} GPUs; give every GPU "
-                              "an image: snap the batch to a multiple of them, e.g. "
-                              "`gpus * max(1, round(batch_size / gpus))` in phases.batch_size")
+    check_batches(cfg, cluster)
     check_memory(cfg, cluster, in_channels=constants.get("channels", 3), classes=constants.get("classes", 1000))
 
 

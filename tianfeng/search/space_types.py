@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tianfeng.defaults import ObjectiveMode
 from tianfeng.search.cluster import ClusterSpec
 from tianfeng.search.expressions import Expression
 from tianfeng.trainers.config import RunConfig
@@ -16,7 +17,6 @@ PARAMETER_TYPES = ("float", "int", "categorical", "fixed")
 METRICS = tuple(f for f in EpochMetrics.__dataclass_fields__ if f not in ("epoch", "phase", "noise_scale"))
 ACCURACY_METRICS = ("val_top1", "val_top5")  # percentages, with a chance level
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-OBJECTIVE_MODES = ("accuracy", "pareto", "time-to-target")
 # what every expression may read besides the parameters: the cluster's size and the data's
 # Names every expression may read: the cluster's (min_per_gpu and max_per_gpu bound the per-GPU
 # batch: cluster.min_per_gpu_batch, and what fits a GPU's memory) and the data's.
@@ -70,7 +70,7 @@ class Objective:
     direction: str = "maximize"
     at: str = "final"  # final | best (over epochs)
     constraints: tuple[Expression, ...] = ()
-    mode: str = "accuracy"  # accuracy | pareto (metric against predicted wall time) | time-to-target
+    mode: ObjectiveMode = ObjectiveMode.ACCURACY
     target: float | None = None  # time-to-target: the metric the search rung must reach
     # pareto: a trial whose metric is below this is infeasible (off the front); None: the default
     # the search sets from the data's classes (`tianfeng.search.front.default_floor`)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from tianfeng.defaults import ObjectiveMode
+from tianfeng.storage_url import storage_flag
+
 
 def check_data(space) -> int:
     """Open the space's data source once before any trial: a missing or empty image folder is
@@ -30,8 +33,8 @@ def print_summary(study, storage: str) -> int:
         print("no trial completed: nothing to promote", file=sys.stderr)
         return 1
     metric = study.user_attrs.get("metric", "value")
-    storage = "" if storage == "sqlite:///tianfeng.db" else f" --storage {storage}"
-    if mode == "pareto":
+    storage = storage_flag(storage)
+    if mode == ObjectiveMode.PARETO:
         from tianfeng.search.scores import pareto_front
 
         floor = study.user_attrs.get("min_accuracy")
@@ -44,7 +47,7 @@ def print_summary(study, storage: str) -> int:
               f"  (or tianfeng promote TRIAL; list the front again with tianfeng promote --front)")
         return 0
     predicted = best.user_attrs.get("predicted")
-    label = "fastest trial reaching the target" if mode == "time-to-target" and all(
+    label = "fastest trial reaching the target" if mode == ObjectiveMode.TIME_TO_TARGET and all(
         c <= 0 for c in best.constraints.values()) else "best trial"
     print(f"{label}: #{best.number}  {metric} {score(best):.4f}"
           + (f"  full run predicted {format_seconds(predicted['seconds'])} on {predicted['cluster']}" if predicted else "")

@@ -173,6 +173,16 @@ def sync_bn_seconds(cfg: RunConfig, spec: ClusterSpec, cost: StepCost) -> float:
     return sum(allreduce_s(4.0 * (2 * c + 1), links) + allreduce_s(4.0 * 2 * c, links) for c in cost.norm_channels)
 
 
+def check_batches(cfg: RunConfig, spec: ClusterSpec) -> None:
+    """Every GPU of the cluster gets at least one image of every phase's batch."""
+    for i, p in enumerate(cfg.phases):
+        if p.batch_size < spec.gpus:
+            raise ConfigError("", f"phases.{i}.batch_size",
+                              f"{p.batch_size} is smaller than the cluster's {spec.gpus} GPUs; give every GPU an "
+                              "image: snap the batch to a multiple of them, e.g. `gpus * max(1, round(batch_size "
+                              "/ gpus))` in phases.batch_size")
+
+
 def check_memory(cfg: RunConfig, spec: ClusterSpec, *, in_channels: int, classes: int, source: str = "") -> None:
     """Every phase's per-GPU batch fits the device's memory: one line naming the phase and the limit."""
     memory = spec.device_memory_gib
@@ -208,11 +218,8 @@ def predict_wall_time(cfg: RunConfig, spec: ClusterSpec, *, train_images: int, v
     notes: list[str] = []
     steps = 0
     val_per_gpu = math.ceil(val_images / spec.gpus)
+    check_batches(cfg, spec)
     for i, p in enumerate(cfg.phases):
-        if p.batch_size < spec.gpus:
-            raise ConfigError("", f"phases.{i}.batch_size",
-                              f"{p.batch_size} is smaller than the cluster's {spec.gpus} GPUs; snap the batch "
-                              "to a multiple of them, e.g. `gpus * max(1, round(batch_size / gpus))`")
         per_gpu = math.ceil(p.batch_size / spec.gpus)
         per_epoch = max(1, train_images // p.batch_size)
         n = p.epochs * per_epoch
