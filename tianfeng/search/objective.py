@@ -18,7 +18,7 @@ from tianfeng.search.peer_pruning import PeerPruner, rung_passed
 from tianfeng.search.space import Parameter, SearchSpace
 from tianfeng.search.walltime import predict_trial
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
-from tianfeng.trainers.engine import EpochMetrics, RunResult, StopTraining, train
+from tianfeng.trainers.engine import EpochMetrics, RunResult, RunStatus, StopTraining, train
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.search")
@@ -135,13 +135,13 @@ class ProxyObjective:
                 trial.report(value, m.epoch)
                 # after the last epoch the work is spent: the trial completes whatever a pruner says
                 if m.epoch < cfg.total_epochs and trial.should_prune():
-                    raise StopTraining("pruned", f"pruned at epoch {m.epoch} ({metric} {value:.4g})")
+                    raise StopTraining(RunStatus.PRUNED, f"pruned at epoch {m.epoch} ({metric} {value:.4g})")
                 return
             trial.set_user_attr("curve", {**trial.user_attrs.get("curve", {}), str(m.epoch): value})
             rung = rung_passed(m.epoch, cfg.total_epochs)
             if rung and self.peers and self.peers.should_prune(
                     trial.study, trial, rung, value, objective.direction == "maximize"):
-                raise StopTraining("pruned", f"pruned at epoch {m.epoch} ({metric} {value:.4g}, below "
+                raise StopTraining(RunStatus.PRUNED, f"pruned at epoch {m.epoch} ({metric} {value:.4g}, below "
                                              "the median of trials as fast or faster)")
 
         try:
@@ -153,10 +153,10 @@ class ProxyObjective:
             mark_failed(trial, exc)
             raise
         trial.set_user_attr("status", result.status)
-        if result.status == "diverged":
+        if result.status == RunStatus.DIVERGED:
             trial.set_user_attr("message", result.message)
             raise optuna.TrialPruned(f"diverged: {result.message}")
-        if result.status == "pruned":
+        if result.status == RunStatus.PRUNED:
             raise optuna.TrialPruned(result.message)
         record_final(trial, self.space, asdict(result.final))
         value = objective_value(self.space, [getattr(m, metric) for m in result.epochs])

@@ -9,6 +9,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -37,10 +38,18 @@ from tianfeng.trainers.tensorboard_log import open_board
 log = logging.getLogger("tianfeng.engine")
 
 
+class RunStatus(StrEnum):
+    """How a run ended."""
+    COMPLETED = "completed"
+    DIVERGED = "diverged"  # a non-finite loss on any rank
+    PRUNED = "pruned"  # stopped by its epoch callback (a pruner)
+    STOPPED = "stopped"  # max_steps reached, or stopped by the callback for another reason
+
+
 class StopTraining(Exception):
     """Raised by an epoch callback to end the run early, e.g. when a pruner says so."""
 
-    def __init__(self, status: str = "pruned", reason: str = "") -> None:
+    def __init__(self, status: str = RunStatus.PRUNED, reason: str = "") -> None:
         super().__init__(reason or status)
         self.status = status
 
@@ -50,7 +59,7 @@ EpochCallback = Callable[[EpochMetrics], None]
 
 @dataclass
 class RunResult:
-    status: str  # completed | diverged | pruned | stopped
+    status: RunStatus
     epochs: list[EpochMetrics]
     run_dir: Path
     precision: str
@@ -200,16 +209,19 @@ class DivergenceCheck:
 
     def __init__(self, ctx: dist_utils.DistContext) -> None:
         self.ctx = ctx
+        self.last: str | None = None  # what the last check found: the loss, or "non-finite"
 
     def check(self, nonfinite: torch.Tensor, loss: torch.Tensor | None) -> str | None:
         flag = nonfinite.to(torch.float32)
         if self.ctx.enabled:
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         if not flag.item():
-            return None
-        if loss is not None and not torch.isfinite(loss.detach()).item():
-            return str(loss.item())
-        return "non-finite" + ("" if nonfinite.item() else " on another rank")
+            self.last = None
+        elif loss is not None and not torch.isfinite(loss.detach()).item():
+            self.last = str(loss.item())
+        else:
+            self.last = "non-finite" + ("" if nonfinite.item() else " on another rank")
+        return self.last
 
 
 def _saves_now(cfg: RunConfig, pos: _Position) -> bool:
@@ -257,17 +269,83 @@ def _matching_checkpoint(cfg: RunConfig, ckpt_dir: Path) -> dict | None:
     return saved
 
 
+@dataclass
+class _Run:
+    """What one run holds from its set-up to its end: the pieces the step, the epoch's end and
+    the checkpoint all use."""
+    cfg: RunConfig
+    ctx: dist_utils.DistContext
+    device: torch.device
+    local_size: int
+    run_dir: Path
+    ckpt_dir: Path
+    plan: PhasePlan
+    data: DataPipeline
+    model: nn.Module  # the module whose weights are saved
+    train_model: nn.Module  # what the step runs: the model wrapped by DDP when distributed
+    comm: object | None  # the comm hook's state, when the run has one
+    optimizer: torch.optim.Optimizer
+    precision: object
+    loss_fn: nn.Module
+    layout: str
+    per_gpu: bool  # BatchNorm over each emulated GPU's share of the batch
+    pos: _Position = field(default_factory=_Position)
+    history: list[EpochMetrics] = field(default_factory=list)
+    noise: EpochNoise | None = None
+    divergence: DivergenceCheck | None = None
+    nonfinite: torch.Tensor | None = None  # a non-finite loss since the last check, on the device
+    check_every: int = 1
+    params: list = field(default_factory=list)
+    compiler: object = None
+    shapes: list = field(default_factory=list)
+    started: float = 0.0
+    board: object = None
+
+
+@dataclass
+class _EpochSums:
+    """One epoch's running totals, on the device until the epoch ends."""
+    loss: torch.Tensor
+    skipped: torch.Tensor
+    wait_s: float = 0.0
+    samples: int = 0
+    lr: float = 0.0
+    started: float = 0.0
+
+
 def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
           max_steps: int | None = None) -> RunResult:
     """Run `cfg` to the end (or until diverged, stopped by the callback, or `max_steps`)."""
-    # --- set-up: process group, device, data, model, optimizer, precision ----------------------
+    run, saved = _set_up(cfg)
+    if saved is not None:
+        _resume(run, saved)
+    _ready_loop(run)
+    status, message = RunStatus.COMPLETED, ""
+    try:
+        while run.pos.epoch < run.plan.total_epochs:
+            phase = run.plan.phase_of_epoch(run.pos.epoch)  # the batch size and resolution change here
+            status, message, sums = _train_epoch(run, phase, max_steps)
+            if status != RunStatus.COMPLETED:
+                break
+            metrics = _end_epoch(run, phase, sums)
+            if on_epoch_end is not None:
+                on_epoch_end(metrics)
+    except StopTraining as stop:
+        status, message = RunStatus(stop.status), str(stop)
+    finally:
+        if run.board is not None:
+            run.board.close()
+    return _finish(run, status, message)
+
+
+def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
+    """Process group, device, data, model, optimizer, precision; the matching checkpoint, if any."""
     ctx = dist_utils.context_from_env()
     local_size = dist_utils.validate_world(cfg, ctx)
     device = resolve_device(cfg.device, ctx.local_rank)
     ctx = dist_utils.init(cfg.distributed.backend, device)
     _seed_everything(cfg.seed)
-    run_dir = cfg.resolved_run_dir
-    ckpt_dir = cfg.resolved_checkpoint_dir
+    run_dir, ckpt_dir = cfg.resolved_run_dir, cfg.resolved_checkpoint_dir
     source = open_source(cfg.data.source, synthetic_images=cfg.data.synthetic_images,
                          synthetic_classes=cfg.data.synthetic_classes,
                          resolution=max(p.resolution for p in cfg.phases))
@@ -313,208 +391,219 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
         if per_gpu:
             log.info("BatchNorm per GPU of %d: groups of %s images", cfg.distributed.emulate_gpus,
                      "/".join(str(p.batch_size // cfg.distributed.emulate_gpus) for p in plan.phases))
+    return _Run(cfg, ctx, device, local_size, run_dir, ckpt_dir, plan, data, model, train_model, comm, optimizer,
+                precision, loss_fn, layout, per_gpu), saved
 
-    # --- resume from the last checkpoint, if any ---------------------------------------------
-    pos = _Position()
-    if saved is not None:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        if saved.get("scaler"):  # empty when the checkpoint was written without loss scaling
-            precision.scaler.load_state_dict(saved["scaler"])
-        checkpoint.restore_rng(saved["rng"])
-        pos = _Position(**saved["position"])
-        if not ctx.is_main:  # rank 0 carries the world's partial epoch loss
-            pos.loss_sum, pos.loss_count = 0.0, 0
-        if comm is not None:
-            mine = checkpoint.load_rank_state(ckpt_dir, ctx.rank, ctx.world, pos.global_step)
-            if mine is not None:
-                comm_state.load_comm_state(comm, comm_state.to_device(mine["comm"], device))
-            elif ctx.is_main:
-                log.warning("no comm hook state of step %d for world %d in %s: error feedback and "
-                            "PowerSGD factors start afresh (the run is no longer the uninterrupted one)",
-                            pos.global_step, ctx.world, ckpt_dir)
-        if ctx.is_main:
-            log.info("resumed from %s at epoch %d, step %d", ckpt_dir / checkpoint.LAST,
-                     pos.epoch + 1, pos.step)
 
-    def save_checkpoint() -> None:
-        # the epoch's partial loss and noise sums of every rank, held by rank 0 (a resumed rank 0
-        # brings them back)
-        total, count, *noise_sums = dist_utils.all_reduce_sum(
-            [pos.loss_sum, pos.loss_count, *noise.sums.tolist()], device, ctx)
-        pos.loss_sum, pos.loss_count = (total, int(count)) if ctx.is_main else (0.0, 0)
-        pos.noise_sums = noise_sums if ctx.is_main else [0.0, 0.0, 0.0]
-        noise.sums = torch.tensor(pos.noise_sums, device=device)
-        pos.noise_smoothed = list(noise.smoothed) if noise.smoothed is not None else None
-        if comm is not None:  # every rank's own error feedback, before rank 0's last.pt
-            checkpoint.save_rank_state(ckpt_dir, ctx.rank, ctx.world, pos.global_step,
-                                       {"comm": comm_state.comm_state_dict(comm)})
-        if ctx.is_main:
-            checkpoint.save(ckpt_dir, {
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scaler": precision.scaler.state_dict(), "rng": checkpoint.rng_state(),
-                "position": asdict(pos), "config": config_to_dict(cfg)})
-
-    history = [EpochMetrics(**h) for h in pos.history]
-    check_every = divergence_check_steps(device)
-    divergence = DivergenceCheck(ctx)
-    nonfinite = torch.zeros((), dtype=torch.bool, device=device)
-    noise = EpochNoise(device)
-    if not ctx.is_main:  # rank 0 carries the world's partial noise sums, as it does the loss
-        pos.noise_sums = [0.0, 0.0, 0.0]
-    noise.sums = torch.tensor(pos.noise_sums, dtype=torch.float32, device=device)
-    noise.smoothed = tuple(pos.noise_smoothed) if pos.noise_smoothed is not None else None
-    params = [p for p in model.parameters() if p.requires_grad]
-    compiler = _compile_policy(cfg, train_model, device, ctx, precision, layout)
-    shapes = [compilation.shape_key(p.resolution, max(1, p.batch_size // ctx.world)) for p in plan.phases]
-    started = time.perf_counter()
-    status, message = "completed", ""
-    board = open_board(run_dir, pos.epoch) if ctx.is_main else None
-
-    # --- the loop -----------------------------------------------------------------------------
-    try:
-        while pos.epoch < plan.total_epochs:
-            phase = plan.phase_of_epoch(pos.epoch)  # the batch size and resolution change here
-            if per_gpu:
-                per_gpu_bn.set_group_size(model, phase.batch_size // cfg.distributed.emulate_gpus)
-            epoch_start = time.perf_counter()
-            wait_s, samples, lr = 0.0, 0, 0.0
-            batches = data.train_batches(pos.epoch, phase.resolution, phase.batch_size, pos.step)
-            loss_total = torch.zeros((), device=device)  # this epoch's loss sum since the last read
-            skipped_total = torch.zeros((), dtype=torch.int64, device=device)  # fp16 steps skipped, likewise
-            while True:
-                wait_from = time.perf_counter()
-                batch = next(batches, None)  # in the run's memory format (data.memory_format)
-                wait_s += time.perf_counter() - wait_from
-                if batch is None:
-                    break
-                x, y = batch
-
-                # LR from progress in epochs, continuous across phases; scaled for the batch size
-                lr = learning_rate(plan.progress(pos.epoch, pos.step), phase.batch_size, cfg)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-
-                if compiler.timing:
-                    compiler.timer.sync()
-                    step_from = time.perf_counter()
-                optimizer.zero_grad(set_to_none=True)
-                # every noise_scale_every steps: the gradient noise scale, from the batch in halves
-                measure = cfg.noise_scale_every and pos.step % cfg.noise_scale_every == 0 and len(y) >= 2
-                if measure:
-                    loss = measured_backward(train_model, loss_fn, x, y, precision, params, noise, ctx.world)
-                else:
-                    with precision.autocast():
-                        loss = loss_fn(compiler.model(x), y)
-                # divergence: flagged on the device every step, read (and agreed by every rank)
-                # every `check_every` steps and before anything is saved, so all ranks stop together
-                nonfinite |= ~torch.isfinite(loss.detach())
-                if pos.step % check_every == 0 or _saves_now(cfg, pos):
-                    where = divergence.check(nonfinite, loss)
-                    if where is not None:
-                        status = "diverged"
-                        message = (f"loss became {where} by epoch {pos.epoch + 1}, step {pos.step} "
-                                   f"(lr {lr:.4g}); stopped instead of training on garbage")
-                        break
-                loss_total += loss.detach().float() * len(y)
-
-                if not measure:
-                    precision.scaler.scale(loss).backward()  # loss scaling: fp16 only, else a no-op
-                if cfg.optimizer.grad_clip_norm is not None:
-                    precision.scaler.unscale_(optimizer)
-                    nn.utils.clip_grad_norm_(model.parameters(), cfg.optimizer.grad_clip_norm)
-                scaling = precision.scaler.is_enabled()
-                # the scale as a device tensor: get_scale() would wait for the GPU every step
-                scale_before = precision.scaler._get_scale_async().clone() if scaling else None
-                precision.scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
-                precision.scaler.update()
-                if scaling:  # the scale shrinks exactly when the step was skipped
-                    skipped_total += precision.scaler._get_scale_async() < scale_before
-                if compiler.timing:  # engine.compile auto: timing steps, then deciding once
-                    compiler.timer.sync()
-                    compiler.step_done(time.perf_counter() - step_from, timed=not measure,
-                                       steps_left=plan.total_steps - pos.global_step - 1,
-                                       shapes_left=shapes[phase.index:])
-
-                pos.loss_count += len(y)
-                samples += len(y) * ctx.world
-                pos.step += 1
-                pos.global_step += 1
-                if cfg.log_every_steps and pos.global_step % cfg.log_every_steps == 0 and ctx.is_main:
-                    log.info("step %d loss %.4f lr %.4g", pos.global_step, loss.item(), lr)
-                if cfg.checkpoint.every_steps and pos.global_step % cfg.checkpoint.every_steps == 0:
-                    pos.loss_sum, loss_total = pos.loss_sum + loss_total.item(), loss_total.zero_()
-                    pos.skipped, skipped_total = pos.skipped + int(skipped_total.item()), skipped_total.zero_()
-                    save_checkpoint()
-                if max_steps is not None and pos.global_step >= max_steps:
-                    status = "stopped"
-                    break
-            if status != "completed":
-                break
-            where = divergence.check(nonfinite, None)  # the steps since the last read
-            if where is not None:
-                status, message = "diverged", (f"loss became {where} in epoch {pos.epoch + 1} (lr {lr:.4g}); "
-                                               "stopped instead of training on garbage")
-                break
-            pos.loss_sum += loss_total.item()
-            pos.skipped += int(skipped_total.item())
-
-            # --- end of epoch: evaluate, record, checkpoint, hand metrics to the callback ----
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            train_s = time.perf_counter() - epoch_start
-            val_loss, top1, top5 = evaluate(model, data, phase.resolution, precision, device, ctx)
-            loss_sum, loss_count, *terms = dist_utils.all_reduce_sum(
-                [pos.loss_sum, pos.loss_count, *noise.sums.tolist()], device, ctx)
-            noise_scale = noise.value(terms)
-            noise.reset()
-            metrics = EpochMetrics(
-                epoch=pos.epoch + 1, phase=phase.index, resolution=phase.resolution,
-                batch_size=phase.batch_size, lr=lr, train_loss=loss_sum / max(loss_count, 1),
-                val_loss=val_loss, val_top1=top1, val_top5=top5,
-                samples_per_s=samples / max(train_s, 1e-9),
-                data_wait_fraction=wait_s / max(train_s, 1e-9), skipped_steps=pos.skipped,
-                elapsed_s=time.perf_counter() - started, noise_scale=noise_scale)
-            history.append(metrics)
-            pos.history.append(asdict(metrics))
-            pos.epoch, pos.step, pos.loss_sum, pos.loss_count = pos.epoch + 1, 0, 0.0, 0
-            if ctx.is_main:
-                # rewritten whole from the checkpointed history, so a resume never duplicates lines
-                lines = "".join(json.dumps(h) + "\n" for h in pos.history)
-                (run_dir / "metrics.jsonl").write_text(lines)
-                if board is not None:
-                    board.write(metrics)
-                log.info("epoch %d/%d  res %d  batch %d  lr %.4g  loss %.4f  val top-1 %.2f%%  "
-                         "top-5 %.2f%%  %.0f img/s  data wait %.1f%%  noise scale %s", metrics.epoch,
-                         plan.total_epochs, phase.resolution, phase.batch_size, lr,
-                         metrics.train_loss, top1, top5, metrics.samples_per_s,
-                         100 * metrics.data_wait_fraction, "-" if noise_scale is None else f"{noise_scale:.0f}")
-            if comm is not None:
-                # the busiest rank's: ranks can send different amounts (PowerSGD across nodes
-                # splits the matrices unevenly) and a synchronous step waits for the slowest
-                steps = max(pos.global_step, 1)
-                inter, intra = dist_utils.all_reduce_max(
-                    [comm.bytes.inter_payload / steps, comm.bytes.intra_payload / steps], device, ctx)
-                if ctx.is_main:
-                    log.info("comm per step, busiest rank: %.0f B inter-node, %.0f B intra-node (payload)",
-                             inter, intra)
-            if cfg.checkpoint.every_epochs and (pos.epoch % cfg.checkpoint.every_epochs == 0
-                                                or pos.epoch == plan.total_epochs):
-                save_checkpoint()
-            if on_epoch_end is not None:
-                on_epoch_end(metrics)
-    except StopTraining as stop:
-        status, message = stop.status, str(stop)
-    finally:
-        if board is not None:
-            board.close()
-
-    result = RunResult(status, history, run_dir, precision.mode, message)
+def _resume(run: _Run, saved: dict) -> None:
+    """Weights, optimizer, loss scale, random streams and position from the last checkpoint."""
+    ctx = run.ctx
+    run.model.load_state_dict(saved["model"])
+    run.optimizer.load_state_dict(saved["optimizer"])
+    if saved.get("scaler"):  # empty when the checkpoint was written without loss scaling
+        run.precision.scaler.load_state_dict(saved["scaler"])
+    checkpoint.restore_rng(saved["rng"])
+    run.pos = _Position(**saved["position"])
+    if not ctx.is_main:  # rank 0 carries the world's partial epoch loss
+        run.pos.loss_sum, run.pos.loss_count = 0.0, 0
+    if run.comm is not None:
+        mine = checkpoint.load_rank_state(run.ckpt_dir, ctx.rank, ctx.world, run.pos.global_step)
+        if mine is not None:
+            comm_state.load_comm_state(run.comm, comm_state.to_device(mine["comm"], run.device))
+        elif ctx.is_main:
+            log.warning("no comm hook state of step %d for world %d in %s: error feedback and "
+                        "PowerSGD factors start afresh (the run is no longer the uninterrupted one)",
+                        run.pos.global_step, ctx.world, run.ckpt_dir)
     if ctx.is_main:
-        summary = {"status": status, "message": message, "precision": precision.mode,
-                   "epochs_completed": len(history),
-                   "final": asdict(history[-1]) if history else None}
-        (run_dir / "result.json").write_text(json.dumps(summary, indent=2))
-        if status == "diverged":
+        log.info("resumed from %s at epoch %d, step %d", run.ckpt_dir / checkpoint.LAST,
+                 run.pos.epoch + 1, run.pos.step)
+
+
+def _ready_loop(run: _Run) -> None:
+    """The loop's own state, from the (possibly resumed) position."""
+    pos, device = run.pos, run.device
+    run.history = [EpochMetrics(**h) for h in pos.history]
+    run.check_every = divergence_check_steps(device)
+    run.divergence = DivergenceCheck(run.ctx)
+    run.nonfinite = torch.zeros((), dtype=torch.bool, device=device)
+    run.noise = EpochNoise(device)
+    if not run.ctx.is_main:  # rank 0 carries the world's partial noise sums, as it does the loss
+        pos.noise_sums = [0.0, 0.0, 0.0]
+    run.noise.sums = torch.tensor(pos.noise_sums, dtype=torch.float32, device=device)
+    run.noise.smoothed = tuple(pos.noise_smoothed) if pos.noise_smoothed is not None else None
+    run.params = [p for p in run.model.parameters() if p.requires_grad]
+    run.compiler = _compile_policy(run.cfg, run.train_model, device, run.ctx, run.precision, run.layout)
+    run.shapes = [compilation.shape_key(p.resolution, max(1, p.batch_size // run.ctx.world))
+                  for p in run.plan.phases]
+    run.started = time.perf_counter()
+    run.board = open_board(run.run_dir, pos.epoch) if run.ctx.is_main else None
+
+
+def _save_checkpoint(run: _Run) -> None:
+    """The epoch's partial loss and noise sums of every rank, held by rank 0 (a resumed rank 0
+    brings them back), every rank's comm state, then rank 0's last.pt."""
+    pos, ctx, noise = run.pos, run.ctx, run.noise
+    total, count, *noise_sums = dist_utils.all_reduce_sum(
+        [pos.loss_sum, pos.loss_count, *noise.sums.tolist()], run.device, ctx)
+    pos.loss_sum, pos.loss_count = (total, int(count)) if ctx.is_main else (0.0, 0)
+    pos.noise_sums = noise_sums if ctx.is_main else [0.0, 0.0, 0.0]
+    noise.sums = torch.tensor(pos.noise_sums, device=run.device)
+    pos.noise_smoothed = list(noise.smoothed) if noise.smoothed is not None else None
+    if run.comm is not None:  # every rank's own error feedback, before rank 0's last.pt
+        checkpoint.save_rank_state(run.ckpt_dir, ctx.rank, ctx.world, pos.global_step,
+                                   {"comm": comm_state.comm_state_dict(run.comm)})
+    if ctx.is_main:
+        checkpoint.save(run.ckpt_dir, {
+            "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+            "scaler": run.precision.scaler.state_dict(), "rng": checkpoint.rng_state(),
+            "position": asdict(pos), "config": config_to_dict(run.cfg)})
+
+
+def _train_epoch(run: _Run, phase, max_steps: int | None) -> tuple[RunStatus, str, _EpochSums]:
+    """The epoch's steps from the current position; the status says how the epoch ended."""
+    cfg, pos = run.cfg, run.pos
+    if run.per_gpu:
+        per_gpu_bn.set_group_size(run.model, phase.batch_size // cfg.distributed.emulate_gpus)
+    sums = _EpochSums(loss=torch.zeros((), device=run.device),  # since the last read
+                      skipped=torch.zeros((), dtype=torch.int64, device=run.device),  # fp16 steps skipped
+                      started=time.perf_counter())
+    batches = run.data.train_batches(pos.epoch, phase.resolution, phase.batch_size, pos.step)
+    while True:
+        wait_from = time.perf_counter()
+        batch = next(batches, None)  # in the run's memory format (data.memory_format)
+        sums.wait_s += time.perf_counter() - wait_from
+        if batch is None:
+            break
+        x, y = batch
+        # LR from progress in epochs, continuous across phases; scaled for the batch size
+        sums.lr = learning_rate(run.plan.progress(pos.epoch, pos.step), phase.batch_size, cfg)
+        for group in run.optimizer.param_groups:
+            group["lr"] = sums.lr
+        loss = _step(run, phase, x, y, sums)
+        if loss is None:
+            return RunStatus.DIVERGED, _diverged_text(run, sums.lr, step=True), sums
+        pos.loss_count += len(y)
+        sums.samples += len(y) * run.ctx.world
+        pos.step += 1
+        pos.global_step += 1
+        if cfg.log_every_steps and pos.global_step % cfg.log_every_steps == 0 and run.ctx.is_main:
+            log.info("step %d loss %.4f lr %.4g", pos.global_step, loss.item(), sums.lr)
+        if cfg.checkpoint.every_steps and pos.global_step % cfg.checkpoint.every_steps == 0:
+            pos.loss_sum, sums.loss = pos.loss_sum + sums.loss.item(), sums.loss.zero_()
+            pos.skipped, sums.skipped = pos.skipped + int(sums.skipped.item()), sums.skipped.zero_()
+            _save_checkpoint(run)
+        if max_steps is not None and pos.global_step >= max_steps:
+            return RunStatus.STOPPED, "", sums
+    if run.divergence.check(run.nonfinite, None) is not None:  # the steps since the last read
+        return RunStatus.DIVERGED, _diverged_text(run, sums.lr, step=False), sums
+    pos.loss_sum += sums.loss.item()
+    pos.skipped += int(sums.skipped.item())
+    return RunStatus.COMPLETED, "", sums
+
+
+def _step(run: _Run, phase, x: torch.Tensor, y: torch.Tensor, sums: _EpochSums) -> torch.Tensor | None:
+    """Forward, backward and the optimizer step of one batch; None when the loss diverged."""
+    cfg, pos, precision, compiler = run.cfg, run.pos, run.precision, run.compiler
+    if compiler.timing:
+        compiler.timer.sync()
+        step_from = time.perf_counter()
+    run.optimizer.zero_grad(set_to_none=True)
+    # every noise_scale_every steps: the gradient noise scale, from the batch in halves
+    measure = cfg.noise_scale_every and pos.step % cfg.noise_scale_every == 0 and len(y) >= 2
+    if measure:
+        loss = measured_backward(run.train_model, run.loss_fn, x, y, precision, run.params, run.noise, run.ctx.world)
+    else:
+        with precision.autocast():
+            loss = run.loss_fn(compiler.model(x), y)
+    # divergence: flagged on the device every step, read (and agreed by every rank) every
+    # `check_every` steps and before anything is saved, so all ranks stop together
+    run.nonfinite |= ~torch.isfinite(loss.detach())
+    checks = pos.step % run.check_every == 0 or _saves_now(cfg, pos)
+    if checks and run.divergence.check(run.nonfinite, loss) is not None:
+        return None
+    sums.loss += loss.detach().float() * len(y)
+    if not measure:
+        precision.scaler.scale(loss).backward()  # loss scaling: fp16 only, else a no-op
+    if cfg.optimizer.grad_clip_norm is not None:
+        precision.scaler.unscale_(run.optimizer)
+        nn.utils.clip_grad_norm_(run.model.parameters(), cfg.optimizer.grad_clip_norm)
+    scaling = precision.scaler.is_enabled()
+    # the scale as a device tensor: get_scale() would wait for the GPU every step
+    scale_before = precision.scaler._get_scale_async().clone() if scaling else None
+    precision.scaler.step(run.optimizer)  # skips the step if fp16 gradients overflowed
+    precision.scaler.update()
+    if scaling:  # the scale shrinks exactly when the step was skipped
+        sums.skipped += precision.scaler._get_scale_async() < scale_before
+    if compiler.timing:  # engine.compile auto: timing steps, then deciding once
+        compiler.timer.sync()
+        compiler.step_done(time.perf_counter() - step_from, timed=not measure,
+                           steps_left=run.plan.total_steps - pos.global_step - 1,
+                           shapes_left=run.shapes[phase.index:])
+    return loss
+
+
+def _diverged_text(run: _Run, lr: float, *, step: bool) -> str:
+    where = run.divergence.last
+    if step:
+        return (f"loss became {where} by epoch {run.pos.epoch + 1}, step {run.pos.step} (lr {lr:.4g}); "
+                "stopped instead of training on garbage")
+    return f"loss became {where} in epoch {run.pos.epoch + 1} (lr {lr:.4g}); stopped instead of training on garbage"
+
+
+def _end_epoch(run: _Run, phase, sums: _EpochSums) -> EpochMetrics:
+    """Evaluate, record the epoch's metrics (run dir, TensorBoard, log), checkpoint."""
+    cfg, pos, ctx, device = run.cfg, run.pos, run.ctx, run.device
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    train_s = time.perf_counter() - sums.started
+    val_loss, top1, top5 = evaluate(run.model, run.data, phase.resolution, run.precision, device, ctx)
+    loss_sum, loss_count, *terms = dist_utils.all_reduce_sum(
+        [pos.loss_sum, pos.loss_count, *run.noise.sums.tolist()], device, ctx)
+    noise_scale = run.noise.value(terms)
+    run.noise.reset()
+    metrics = EpochMetrics(
+        epoch=pos.epoch + 1, phase=phase.index, resolution=phase.resolution,
+        batch_size=phase.batch_size, lr=sums.lr, train_loss=loss_sum / max(loss_count, 1),
+        val_loss=val_loss, val_top1=top1, val_top5=top5,
+        samples_per_s=sums.samples / max(train_s, 1e-9),
+        data_wait_fraction=sums.wait_s / max(train_s, 1e-9), skipped_steps=pos.skipped,
+        elapsed_s=time.perf_counter() - run.started, noise_scale=noise_scale)
+    run.history.append(metrics)
+    pos.history.append(asdict(metrics))
+    pos.epoch, pos.step, pos.loss_sum, pos.loss_count = pos.epoch + 1, 0, 0.0, 0
+    if ctx.is_main:
+        # rewritten whole from the checkpointed history, so a resume never duplicates lines
+        lines = "".join(json.dumps(h) + "\n" for h in pos.history)
+        (run.run_dir / "metrics.jsonl").write_text(lines)
+        if run.board is not None:
+            run.board.write(metrics)
+        log.info("epoch %d/%d  res %d  batch %d  lr %.4g  loss %.4f  val top-1 %.2f%%  "
+                 "top-5 %.2f%%  %.0f img/s  data wait %.1f%%  noise scale %s", metrics.epoch,
+                 run.plan.total_epochs, phase.resolution, phase.batch_size, sums.lr,
+                 metrics.train_loss, top1, top5, metrics.samples_per_s,
+                 100 * metrics.data_wait_fraction, "-" if noise_scale is None else f"{noise_scale:.0f}")
+    if run.comm is not None:
+        # the busiest rank's: ranks can send different amounts (PowerSGD across nodes splits the
+        # matrices unevenly) and a synchronous step waits for the slowest
+        steps = max(pos.global_step, 1)
+        inter, intra = dist_utils.all_reduce_max(
+            [run.comm.bytes.inter_payload / steps, run.comm.bytes.intra_payload / steps], device, ctx)
+        if ctx.is_main:
+            log.info("comm per step, busiest rank: %.0f B inter-node, %.0f B intra-node (payload)", inter, intra)
+    if cfg.checkpoint.every_epochs and (pos.epoch % cfg.checkpoint.every_epochs == 0
+                                        or pos.epoch == run.plan.total_epochs):
+        _save_checkpoint(run)
+    return metrics
+
+
+def _finish(run: _Run, status: RunStatus, message: str) -> RunResult:
+    """The run's result, and result.json beside its metrics."""
+    result = RunResult(status, run.history, run.run_dir, run.precision.mode, message)
+    if run.ctx.is_main:
+        summary = {"status": status.value, "message": message, "precision": run.precision.mode,
+                   "epochs_completed": len(run.history),
+                   "final": asdict(run.history[-1]) if run.history else None}
+        (run.run_dir / "result.json").write_text(json.dumps(summary, indent=2))
+        if status == RunStatus.DIVERGED:
             log.warning("diverged: %s", message)
     return result
