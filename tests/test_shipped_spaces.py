@@ -47,13 +47,30 @@ def test_spaces_command_lists_them_and_a_missing_space_exits_2(tmp_path: Path, m
     assert len(err) == 1 and err[0].startswith("tianfeng: error: missing.yaml: no such file")
 
 
+def _copy_of_the_repository(tmp_path: Path) -> Path:
+    """A copy to install from: building writes build/ and egg-info beside the sources."""
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "runs", "*.html", "*.db", "__pycache__", "*.egg-info", ".pytest_cache"))
+    return source
+
+
+def _fresh_environment(env_dir: Path) -> tuple[Path, Path]:
+    """A new virtual environment whose only other packages are this one's installed dependencies
+    (torch, optuna, ...); tianfeng itself is installed into it by the test. (python, site dir)"""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python, site
+
+
 @pytest.mark.slow
 def test_the_wheel_runs_the_mission_command_from_an_empty_folder(tmp_path: Path) -> None:
     """Built as a wheel and installed (not editable) into a fresh virtual environment whose only
     other packages are this one's installed dependencies."""
-    source = tmp_path / "source"  # a copy: building writes build/ and egg-info beside the sources
-    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "build", "runs", "*.html", "*.db", "__pycache__", "*.egg-info", ".pytest_cache"))
+    source = _copy_of_the_repository(tmp_path)
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
                     str(source)], check=True, capture_output=True)
@@ -62,12 +79,7 @@ def test_the_wheel_runs_the_mission_command_from_an_empty_folder(tmp_path: Path)
         assert {n.split("/")[0] for n in z.namelist()} == {"tianfeng", "tianfeng-0.1.0.dist-info"}
         assert "tianfeng/report/jinja/study.html.j2" in z.namelist()
     env_dir = tmp_path / "fresh"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
-    python = env_dir / "bin" / "python"
-    fresh_site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                     check=True, capture_output=True, text=True).stdout.strip())
-    # the dependencies (torch, optuna, ...) from this environment; tianfeng itself only from the wheel
-    (fresh_site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python, fresh_site = _fresh_environment(env_dir)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
                    check=True, capture_output=True)
     empty = tmp_path / "empty"
@@ -89,15 +101,8 @@ def test_the_wheel_runs_the_mission_command_from_an_empty_folder(tmp_path: Path)
 def test_an_editable_install_imports_one_root_and_finds_the_report_templates(tmp_path: Path) -> None:
     """`pip install -e .` of a copy into a fresh environment: the engine is tianfeng.trainers, the
     templates load as package data from any folder, and no bare `trainers` is installed."""
-    source = tmp_path / "source"
-    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "build", "runs", "*.html", "*.db", "__pycache__", "*.egg-info", ".pytest_cache"))
-    env_dir = tmp_path / "fresh"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
-    python = env_dir / "bin" / "python"
-    fresh_site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                     check=True, capture_output=True, text=True).stdout.strip())
-    (fresh_site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    source = _copy_of_the_repository(tmp_path)
+    python, _ = _fresh_environment(tmp_path / "fresh")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
                     "--no-build-isolation", "-q", "-e", str(source)], check=True, capture_output=True)
     empty = tmp_path / "empty"
