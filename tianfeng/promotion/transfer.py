@@ -17,7 +17,7 @@ from tianfeng.trainers.config import (
     config_from_dict,
     config_to_dict,
 )
-from tianfeng.trainers.schedules import batch_scale
+from tianfeng.trainers.schedules import peak_lr
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,6 @@ def _rule_for(key: str, overridden: set[str], stretch: str) -> str:
         if key.startswith(prefix) and key.endswith(suffix):
             return rule.format(stretch=stretch)
     return "target rung"
-
-
-def peak_lr(cfg: RunConfig, phase: int = -1) -> float:
-    """The peak LR (after warm-up) while `phase` runs: the base LR scaled for that phase's batch."""
-    return cfg.optimizer.lr * batch_scale(cfg.phases[phase].batch_size, cfg.schedule)
 
 
 def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, target_rung: str = "target",

@@ -38,8 +38,9 @@ from tianfeng.search.scores import best_trial, epochs_reported, score
 from tianfeng.search.space import SearchSpace, load_space, per_gpu_range
 from tianfeng.search.walltime import format_seconds
 from tianfeng.storage_url import engine_options
-from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.config import ConfigError, config_from_dict
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.trainers.schedules import peak_lr
 
 log = logging.getLogger("tianfeng.search")
 
@@ -312,6 +313,15 @@ def epochs_spent(trials: list[optuna.trial.FrozenTrial], trial_epochs: int) -> i
     return sum(trial_epochs if t.state == TrialState.RUNNING else epochs_reported(t) for t in trials)
 
 
+def effective_lr_text(config: dict | None) -> str:
+    """`peak lr 0.0864  `: what the optimizer trains at after warm-up, beside the searched values
+    (a base LR is per reference batch, and a space may divide it, as large_batch.yaml does for LAMB)."""
+    if not config:
+        return ""
+    cfg = config_from_dict(config)
+    return f"peak lr {peak_lr(cfg):.4g}  "
+
+
 class TrialLogger:
     def __init__(self, metric: str) -> None:
         self.metric = metric
@@ -322,6 +332,7 @@ class TrialLogger:
         predicted = trial.user_attrs.get("predicted")
         full = f"full run {format_seconds(predicted['seconds'])} ({predicted['gpu_hours']:.3g} GPU-h)  " \
             if predicted else ""
+        full += effective_lr_text(trial.user_attrs.get("config"))
         if trial.state == TrialState.COMPLETE:
             best = best_trial(study)
             best_text = f"best {score(best):.4g} (#{best.number})" if best else ""

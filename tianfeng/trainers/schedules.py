@@ -20,6 +20,11 @@ def batch_scale(batch_size: int, schedule: ScheduleConfig) -> float:
     return 1.0
 
 
+def peak_lr(cfg: RunConfig, phase: int = -1) -> float:
+    """The peak LR (after warm-up) while `phase` runs: the base LR scaled for that phase's batch."""
+    return cfg.optimizer.lr * batch_scale(cfg.phases[phase].batch_size, cfg.schedule)
+
+
 def warmup_start(schedule: ScheduleConfig) -> float:
     """The warm-up's first LR as a fraction of the peak."""
     if schedule.warmup_start_factor is not None:
