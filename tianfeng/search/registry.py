@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import optuna
 
+from tianfeng.defaults import ObjectiveMode
+from tianfeng.search.metric_share import N_STARTUP_TRIALS, MetricShareSampler
 from tianfeng.search.space import Parameter, SearchSpace
 
 
@@ -36,12 +38,22 @@ def _numeric_points(p: Parameter, points: int) -> list:
 
 SAMPLERS: dict[str, Callable[[SearchSpace, int], optuna.samplers.BaseSampler]] = {
     # Optuna 5's TPE default: multivariate, with the constant liar for parallel workers
-    "tpe": lambda space, seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=8),
+    "tpe": lambda space, seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=N_STARTUP_TRIALS),
     "cmaes": lambda space, seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
     "random": lambda space, seed: optuna.samplers.RandomSampler(seed=seed),
     "grid": lambda space, seed: optuna.samplers.GridSampler(_grid(space), seed=seed),
     "qmc": lambda space, seed: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False),
 }
+
+
+
+def make_sampler(name: str, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
+    """The sampler `name` for this space; a pareto search's TPE gives every other trial to the
+    metric alone (see metric_share)."""
+    if name == "tpe" and space.objective.mode == ObjectiveMode.PARETO:
+        return MetricShareSampler(seed, space.objective.direction)
+    return SAMPLERS[name](space, seed)
+
 
 # The first rung is a third of the epochs in, not epoch 1: during warm-up every recipe looks bad.
 PRUNERS: dict[str, Callable[[int], optuna.pruners.BasePruner]] = {

@@ -33,7 +33,7 @@ from tianfeng.search.objective import ProxyObjective
 from tianfeng.search.outcomes import Outcome, outcome
 from tianfeng.search.peer_pruning import PeerPruner
 from tianfeng.search.progress import StudyProgress
-from tianfeng.search.registry import PRUNERS, SAMPLERS
+from tianfeng.search.registry import PRUNERS, make_sampler
 from tianfeng.search.scores import best_trial, epochs_reported, score
 from tianfeng.search.space import SearchSpace, load_space, per_gpu_range
 from tianfeng.search.walltime import format_seconds
@@ -181,7 +181,7 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
         check_folder(folder, None)
     study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
                                 directions=directions(space),
-                                sampler=SAMPLERS[plan.sampler](space, plan.seed if seed is None else seed),
+                                sampler=make_sampler(plan.sampler, space, plan.seed if seed is None else seed),
                                 pruner=make_pruner(space, plan))
     if not exists:
         attrs = {"kind": "search", "space_path": space.path, "space_yaml": Path(space.path).read_text(),
@@ -368,7 +368,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     space = plan_space(plan)
     storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
     study = optuna.load_study(study_name=plan.study, storage=storage,
-                              sampler=SAMPLERS[plan.sampler](space, sampler_seed(plan, worker, stream)),
+                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, stream)),
                               pruner=make_pruner(space, plan))
     budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
     if budget.exhausted(study):
