@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from common import ROOT  # noqa: F401  (puts the repository on the path)
 
-from tianfeng.search.cluster import ClusterSpec, checked
-from tianfeng.search.walltime import format_seconds, predict_wall_time
+from tianfeng.hpo.cluster import ClusterSpec, checked
+from tianfeng.hpo.walltime import format_seconds, predict_wall_time
 from tianfeng.trainers.config import config_from_dict
 
 IMAGENET_TRAIN, IMAGENET_VAL = 1_281_167, 50_000

@@ -16,10 +16,10 @@ import optuna
 from common import ROOT, print_table
 from null_trainer import empty_trainer
 
-from tianfeng.report.build import build_report
-from tianfeng.search.objective import ProxyObjective
-from tianfeng.search.runner import SearchPlan, open_study
-from tianfeng.search.space import load_space
+from tianfeng.hpo.objective import ProxyObjective
+from tianfeng.hpo.runner import SearchPlan, open_study
+from tianfeng.hpo.space import load_space
+from tianfeng.reporting.build import build_report
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]

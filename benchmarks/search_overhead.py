@@ -16,9 +16,9 @@ import optuna
 from common import ROOT, print_table
 from null_trainer import empty_trainer
 
-from tianfeng.search.objective import ProxyObjective
-from tianfeng.search.runner import SearchPlan, open_storage, open_study
-from tianfeng.search.space import load_space
+from tianfeng.hpo.objective import ProxyObjective
+from tianfeng.hpo.runner import SearchPlan, open_storage, open_study
+from tianfeng.hpo.space import load_space
 
 
 def tianfeng_per_trial(tmp: Path, trials: int) -> float:
@@ -38,7 +38,7 @@ def ray_per_trial(tmp: Path, trials: int) -> tuple[float, float]:
     """(wall seconds per trial, Ray start-up seconds), the trials placed one CPU each."""
     import ray
 
-    from tianfeng.search.ray_backend import RayOptions, run_ray_search
+    from tianfeng.hpo.ray_backend import RayOptions, run_ray_search
 
     start = time.perf_counter()
     ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,

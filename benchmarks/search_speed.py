@@ -27,10 +27,10 @@ import yaml
 from common import ROOT, data_source, print_table
 from optuna.trial import TrialState
 
+from tianfeng.hpo.objective import suggest
+from tianfeng.hpo.runner import SearchPlan, run_search
+from tianfeng.hpo.space import load_space
 from tianfeng.logs import setup_logging
-from tianfeng.search.objective import suggest
-from tianfeng.search.runner import SearchPlan, run_search
-from tianfeng.search.space import load_space
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
 OLD_SETTINGS = {"memory_format": "contiguous", "engine": {"compile": "off"}}

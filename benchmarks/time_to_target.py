@@ -18,8 +18,8 @@ import optuna
 from common import ROOT, data_source, print_table
 from optuna.trial import TrialState
 
+from tianfeng.hpo.runner import SearchPlan, run_search
 from tianfeng.promotion.run import promote
-from tianfeng.search.runner import SearchPlan, run_search
 from tianfeng.store import RunStore
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
@@ -71,7 +71,7 @@ def run_full(tmp: Path, trials: int, *, ray: bool) -> None:
     plan = _plan(tmp, name, trials, rung="target", priors=False,
                  sampler="random" if ray else "tpe", pruner="asha" if ray else "none")
     if ray:
-        from tianfeng.search.ray_backend import RayOptions, run_ray_search
+        from tianfeng.hpo.ray_backend import RayOptions, run_ray_search
 
         run_ray_search(plan, RayOptions(cpus_per_trial=1), resume=False)
     else:

@@ -11,10 +11,10 @@ import yaml
 
 from tests.conftest import make_config
 from tianfeng.cli import main
+from tianfeng.hpo.cluster import ClusterSpec
+from tianfeng.hpo.space import load_space
+from tianfeng.hpo.walltime import check_memory
 from tianfeng.memory import activation_bytes, per_gpu_fit
-from tianfeng.search.cluster import ClusterSpec
-from tianfeng.search.space import load_space
-from tianfeng.search.walltime import check_memory
 from tianfeng.throughput import step_cost
 from tianfeng.trainers.config import ConfigError, ModelConfig
 

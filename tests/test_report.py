@@ -12,9 +12,9 @@ import optuna
 import pytest
 
 from tests.search.test_study import plan_for
+from tianfeng.hpo.runner import run_search
 from tianfeng.promotion.calibration import calibrate
-from tianfeng.report.build import build_report
-from tianfeng.search.runner import run_search
+from tianfeng.reporting.build import build_report
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -58,7 +58,7 @@ def test_report_is_self_contained_and_escapes_user_strings(report: Path) -> None
 def test_timeline_has_a_row_per_worker(report: Path) -> None:
     import socket
 
-    from tianfeng.report.figures import timeline
+    from tianfeng.reporting.figures import timeline
 
     study = optuna.load_study(study_name="rep", storage=f"sqlite:///{report.parent / 'study.db'}")
     fig, _ = timeline(study)
@@ -98,7 +98,7 @@ def test_report_embeds_the_basic_plotly_bundle(report: Path) -> None:
     report embeds it (a quarter of the full bundle) rather than the full one."""
     from plotly.offline import get_plotlyjs_version
 
-    from tianfeng.report.plotlyjs import basic_bundle_path
+    from tianfeng.reporting.plotlyjs import basic_bundle_path
 
     assert basic_bundle_path().is_file(), f"{basic_bundle_path()} missing: run scripts/setup.sh (needs npm)"
     html = report.read_text()
@@ -110,7 +110,7 @@ def test_a_figure_outside_the_basic_bundle_gets_the_full_one(tmp_path: Path, mon
     import plotly.graph_objects as go
     from plotly.offline import get_plotlyjs
 
-    from tianfeng.report import plotlyjs
+    from tianfeng.reporting import plotlyjs
 
     basic = plotlyjs.bundle_for([go.Figure(go.Scatter(x=[1], y=[1])), None])
     assert len(basic) < len(get_plotlyjs()) / 2

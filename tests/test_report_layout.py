@@ -12,10 +12,10 @@ import optuna
 import pytest
 
 from tests.test_report import chromium
-from tianfeng.report.build import build_report
-from tianfeng.search.objective import ProxyObjective
-from tianfeng.search.runner import SearchPlan, open_study
-from tianfeng.search.space import load_space
+from tianfeng.hpo.objective import ProxyObjective
+from tianfeng.hpo.runner import SearchPlan, open_study
+from tianfeng.hpo.space import load_space
+from tianfeng.reporting.build import build_report
 from tianfeng.trainers.engine import EpochMetrics, RunResult
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
-from tianfeng.report.build import build_report
-from tianfeng.search.runner import run_search
+from tianfeng.hpo.runner import run_search
+from tianfeng.reporting.build import build_report
 
 
 class _Tables(HTMLParser):

@@ -77,7 +77,7 @@ def test_the_wheel_runs_the_mission_command_from_an_empty_folder(tmp_path: Path)
     wheel = next(wheels.glob("tianfeng-*.whl"))
     with zipfile.ZipFile(wheel) as z:  # one import root: nothing but tianfeng and its metadata
         assert {n.split("/")[0] for n in z.namelist()} == {"tianfeng", "tianfeng-0.1.0.dist-info"}
-        assert "tianfeng/report/jinja/study.html.j2" in z.namelist()
+        assert "tianfeng/reporting/jinja/study.html.j2" in z.namelist()
     env_dir = tmp_path / "fresh"
     python, fresh_site = _fresh_environment(env_dir)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
@@ -108,7 +108,7 @@ def test_an_editable_install_imports_one_root_and_finds_the_report_templates(tmp
     empty = tmp_path / "empty"
     (empty / "reports").mkdir(parents=True)  # a folder of generated reports does not shadow anything
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    code = ("import tianfeng.trainers.engine as e; from tianfeng.report.templates import environment; "
+    code = ("import tianfeng.trainers.engine as e; from tianfeng.reporting.templates import environment; "
             "environment().get_template('study.html.j2'); print(e.__file__)")
     where = subprocess.run([str(python), "-c", code], cwd=empty, env=env, check=True, capture_output=True,
                            text=True).stdout

@@ -37,9 +37,9 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
     in `storage` and returned. `workers`: "auto" (one per GPU, or per CPU core) or a count of
     local worker processes. `mlflow` (a tracking URI, e.g. sqlite:///mlflow.db) logs every
     trial as an MLflow run in an experiment named after the study. As `tianfeng search`."""
-    from tianfeng.search.runner import SearchPlan, run_search, with_objective
-    from tianfeng.search.space import load_space
-    from tianfeng.search.summary import check_data
+    from tianfeng.hpo.runner import SearchPlan, run_search, with_objective
+    from tianfeng.hpo.space import load_space
+    from tianfeng.hpo.summary import check_data
     from tianfeng.shipped_spaces import resolve_space
 
     if objective is not None and objective not in OBJECTIVE_MODES:
@@ -57,7 +57,7 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
     classes = check_data(loaded)
     o = loaded.objective
     if o.mode == ObjectiveMode.PARETO and min_accuracy is None and o.min_accuracy is None and o.direction == "maximize":
-        from tianfeng.search.front import default_floor
+        from tianfeng.hpo.front import default_floor
 
         min_accuracy = default_floor(o.metric, classes)  # resolved once: every worker uses the same floor
     plan = SearchPlan(space_path=str(path), data=data, storage=storage, study=study or loaded.name,
@@ -66,7 +66,7 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
                       verbose=verbose, failure_limit=failure_limit, gpus=gpus, gpus_per_node=gpus_per_node,
                       objective=objective, target=target, min_accuracy=min_accuracy)
     if backend == "ray":
-        from tianfeng.search.ray_backend import RayOptions, run_ray_search
+        from tianfeng.hpo.ray_backend import RayOptions, run_ray_search
 
         run_ray_search(plan, RayOptions(address=ray_address, cpus_per_trial=cpus_per_trial,
                                         gpus_per_trial=gpus_per_trial), resume=resume)
@@ -111,8 +111,8 @@ def promote(trial: int | None = None, *, study: str | None = None, storage: str 
 
 def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial:
     """The front trial with the least predicted time whose proxy metric reaches `level`."""
-    from tianfeng.search.front import fastest_to
-    from tianfeng.search.scores import best_trial, score
+    from tianfeng.hpo.front import fastest_to
+    from tianfeng.hpo.scores import best_trial, score
 
     if not math.isfinite(level):
         raise ConfigError("--fastest-to", "", f"must be a finite number, got {level}")
@@ -132,10 +132,10 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batc
                warm_start: int = 3, tolerance: float = 1.0, seed: int = 0, runs_dir: str | Path = "runs",
                verbose: bool = False):
     """The checked plan of a scale study: (ScalePlan, steps per epoch by batch size, the space)."""
-    from tianfeng.scale.sizes import training_set_size
-    from tianfeng.scale.study import ScalePlan
-    from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan, rung_epochs
-    from tianfeng.search.space import load_space
+    from tianfeng.hpo.runner import UNLIMITED_TRIALS, SearchPlan, rung_epochs
+    from tianfeng.hpo.space import load_space
+    from tianfeng.scaling.sizes import training_set_size
+    from tianfeng.scaling.study import ScalePlan
     from tianfeng.shipped_spaces import resolve_space
 
     budgets = [b for b in (trials_per_batch, timeout_s_per_batch, epochs_per_batch) if b is not None]
@@ -173,7 +173,7 @@ def scale(space: str | Path, batch_sizes: Sequence[int], *, resume: bool = False
     size's best, beside the naive linear-scaling baseline. Give one budget per batch size
     (trials_per_batch, timeout_s_per_batch or epochs_per_batch); the other options are
     plan_scale's. Returns the curve's points. As `tianfeng scale`."""
-    from tianfeng.scale.study import run_scale
+    from tianfeng.scaling.study import run_scale
 
     plan, steps, _ = plan_scale(space, batch_sizes, **options)
     points = run_scale(plan, resume=resume, steps_per_epoch=steps)
@@ -184,7 +184,7 @@ def scale(space: str | Path, batch_sizes: Sequence[int], *, resume: bool = False
 
 def export_scale(uri: str, storage: str, name: str, batch_sizes: Sequence[int]) -> None:
     """Each batch size's study of a scale run as its own MLflow experiment."""
-    from tianfeng.scale.study import search_study
+    from tianfeng.scaling.study import search_study
     from tianfeng.tracking import export_study
 
     names = set(optuna.get_all_study_names(storage))
@@ -197,7 +197,7 @@ def report(study: str, *, storage: str = DEFAULT_STORAGE) -> Path:
     """Write the study's HTML report (reports/<study>.html) and return its path."""
     import logging
 
-    from tianfeng.report.build import build_report
+    from tianfeng.reporting.build import build_report
 
     path = build_report(storage, study)
     logging.getLogger("tianfeng").info("report written to %s", path)
@@ -223,9 +223,9 @@ def predict(config: str | Path | None = None, overrides: Sequence[str] = (), *, 
     exchange, data waits, evaluation, checkpoints): the model the search scores recipes with and
     `tianfeng plan` prints. `cluster` takes the other keys of a space's `cluster:` section
     (exchange, loader, cpu_cores_per_gpu, memory_gib, ...). Raises ConfigError when a phase's
-    per-GPU batch does not fit the GPU's memory. Returns a `tianfeng.search.walltime.WallTime`."""
-    from tianfeng.search.cluster import ClusterSpec, checked
-    from tianfeng.search.walltime import check_memory, predict_wall_time
+    per-GPU batch does not fit the GPU's memory. Returns a `tianfeng.hpo.walltime.WallTime`."""
+    from tianfeng.hpo.cluster import ClusterSpec, checked
+    from tianfeng.hpo.walltime import check_memory, predict_wall_time
     from tianfeng.trainers.config import load_config
 
     cfg = load_config(config, overrides)

@@ -326,7 +326,7 @@ _COMMANDS = {
     "promote": ("tianfeng.commands.promote_command", "run_promote_command"),
     "runs": ("tianfeng.commands.promote_command", "run_runs_command"),
     "calibrate": ("tianfeng.commands.calibrate_command", "run_calibrate_command"),
-    "report": ("tianfeng.report.build", "run_report_command"),
+    "report": ("tianfeng.reporting.build", "run_report_command"),
     "launch": ("tianfeng.commands.launch_command", "run_launch_command"),
     "plan": ("tianfeng.commands.plan_command", "run_plan_command"),
     "status": ("tianfeng.commands.status_command", "run_status_command"),

@@ -52,7 +52,7 @@ def _log(client, experiment: str, name: str, tags: dict, params: dict, epochs: l
 def export_study(uri: str, study: optuna.Study, storage: str | None = None) -> int:
     """Log the study's finished trials (and, with `storage`, its promoted runs) not logged yet;
     returns how many runs were added."""
-    from tianfeng.search.scores import score
+    from tianfeng.hpo.scores import score
 
     client = _client(uri)
     found = client.get_experiment_by_name(study.study_name)

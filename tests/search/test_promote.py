@@ -15,10 +15,10 @@ import pytest
 
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
+from tianfeng.hpo.runner import run_search
+from tianfeng.hpo.space import load_space
 from tianfeng.promotion.run import promote
 from tianfeng.promotion.transfer import transfer
-from tianfeng.search.runner import run_search
-from tianfeng.search.space import load_space
 from tianfeng.store import RunStore
 from tianfeng.trainers.config import ConfigError
 
@@ -198,8 +198,8 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
     assert single["run_dir"] != ran["run_dir"]  # one process is another run than 2 nodes x 1
 
     # the report sets the measured scaling beside the cost model's prediction
-    from tianfeng.report.build import build_report
-    from tianfeng.report.scaling import scaling_rows
+    from tianfeng.reporting.build import build_report
+    from tianfeng.reporting.scaling import scaling_rows
 
     rows = scaling_rows(RunStore(plan.storage).runs("p"))
     assert len(rows) == 1 and rows[0]["layout"] == "2 x 1" and rows[0]["variant"] == "flat"

@@ -10,9 +10,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tianfeng.search.materialize import build_config
-from tianfeng.search.objective import suggest
-from tianfeng.search.space import load_space
+from tianfeng.hpo.materialize import build_config
+from tianfeng.hpo.objective import suggest
+from tianfeng.hpo.space import load_space
 from tianfeng.trainers.schedules import learning_rate, warmup_start
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import pytest
 
 from tests.search.conftest import write_space
 from tianfeng.commands.scale_command import parse_batch_sizes, parse_budget
-from tianfeng.scale.results import ScaleStore
-from tianfeng.scale.study import largest_within
+from tianfeng.scaling.results import ScaleStore
+from tianfeng.scaling.study import largest_within
 from tianfeng.trainers.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def test_budget_and_batch_parsing() -> None:
 
 
 def test_budget_is_described_as_given() -> None:
-    from tianfeng.search.runner import UNLIMITED_TRIALS, SearchPlan, budget_text
+    from tianfeng.hpo.runner import UNLIMITED_TRIALS, SearchPlan, budget_text
 
     plan = SearchPlan("s.yaml", None, "sqlite://", "st", "tpe", "median", 0, UNLIMITED_TRIALS, 2700.0, "r", "proxy")
     assert budget_text(plan) == "45 min"
@@ -144,7 +144,7 @@ def test_budget_is_described_as_given() -> None:
 
 
 def test_largest_batch_within_tolerance() -> None:
-    from tianfeng.scale.results import ScalePoint
+    from tianfeng.scaling.results import ScalePoint
 
     def point(batch: int, searched: float, naive: float | None) -> ScalePoint:
         return ScalePoint(batch, "s", searched, 0, {}, None, naive, "complete", {}, 1, 1, 0, 0, 1.0, 1.0, 0.0, 1, 1)
@@ -156,9 +156,9 @@ def test_largest_batch_within_tolerance() -> None:
 
 
 def test_naive_copied_only_when_the_warm_start_trains_the_same_config(tmp_path: Path, tiny_space: dict) -> None:
-    from tianfeng.scale.study import _reuse_naive
-    from tianfeng.search.materialize import build_config
-    from tianfeng.search.runner import SearchPlan, plan_space
+    from tianfeng.hpo.materialize import build_config
+    from tianfeng.hpo.runner import SearchPlan, plan_space
+    from tianfeng.scaling.study import _reuse_naive
     from tianfeng.trainers.config import config_to_dict
 
     def plan_for(space: dict) -> SearchPlan:

@@ -10,9 +10,9 @@ import logging
 import pytest
 
 from tests.search.conftest import write_space
-from tianfeng.search.materialize import build_config
-from tianfeng.search.space import load_space
-from tianfeng.search.walltime import predict_wall_time
+from tianfeng.hpo.materialize import build_config
+from tianfeng.hpo.space import load_space
+from tianfeng.hpo.walltime import predict_wall_time
 from tianfeng.trainers.engine import train
 
 

@@ -7,9 +7,9 @@ import logging
 import optuna
 import pytest
 
-from tianfeng.search.materialize import build_config
-from tianfeng.search.runner import TrialLogger
-from tianfeng.search.space import load_space
+from tianfeng.hpo.materialize import build_config
+from tianfeng.hpo.runner import TrialLogger
+from tianfeng.hpo.space import load_space
 from tianfeng.trainers.config import config_to_dict
 
 

@@ -14,8 +14,8 @@ import math
 import pytest
 
 from tests.conftest import make_config
-from tianfeng.search.cluster import ClusterSpec
-from tianfeng.search.walltime import predict_wall_time
+from tianfeng.hpo.cluster import ClusterSpec
+from tianfeng.hpo.walltime import predict_wall_time
 from tianfeng.throughput import reference_cost, step_cost
 
 MIB = 2**20

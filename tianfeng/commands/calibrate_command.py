@@ -30,8 +30,8 @@ def run_throughput(args) -> int:
     """Measure and fit this machine's step time for the space's full-fidelity model."""
     import functools
 
-    from tianfeng.search.materialize import build_config, sample_active
-    from tianfeng.search.space import corner_value, load_space
+    from tianfeng.hpo.materialize import build_config, sample_active
+    from tianfeng.hpo.space import corner_value, load_space
     from tianfeng.throughput_measure import measure_throughput, write_throughput
     from tianfeng.trainers.config import ConfigError
     from tianfeng.trainers.data.sources import default_cache_dir, open_source
@@ -49,7 +49,7 @@ def run_throughput(args) -> int:
                for low in (True, False)]
     cfg = targets[0]
     if resolutions is None:  # the space's corners' resolutions, and half and 3/4 of the largest
-        from tianfeng.search.space import round_resolution
+        from tianfeng.hpo.space import round_resolution
 
         used = {p.resolution for t in targets for p in t.phases}
         resolutions = sorted(used | {round_resolution(max(used) * f) for f in (0.5, 0.75)})

@@ -1,5 +1,5 @@
 """`tianfeng plan`: the predicted wall time of a run at several GPU counts for flat,
-hierarchical and compressed gradient exchange, part by part (tianfeng.search.walltime: the
+hierarchical and compressed gradient exchange, part by part (tianfeng.hpo.walltime: the
 same model the search scores recipes with), and whether its per-GPU batch fits the memory."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 from rich.console import Console
 
 from tianfeng.costmodel import PRESETS, VARIANTS
-from tianfeng.search.cluster import ClusterSpec, checked
-from tianfeng.search.walltime import check_memory, format_seconds, predict_wall_time
+from tianfeng.hpo.cluster import ClusterSpec, checked
+from tianfeng.hpo.walltime import check_memory, format_seconds, predict_wall_time
 from tianfeng.tables import add_plain_row, plain_table
 from tianfeng.throughput import DEVICES
 from tianfeng.trainers.config import ConfigError, load_config

@@ -9,8 +9,8 @@ import sys
 import yaml
 from rich.console import Console
 
+from tianfeng.hpo.scores import score
 from tianfeng.promotion.run import Launch, load_study, promote
-from tianfeng.search.scores import score
 from tianfeng.store import RunStore
 from tianfeng.tables import add_plain_row, plain_table
 from tianfeng.trainers.config import ConfigError
@@ -26,7 +26,7 @@ def chosen_trial(args) -> int | None:
         raise ConfigError("trial", "", "give a trial number, --fastest-to LEVEL or --front (one of them)")
     if args.trial is not None:
         return args.trial
-    from tianfeng.search.front import print_front
+    from tianfeng.hpo.front import print_front
 
     study = load_study(args.storage, args.study)
     if args.front:

@@ -56,7 +56,7 @@ def run_scale_command(args) -> int:
         raise ConfigError("--tolerance", "", f"must be a finite number >= 0 (points of the metric), got {args.tolerance}")
 
     from tianfeng.api import plan_scale
-    from tianfeng.scale.study import run_scale
+    from tianfeng.scaling.study import run_scale
 
     plan, steps, space = plan_scale(
         args.space, batch_sizes, trials_per_batch=budget["trials"], timeout_s_per_batch=budget["timeout_s"],
@@ -66,7 +66,7 @@ def run_scale_command(args) -> int:
         verbose=args.verbose)
     name = plan.name
     from tianfeng.ownership import check_report_of, default_report_path
-    from tianfeng.scale.study import search_study
+    from tianfeng.scaling.study import search_study
 
     check_report_of(args.storage, search_study(name, batch_sizes[0]), args.output or default_report_path(name))
     try:
@@ -75,8 +75,8 @@ def run_scale_command(args) -> int:
         print(f"tianfeng: interrupted; finished trials and batch sizes are saved in {args.storage}. "
               f"Continue with the same command and --resume", file=sys.stderr)
         return 130
-    from tianfeng.report.scale import build_scale_report
-    from tianfeng.scale.table import print_curve
+    from tianfeng.reporting.scale import build_scale_report
+    from tianfeng.scaling.table import print_curve
 
     print_curve(points, plan.tolerance, space.objective.metric, space.objective.direction == "maximize")
     if args.mlflow:

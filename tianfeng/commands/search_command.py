@@ -53,7 +53,7 @@ def _search(args, started: dict[str, str]) -> int:
     # flags first: they need nothing loaded, so a typo fails at once
     if args.trials < 1:
         raise ConfigError("--trials", "", f"must be >= 1, got {args.trials}")
-    from tianfeng.search.workers import parse_workers
+    from tianfeng.hpo.workers import parse_workers
 
     args.workers = parse_workers(args.workers)
     if args.failure_limit < 1:
@@ -73,10 +73,10 @@ def _search(args, started: dict[str, str]) -> int:
 
     from tianfeng import api
     from tianfeng.api import report as write_report
+    from tianfeng.hpo.runner import requeue_interrupted
+    from tianfeng.hpo.summary import print_summary
     from tianfeng.interrupts import raise_if_interrupted
     from tianfeng.ownership import check_report_of, default_report_path
-    from tianfeng.search.runner import requeue_interrupted
-    from tianfeng.search.summary import print_summary
     from tianfeng.trainers.yaml_input import read_yaml
 
     raw = read_yaml(args.space)

@@ -11,7 +11,7 @@ from tianfeng.trainers.yaml_input import read_yaml
 
 def _cluster(path) -> str:
     """The space's cluster and the per-GPU batches it allows (its memory and minimum)."""
-    from tianfeng.search.space import load_space, per_gpu_range
+    from tianfeng.hpo.space import load_space, per_gpu_range
     from tianfeng.trainers.config import ConfigError
 
     try:

@@ -9,11 +9,11 @@ import optuna
 from rich.console import Console
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.outcomes import count_outcomes, outcome, outcomes_text
+from tianfeng.hpo.scores import epochs_reported, score
+from tianfeng.hpo.walltime import format_seconds
 from tianfeng.logs import quiet_optuna
 from tianfeng.promotion.run import load_study
-from tianfeng.search.outcomes import count_outcomes, outcome, outcomes_text
-from tianfeng.search.scores import epochs_reported, score
-from tianfeng.search.walltime import format_seconds
 from tianfeng.tables import add_plain_row, plain_table
 
 

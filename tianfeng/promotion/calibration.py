@@ -10,8 +10,8 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
+from tianfeng.hpo.scores import ranked, score
 from tianfeng.promotion.run import load_study, promote
-from tianfeng.search.scores import ranked, score
 
 log = logging.getLogger("tianfeng.calibrate")
 

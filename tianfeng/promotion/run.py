@@ -15,14 +15,14 @@ import yaml
 from optuna.trial import TrialState
 from rich.console import Console
 
+from tianfeng.hpo.objective import objective_value
+from tianfeng.hpo.scores import best_trial, score
+from tianfeng.hpo.space import SearchSpace, parse_space
 from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from tianfeng.logs import quiet_optuna
 from tianfeng.ownership import check_folder, claim_folder, study_owner
 from tianfeng.promotion.transfer import Change, transfer
-from tianfeng.search.objective import objective_value
-from tianfeng.search.scores import best_trial, score
-from tianfeng.search.space import SearchSpace, parse_space
 from tianfeng.store import RunStore
 from tianfeng.tables import add_plain_row, plain_table
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
@@ -52,7 +52,7 @@ def study_space(study: optuna.Study) -> SearchSpace:
     space = parse_space(attrs["space_yaml"], attrs.get("space_path", study.study_name), data=attrs.get("data"),
                         gpus=attrs.get("gpus"), gpus_per_node=attrs.get("gpus_per_node"),
                         stored_format=attrs.get("space_format", 1))
-    from tianfeng.search.runner import with_objective
+    from tianfeng.hpo.runner import with_objective
 
     return with_objective(space, attrs.get("objective_mode"), attrs.get("target"), attrs.get("min_accuracy"))
 

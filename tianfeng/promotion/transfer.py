@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tianfeng.search.materialize import build_config
-from tianfeng.search.space import SearchSpace
+from tianfeng.hpo.materialize import build_config
+from tianfeng.hpo.space import SearchSpace
 from tianfeng.trainers.config import (
     ConfigError,
     RunConfig,

@@ -13,10 +13,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tianfeng.scale.results import ScalePoint, ScaleStore
-from tianfeng.search.materialize import build_config
-from tianfeng.search.pinned import batch_parameter
-from tianfeng.search.runner import SearchPlan, plan_space, run_search, rung_epochs
+from tianfeng.hpo.materialize import build_config
+from tianfeng.hpo.pinned import batch_parameter
+from tianfeng.hpo.runner import SearchPlan, plan_space, run_search, rung_epochs
+from tianfeng.scaling.results import ScalePoint, ScaleStore
 from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
 from tianfeng.trainers.schedules import peak_lr
 

@@ -7,8 +7,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from tianfeng.search.expressions import ExpressionError
-from tianfeng.search.space_types import (
+from tianfeng.hpo.expressions import ExpressionError
+from tianfeng.hpo.space_types import (
     Fidelity,
     Parameter,
     PhasesTemplate,
@@ -238,7 +238,7 @@ def max_rung_epochs(space: SearchSpace, rung: str) -> int:
     f = space.fidelities[rung]
     if f.epoch_fraction is None and not space.min_steps:
         return f.epochs or space.base.total_epochs
-    from tianfeng.search.space_types import corner_value
+    from tianfeng.hpo.space_types import corner_value
 
     return max(build_config(space, sample_active(space, functools.partial(corner_value, low=low)), rung).total_epochs
                for low in (True, False))

@@ -11,13 +11,8 @@ import optuna
 import yaml
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.ownership import default_report_path, study_owner, write_report
-from tianfeng.promotion.run import load_study
-from tianfeng.report import figures
-from tianfeng.report.plotlyjs import bundle_for
-from tianfeng.report.templates import environment, script_json
-from tianfeng.search.outcomes import count_outcomes, outcome, outcomes_text
-from tianfeng.search.scores import (
+from tianfeng.hpo.outcomes import count_outcomes, outcome, outcomes_text
+from tianfeng.hpo.scores import (
     best_trial,
     epochs_reported,
     maximizing,
@@ -26,7 +21,12 @@ from tianfeng.search.scores import (
     ranked,
     score,
 )
-from tianfeng.search.walltime import format_seconds, parts_text
+from tianfeng.hpo.walltime import format_seconds, parts_text
+from tianfeng.ownership import default_report_path, study_owner, write_report
+from tianfeng.promotion.run import load_study
+from tianfeng.reporting import figures
+from tianfeng.reporting.plotlyjs import bundle_for
+from tianfeng.reporting.templates import environment, script_json
 from tianfeng.storage_url import storage_flag
 from tianfeng.store import RunStore
 from tianfeng.version import __version__
@@ -125,7 +125,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
                      t.user_attrs.get("prior", ""), *[_fmt(t.params.get(p)) for p in params]])
     run_rows = [{**r, "proxy": _fmt(r["proxy_score"]), "full": _fmt(r["final_score"]),
                  "throughput": _fmt(r["epochs"][-1]["samples_per_s"]) if r["epochs"] else "-"} for r in runs]
-    from tianfeng.report.scaling import scaling_rows
+    from tianfeng.reporting.scaling import scaling_rows
 
     scaling = [{**r, **{k: _fmt(r[k]) for k in ("single", "measured", "predicted_samples")},
                 "efficiency": f"{100 * r['efficiency']:.0f}%", "predicted": f"{100 * r['predicted']:.0f}%"}
@@ -143,7 +143,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
 
 def run_report_command(args) -> int:
     if args.scale is not None:
-        from tianfeng.report.scale import build_scale_report
+        from tianfeng.reporting.scale import build_scale_report
 
         path = build_scale_report(args.storage, args.scale, args.output)
     else:

@@ -1,6 +1,6 @@
 """What a loaded search space is: its parameters, fidelity rungs, phases template, objective,
-priors and cluster, as plain records (tianfeng.search.space reads them from YAML and checks them;
-tianfeng.search.materialize builds run configs from them)."""
+priors and cluster, as plain records (tianfeng.hpo.space reads them from YAML and checks them;
+tianfeng.hpo.materialize builds run configs from them)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.search.cluster import ClusterSpec
-from tianfeng.search.expressions import Expression
+from tianfeng.hpo.cluster import ClusterSpec
+from tianfeng.hpo.expressions import Expression
 from tianfeng.trainers.config import RunConfig
 from tianfeng.trainers.metrics import EpochMetrics
 
@@ -73,7 +73,7 @@ class Objective:
     mode: ObjectiveMode = ObjectiveMode.ACCURACY
     target: float | None = None  # time-to-target: the metric the search rung must reach
     # pareto: a trial whose metric is below this is infeasible (off the front); None: the default
-    # the search sets from the data's classes (`tianfeng.search.front.default_floor`)
+    # the search sets from the data's classes (`tianfeng.hpo.front.default_floor`)
     min_accuracy: float | None = None
 
     def reached(self, value: float) -> bool:

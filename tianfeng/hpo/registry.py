@@ -8,8 +8,8 @@ from collections.abc import Callable
 import optuna
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.search.metric_share import N_STARTUP_TRIALS, MetricShareSampler
-from tianfeng.search.space import Parameter, SearchSpace
+from tianfeng.hpo.metric_share import N_STARTUP_TRIALS, MetricShareSampler
+from tianfeng.hpo.space import Parameter, SearchSpace
 
 
 def _grid(space: SearchSpace, points: int = 3) -> dict[str, list]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from tianfeng.scale.results import ScalePoint
-from tianfeng.scale.study import largest_within
+from tianfeng.scaling.results import ScalePoint
+from tianfeng.scaling.study import largest_within
 from tianfeng.tables import add_plain_row, plain_table
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.search.expressions import Expression, ExpressionError
-from tianfeng.search.space import Parameter, Prior, SearchSpace
+from tianfeng.hpo.expressions import Expression, ExpressionError
+from tianfeng.hpo.space import Parameter, Prior, SearchSpace
 from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
 
 
@@ -15,7 +15,7 @@ def batch_parameter(space: SearchSpace) -> str | None:
     """The parameter the phases template reads its batch size from, if it reads exactly one."""
     if space.phases is None:
         return None
-    from tianfeng.search.space import CONSTANTS
+    from tianfeng.hpo.space import CONSTANTS
 
     names = space.phases.batch_size.names - set(CONSTANTS)  # `gpus * round(batch_size / gpus)` reads one
     return next(iter(names)) if len(names) == 1 else None

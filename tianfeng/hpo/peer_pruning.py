@@ -15,7 +15,7 @@ import statistics
 import optuna
 from optuna.trial import TrialState
 
-from tianfeng.search.scores import predicted_s
+from tianfeng.hpo.scores import predicted_s
 
 RUNGS = (1 / 3, 2 / 3)
 RUNG_KEYS = tuple(f"{r:.3f}" for r in RUNGS)

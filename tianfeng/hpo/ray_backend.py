@@ -23,11 +23,9 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.logs import quiet_optuna
-from tianfeng.ray_cluster import start_or_join
-from tianfeng.search.objective import objective_value, objective_values, prepare_trial, record_final
-from tianfeng.search.progress import StudyProgress
-from tianfeng.search.runner import (
+from tianfeng.hpo.objective import objective_value, objective_values, prepare_trial, record_final
+from tianfeng.hpo.progress import StudyProgress
+from tianfeng.hpo.runner import (
     Budget,
     SearchPlan,
     TrialLogger,
@@ -42,7 +40,9 @@ from tianfeng.search.runner import (
     rung_epochs,
     sampler_seed,
 )
-from tianfeng.search.space import SearchSpace
+from tianfeng.hpo.space import SearchSpace
+from tianfeng.logs import quiet_optuna
+from tianfeng.ray_cluster import start_or_join
 from tianfeng.trainers.config import ConfigError, config_to_dict
 
 log = logging.getLogger("tianfeng.search")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import optuna
 from rich.console import Console
 
-from tianfeng.search.scores import pareto_front, predicted_s, score
-from tianfeng.search.walltime import format_seconds, schedule_text
+from tianfeng.hpo.scores import pareto_front, predicted_s, score
+from tianfeng.hpo.walltime import format_seconds, schedule_text
 from tianfeng.tables import add_plain_row, plain_table
 
 
@@ -47,7 +47,7 @@ def default_floor(metric: str, classes: int) -> float | None:
 
 def fastest_to(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial | None:
     """The front trial with the least predicted time whose proxy metric reaches `level`."""
-    from tianfeng.search.scores import maximizing
+    from tianfeng.hpo.scores import maximizing
 
     up = maximizing(study)
     reaching = [t for t in pareto_front(study) if (score(t) >= level if up else score(t) <= level)]

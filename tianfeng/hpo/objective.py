@@ -13,10 +13,10 @@ from typing import Any
 import optuna
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.search.materialize import build_config, sample_active
-from tianfeng.search.peer_pruning import PeerPruner, rung_passed
-from tianfeng.search.space import Parameter, SearchSpace
-from tianfeng.search.walltime import predict_trial
+from tianfeng.hpo.materialize import build_config, sample_active
+from tianfeng.hpo.peer_pruning import PeerPruner, rung_passed
+from tianfeng.hpo.space import Parameter, SearchSpace
+from tianfeng.hpo.walltime import predict_trial
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
 from tianfeng.trainers.engine import EpochMetrics, RunResult, RunStatus, StopTraining, train
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tianfeng.defaults import OBJECTIVE_MODES, ObjectiveMode
-from tianfeng.search.cluster import ClusterSpec, read_cluster, with_overrides
-from tianfeng.search.expressions import Expression, ExpressionError
-from tianfeng.search.space_types import (
+from tianfeng.hpo.cluster import ClusterSpec, read_cluster, with_overrides
+from tianfeng.hpo.expressions import Expression, ExpressionError
+from tianfeng.hpo.space_types import (
     ACCURACY_METRICS,
     CLUSTER_CONSTANTS,
     CONSTANTS,
@@ -460,7 +460,7 @@ def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...], *,
 def _check_complete(r: _Reader, params: dict[str, Any], parameters: tuple[Parameter, ...]) -> None:
     """A prior is a published recipe: it sets every parameter its own values make active (one it
     left out would come from the sampler, e.g. label smoothing in a recipe that has none)."""
-    from tianfeng.search.materialize import is_active
+    from tianfeng.hpo.materialize import is_active
 
     values = dict(params)
     for p in parameters:  # in order: a condition reads parameters declared before it
@@ -493,7 +493,7 @@ def _domain(p: Parameter) -> str:
 def _check_builds(space: SearchSpace) -> None:
     """Build the config of the lowest and highest corner at every rung, so errors that only a
     combination reveals (a batch above the data size, warm-up beyond the epochs) show at load."""
-    from tianfeng.search.materialize import build_config, sample_active
+    from tianfeng.hpo.materialize import build_config, sample_active
 
     for corner in ("low", "high"):
         values = sample_active(space, functools.partial(corner_value, low=corner == "low"))
@@ -509,7 +509,7 @@ def _check_builds(space: SearchSpace) -> None:
 
 
 def _check_fits_cluster(cfg: RunConfig, cluster: ClusterSpec, constants: dict[str, int]) -> None:
-    from tianfeng.search.walltime import check_batches, check_memory
+    from tianfeng.hpo.walltime import check_batches, check_memory
 
     check_batches(cfg, cluster)
     check_memory(cfg, cluster, in_channels=constants.get("channels", 3), classes=constants.get("classes", 1000))

@@ -19,10 +19,10 @@ def check_data(space) -> int:
 
 
 def print_summary(study, storage: str) -> int:
-    from tianfeng.search.front import print_front
-    from tianfeng.search.outcomes import count_outcomes, outcomes_text
-    from tianfeng.search.scores import best_trial, mode_of, pruned_share, score
-    from tianfeng.search.walltime import format_seconds
+    from tianfeng.hpo.front import print_front
+    from tianfeng.hpo.outcomes import count_outcomes, outcomes_text
+    from tianfeng.hpo.scores import best_trial, mode_of, pruned_share, score
+    from tianfeng.hpo.walltime import format_seconds
 
     trials = study.get_trials(deepcopy=False)
     mode = mode_of(study)
@@ -35,7 +35,7 @@ def print_summary(study, storage: str) -> int:
     metric = study.user_attrs.get("metric", "value")
     storage = storage_flag(storage)
     if mode == ObjectiveMode.PARETO:
-        from tianfeng.search.scores import pareto_front
+        from tianfeng.hpo.scores import pareto_front
 
         floor = study.user_attrs.get("min_accuracy")
         if not pareto_front(study):

@@ -20,6 +20,15 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.locked_storage import BudgetReached, LockedSQLiteStorage, rdb_storage
+from tianfeng.hpo.objective import ProxyObjective
+from tianfeng.hpo.outcomes import Outcome, outcome
+from tianfeng.hpo.peer_pruning import PeerPruner
+from tianfeng.hpo.progress import StudyProgress
+from tianfeng.hpo.registry import PRUNERS, make_sampler
+from tianfeng.hpo.scores import best_trial, epochs_reported, score
+from tianfeng.hpo.space import SearchSpace, load_space, per_gpu_range
+from tianfeng.hpo.walltime import format_seconds
 from tianfeng.interrupts import (
     deferred_interrupt,
     held_for_children,
@@ -28,15 +37,6 @@ from tianfeng.interrupts import (
 )
 from tianfeng.logs import quiet_optuna
 from tianfeng.ownership import check_folder, claim_folder, new_uid, study_owner
-from tianfeng.search.locked_storage import BudgetReached, LockedSQLiteStorage, rdb_storage
-from tianfeng.search.objective import ProxyObjective
-from tianfeng.search.outcomes import Outcome, outcome
-from tianfeng.search.peer_pruning import PeerPruner
-from tianfeng.search.progress import StudyProgress
-from tianfeng.search.registry import PRUNERS, make_sampler
-from tianfeng.search.scores import best_trial, epochs_reported, score
-from tianfeng.search.space import SearchSpace, load_space, per_gpu_range
-from tianfeng.search.walltime import format_seconds
 from tianfeng.storage_url import engine_options
 from tianfeng.trainers.config import ConfigError, config_from_dict
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
@@ -112,7 +112,7 @@ def plan_space(plan: SearchPlan) -> SearchSpace:
     space = with_objective(space, plan.objective, plan.target, plan.min_accuracy)
     if plan.batch_size is None and not plan.set_overrides and plan.priors:
         return space
-    from tianfeng.search.pinned import at_batch
+    from tianfeng.hpo.pinned import at_batch
 
     return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)
 
@@ -232,7 +232,7 @@ def enqueue_priors(study: optuna.Study, space: SearchSpace, plan: SearchPlan) ->
 
 
 def rung_epochs(space: SearchSpace, rung: str) -> int:
-    from tianfeng.search.materialize import max_rung_epochs
+    from tianfeng.hpo.materialize import max_rung_epochs
 
     return max_rung_epochs(space, rung)
 
@@ -418,7 +418,7 @@ def log_objective(space: SearchSpace) -> None:
 
 def run_search(plan: SearchPlan, workers: int | str, *, resume: bool) -> optuna.Study:
     """Run the plan's study with `workers` local processes (a count, or auto: see search/workers.py)."""
-    from tianfeng.search.workers import resolve_workers
+    from tianfeng.hpo.workers import resolve_workers
 
     quiet_optuna()
     space = plan_space(plan)

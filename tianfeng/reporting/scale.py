@@ -10,12 +10,12 @@ from pathlib import Path
 import optuna
 import plotly.graph_objects as go
 
+from tianfeng.hpo.runner import UNLIMITED_TRIALS
 from tianfeng.ownership import default_report_path, study_owner, write_report
-from tianfeng.report.plotlyjs import bundle_for
-from tianfeng.report.templates import environment, script_json
-from tianfeng.scale.results import ScalePoint, ScaleStore
-from tianfeng.scale.table import describe, fmt_value, headline
-from tianfeng.search.runner import UNLIMITED_TRIALS
+from tianfeng.reporting.plotlyjs import bundle_for
+from tianfeng.reporting.templates import environment, script_json
+from tianfeng.scaling.results import ScalePoint, ScaleStore
+from tianfeng.scaling.table import describe, fmt_value, headline
 from tianfeng.storage_url import storage_flag
 from tianfeng.trainers.config import ConfigError
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name

@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass, field, replace
 
 from tianfeng.costmodel import allreduce_s, step_seconds
+from tianfeng.hpo.cluster import ClusterSpec
 from tianfeng.memory import OPTIMIZER_STATES, per_gpu_fit
-from tianfeng.search.cluster import ClusterSpec
 from tianfeng.throughput import (
     DEVICES,
     StepCost,
@@ -133,7 +133,7 @@ def _measured_step_models(cfg: RunConfig, spec: ClusterSpec, resolutions: list[i
                           classes: int) -> dict[int, StepModel]:
     """This machine's fits (calibrate --throughput), moved to the run's model and to resolutions
     not measured from the nearest measured one, as the cited figures are."""
-    from tianfeng.search.cluster import read_throughput
+    from tianfeng.hpo.cluster import read_throughput
     from tianfeng.trainers.config import ModelConfig
 
     data = read_throughput(spec.throughput)
@@ -270,7 +270,7 @@ def schedule_text(phases) -> str:
 
 def predict_trial(space, values: dict) -> WallTime:
     """The full-fidelity run of a trial's values on the space's cluster."""
-    from tianfeng.search.materialize import build_config
+    from tianfeng.hpo.materialize import build_config
     from tianfeng.trainers.data.sources import open_source
 
     cfg = build_config(space, values, "target")

@@ -11,8 +11,8 @@ import plotly.graph_objects as go
 from optuna.trial import TrialState
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.search.outcomes import COLOURS, outcome
-from tianfeng.search.scores import (
+from tianfeng.hpo.outcomes import COLOURS, outcome
+from tianfeng.hpo.scores import (
     completed,
     curve,
     maximizing,
@@ -21,7 +21,7 @@ from tianfeng.search.scores import (
     predicted_s,
     score,
 )
-from tianfeng.search.walltime import format_seconds, schedule_text
+from tianfeng.hpo.walltime import format_seconds, schedule_text
 from tianfeng.trainers.config import config_from_dict
 from tianfeng.trainers.schedules import learning_rate
 

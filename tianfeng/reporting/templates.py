@@ -1,4 +1,4 @@
-"""The report templates: package data of `tianfeng.report` (the `jinja/` folder), loaded through
+"""The report templates: package data of `tianfeng.reporting` (the `jinja/` folder), loaded through
 importlib by jinja's PackageLoader, so a wheel, an editable install and a checkout find them
 alike, and a `reports/` folder of generated reports in the working directory never shadows them."""
 
@@ -8,7 +8,7 @@ import jinja2
 
 
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("tianfeng.report", "jinja"), autoescape=True)
+    return jinja2.Environment(loader=jinja2.PackageLoader("tianfeng.reporting", "jinja"), autoescape=True)
 
 
 def script_json(fig) -> str:

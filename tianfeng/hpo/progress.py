@@ -8,8 +8,8 @@ import sys
 import optuna
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from tianfeng.search.outcomes import Outcome, count_outcomes
-from tianfeng.search.scores import best_trial, score
+from tianfeng.hpo.outcomes import Outcome, count_outcomes
+from tianfeng.hpo.scores import best_trial, score
 
 
 class StudyProgress:

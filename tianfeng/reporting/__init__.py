@@ -1,0 +1,1 @@
+"""HTML reports of studies and scaling curves."""
