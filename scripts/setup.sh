@@ -2,15 +2,15 @@
 # Creates .venv in the checkout and installs tianfeng into it. --dev adds DALI, Ray, the
 # PostgreSQL driver and the test tools, and the Debian packages the tests drive for real
 # (a PostgreSQL server, headless Chromium) when they are missing and we may install them.
-# torch is pinned to 2.13.0, the CPU build pip finds on this machine's disk: nothing here may
-# pull a multi-GB CUDA build.
+# torch and torchvision come as the tested pair in constraints.txt (pip finds both on this
+# machine's disk); nothing here may pull another torch build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""
 [[ "${1:-}" == "--dev" ]] && extras="[dev]"
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".${extras}"
+.venv/bin/python -m pip install --quiet -c constraints.txt -e ".${extras}"
 
 # Reports embed plotly.js; its basic bundle (scatter, bar) from the npm registry, the version the
 # plotly package draws for, opens in about half the time of the full one. Without npm, reports
