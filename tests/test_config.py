@@ -42,7 +42,7 @@ BAD_INPUTS = [
     ("optimizer: {nesterov: 1}", "optimizer.nesterov", "must be true or false"),
     ("optimizr: {lr: 1}", "optimizr", "unknown key; allowed: name, run_dir"),
     ("model: {depth: 0}", "model.depth", "must be >= 1, got 0"),
-    ("model: {name: vit}", "model.name", "must be resnet_small, resnet50 or package.module:function"),
+    ("model: {name: vit}", "model.name", "must be resnet_small, resnet50, torchvision:<name>, timm:<name> or package.module:function"),
     ("data: {fraction: 1.5}", "data.fraction", "must be <= 1, got 1.5"),
     ("data: {source: mnist}", "data.source", "must be digits, synthetic, imagefolder:DIR or package.module:function"),
     ("data: {loader: dali}", "data.loader", "dali reads files"),

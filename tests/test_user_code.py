@@ -106,7 +106,7 @@ def test_a_wrong_user_name_is_one_line_naming_the_key(tmp_path: Path, user_modul
 def test_names_that_are_neither_built_in_nor_module_function_are_refused_at_load(tmp_path: Path) -> None:
     raw = config_to_dict(make_config(tmp_path))
     raw["model"]["name"] = "resnet18"
-    with pytest.raises(ConfigError, match="model.name: must be resnet_small, resnet50 or package.module:function"):
+    with pytest.raises(ConfigError, match="model.name: must be resnet_small, resnet50, torchvision:<name>, timm:<name> or package.module:function"):
         config_from_dict(raw, "run.yaml")
     raw["model"]["name"] = "resnet_small"
     raw["data"]["source"] = "os:system; rm"

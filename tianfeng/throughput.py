@@ -90,16 +90,17 @@ def step_cost(model: ModelConfig, resolution: int, in_channels: int = 3, classes
 
     from tianfeng.trainers.models import build_model
 
+    batch = 2  # BatchNorm in training mode needs more than one value per channel (1x1 maps)
     with torch.device("meta"):
         net = build_model(model, in_channels, classes)
-        x = torch.empty(1, in_channels, resolution, resolution)
+        x = torch.empty(batch, in_channels, resolution, resolution)
         with FlopCounterMode(display=False) as counter:
             net(x).sum().backward()
     layers = sum(1 for m in net.modules()
                  if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False)))
     norm_kinds = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.SyncBatchNorm)
     norms = tuple(m.num_features for m in net.modules() if isinstance(m, norm_kinds))
-    return StepCost(float(counter.get_total_flops()), layers, sum(p.numel() for p in net.parameters()), norms)
+    return StepCost(float(counter.get_total_flops()) / batch, layers, sum(p.numel() for p in net.parameters()), norms)
 
 
 def reference_cost() -> StepCost:

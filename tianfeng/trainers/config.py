@@ -30,11 +30,20 @@ def _bounded(default: Any, **kw: float) -> Any:
     return field(default=default, **_bounds(**kw))
 
 
+class Kwargs(dict):
+    """`model.kwargs`: a mapping that hashes (configs are cache keys) by its items."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(repr(sorted(self.items())))
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    # resnet_small | resnet50 | package.module:function, your builder, called as
-    # function(num_classes=N, in_channels=C) and returning an nn.Module
+    # resnet_small | resnet50 | torchvision:<name> | timm:<name> | package.module:function, your
+    # builder, called as function(num_classes=N, in_channels=C, **kwargs), returning an nn.Module
     name: str = "resnet_small"
+    kwargs: Kwargs = field(default_factory=Kwargs)  # to the builder (torchvision, timm or yours)
+    weights: str = ""  # a local state dict to start from; nothing is ever downloaded
     width: int = _bounded(16, ge=1)  # channels of the first stage (resnet_small)
     depth: int = _bounded(1, ge=1)  # residual blocks per stage (resnet_small)
     stages: int = _bounded(3, ge=1, le=5)  # stages of resnet_small, each halving resolution
@@ -245,6 +254,10 @@ def _convert(value: Any, tp: Any, path: str, source: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise ConfigError(source, path, f"must be a finite number; got {value!r}")
         return float(value)
+    if tp is Kwargs:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(source, path, f"must be a mapping of argument names to values; got {value!r}")
+        return Kwargs(value)
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(source, path, f"must be a string; got {value!r}")
@@ -295,8 +308,8 @@ def _validate_cross_fields(cfg: RunConfig, source: str) -> None:
         raise ConfigError(source, "data.source",
                           f"must be digits, synthetic, imagefolder:DIR or package.module:function; got {src!r}")
     if cfg.model.name not in ("resnet_small", "resnet50") and not is_reference(cfg.model.name):
-        raise ConfigError(source, "model.name",
-                          f"must be resnet_small, resnet50 or package.module:function; got {cfg.model.name!r}")
+        raise ConfigError(source, "model.name", "must be resnet_small, resnet50, torchvision:<name>, timm:<name> "
+                          f"or package.module:function; got {cfg.model.name!r}")
     if cfg.data.loader == "dali" and not src.startswith("imagefolder:"):
         raise ConfigError(source, "data.loader", f"dali reads files: it needs an imagefolder:DIR "
                           f"source, got {src!r}; allowed here: auto, cache, torch")

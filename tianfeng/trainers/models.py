@@ -1,4 +1,5 @@
-"""Models: ResNet-50 (the ImageNet architecture) and small ResNets for cheap proxy runs."""
+"""Models: small ResNets for cheap proxy runs, ResNet-50 (torchvision's, with the recipes'
+initialisation), torchvision and timm models by name, and the user's own builders."""
 
 from __future__ import annotations
 
@@ -33,17 +34,6 @@ class BasicBlock(_Residual):
     def __init__(self, cin: int, cout: int, stride: int) -> None:
         super().__init__(nn.Sequential(*_conv_bn(cin, cout, 3, stride), nn.ReLU(inplace=True),
                                        *_conv_bn(cout, cout, 3)), cin, cout, stride)
-
-
-class Bottleneck(_Residual):
-    expansion = 4
-
-    def __init__(self, cin: int, width: int, stride: int) -> None:
-        cout = width * self.expansion
-        # stride on the 3x3 conv ("ResNet v1.5"), as in the large-batch ImageNet records
-        super().__init__(nn.Sequential(*_conv_bn(cin, width, 1), nn.ReLU(inplace=True),
-                                       *_conv_bn(width, width, 3, stride), nn.ReLU(inplace=True),
-                                       *_conv_bn(width, cout, 1)), cin, cout, stride)
 
 
 class ResNet(nn.Module):
@@ -91,33 +81,46 @@ def resnet_small(cfg: ModelConfig, in_channels: int, num_classes: int) -> ResNet
     return model
 
 
-def resnet50(cfg: ModelConfig, in_channels: int, num_classes: int) -> ResNet:
-    """ResNet-50 for ImageNet-size inputs: 7x7/2 stem, max-pool, bottleneck stages [3, 4, 6, 3]."""
-    stem = nn.Sequential(*_conv_bn(in_channels, 64, 7, 2), nn.ReLU(inplace=True),
-                         nn.MaxPool2d(3, 2, 1))
-    layers: list[nn.Module] = []
-    cin = 64
-    for stage, count in enumerate((3, 4, 6, 3)):
-        width = 64 * 2**stage
-        for block in range(count):
-            stride = 2 if stage > 0 and block == 0 else 1
-            layers.append(Bottleneck(cin, width, stride))
-            cin = width * Bottleneck.expansion
-    model = ResNet(stem, nn.Sequential(*layers), cin, num_classes, cfg.bn_after_pool)
-    _init_weights(model, cfg.zero_init_residual)
+def resnet50(cfg: ModelConfig, in_channels: int, num_classes: int) -> nn.Module:
+    """torchvision's ResNet-50 (v1.5: the stride on the 3x3 convolution, as in the large-batch
+    ImageNet records) with the recipes' initialisation: each block's last BatchNorm gamma at zero
+    when `zero_init_residual`, and an optional BatchNorm after the pooling."""
+    from torchvision.models import resnet50 as torchvision_resnet50
+
+    from tianfeng.trainers.model_zoo import first_conv_takes
+
+    model = torchvision_resnet50(weights=None, num_classes=num_classes, zero_init_residual=cfg.zero_init_residual)
+    if in_channels != 3:
+        first_conv_takes(model, in_channels)
+    if cfg.bn_after_pool:
+        model.fc = nn.Sequential(nn.BatchNorm1d(model.fc.in_features), model.fc)
     return model
 
 
 def build_model(cfg: ModelConfig, in_channels: int, num_classes: int) -> nn.Module:
-    """A built-in ResNet, or the user's builder named `package.module:function`."""
+    """A built-in ResNet, a torchvision or timm model by name, or the user's builder named
+    `package.module:function`; then the local weights of `model.weights`, if any."""
+    from tianfeng.trainers.model_zoo import build_named, family_of, load_weights
+
+    if family_of(cfg.name):
+        return build_named(cfg, in_channels, num_classes)
     builders = {"resnet_small": resnet_small, "resnet50": resnet50}
     if cfg.name in builders:
-        return builders[cfg.name](cfg, in_channels, num_classes)
+        model = builders[cfg.name](cfg, in_channels, num_classes)
+    else:
+        model = _user_model(cfg, in_channels, num_classes)
+    if cfg.weights:
+        load_weights(model, cfg.weights)
+    return model
+
+
+def _user_model(cfg: ModelConfig, in_channels: int, num_classes: int) -> nn.Module:
     from tianfeng.trainers.config import ConfigError
     from tianfeng.trainers.user_code import load_callable
 
-    builder = load_callable(cfg.name, "model.name", num_classes=num_classes, in_channels=in_channels)
-    model = builder(num_classes=num_classes, in_channels=in_channels)
+    arguments = {"num_classes": num_classes, "in_channels": in_channels, **cfg.kwargs}
+    builder = load_callable(cfg.name, "model.name", **arguments)
+    model = builder(**arguments)
     if not isinstance(model, nn.Module):
         raise ConfigError("", "model.name", f"{cfg.name} returned {type(model).__name__}, not a torch.nn.Module")
     return model

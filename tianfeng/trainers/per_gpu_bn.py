@@ -7,7 +7,10 @@ all of it, a much easier problem at a few images per GPU. `PerGpuBatchNorm` norm
 group of `group_size` consecutive images on its own (the images rank r of the cluster would get
 are the r-th group, as `rank_slice` deals them) and keeps the first group's statistics as the
 running ones. A batch that does not divide into whole groups folds its remainder into the last
-group (the cluster would drop those images)."""
+group (the cluster would drop those images).
+
+BatchNorm subclasses that do more than normalise (timm's BatchNormAct2d adds the activation)
+keep their class: their own forward runs group by group instead, slower but the same result."""
 
 from __future__ import annotations
 
@@ -64,22 +67,50 @@ class PerGpuBatchNorm(nn.modules.batchnorm._BatchNorm):
 
 def convert(model: nn.Module) -> nn.Module:
     """Every BatchNorm1d/2d of `model` (not SyncBatchNorm) made a PerGpuBatchNorm with the same
-    parameters and statistics; `set_group_size` then sets the images per GPU."""
+    parameters and statistics, a subclass of theirs grouped in place; `set_group_size` then sets
+    the images per GPU."""
     for name, child in model.named_children():
-        if isinstance(child, (nn.BatchNorm1d, nn.BatchNorm2d)) and not isinstance(child, PerGpuBatchNorm):
+        if type(child) in (nn.BatchNorm1d, nn.BatchNorm2d):
             new = PerGpuBatchNorm(child.num_features, child.eps, child.momentum, child.affine,
                                   child.track_running_stats, device=child.weight.device if child.affine else None)
             new.load_state_dict(child.state_dict())
             setattr(model, name, new)
+        elif isinstance(child, nn.BatchNorm1d | nn.BatchNorm2d) and not isinstance(child, PerGpuBatchNorm):
+            _group_in_place(child)
         else:
             convert(child)
     return model
 
 
+def _group_in_place(layer: nn.modules.batchnorm._BatchNorm) -> None:
+    """The layer's own forward, run on each group of images; the first group's running
+    statistics are kept, as DDP keeps rank 0's."""
+    plain = layer.forward
+    layer.group_size = 0
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        n, g = x.shape[0], layer.group_size
+        if not layer.training or g <= 0 or n < 2 * g:
+            return plain(x)
+        groups = n // g
+        bounds = [i * g for i in range(groups)] + [n]  # the last group takes the remainder
+        out = [plain(x[bounds[0]:bounds[1]])]
+        # the other groups update scratch copies; autograd saved the originals, left untouched
+        kept = dict(layer.named_buffers(recurse=False))
+        for name, buffer in kept.items():
+            setattr(layer, name, buffer.clone())
+        out += [plain(x[a:b]) for a, b in zip(bounds[1:-1], bounds[2:], strict=True)]
+        for name, buffer in kept.items():
+            setattr(layer, name, buffer)
+        return torch.cat(out)
+
+    layer.forward = forward
+
+
 def set_group_size(model: nn.Module, images_per_gpu: int) -> int:
     """Normalise over groups of `images_per_gpu` from now on (each phase has its own); returns
     how many layers took it."""
-    layers = [m for m in model.modules() if isinstance(m, PerGpuBatchNorm)]
+    layers = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and hasattr(m, "group_size")]
     for m in layers:
         m.group_size = images_per_gpu
     return len(layers)

@@ -11,6 +11,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tianfeng.trainers.config_error import ConfigError
+
 
 class _GlobalBatchNormFn(torch.autograd.Function):
     @staticmethod
@@ -71,6 +73,11 @@ def convert(model: nn.Module, device: torch.device, group: dist.ProcessGroup | N
     """Every BatchNorm2d of `model` made global across the ranks of `group` (None: all ranks; a
     node's group keeps the statistics' all-reduce off the inter-node network), with its
     parameters and statistics."""
+    subclassed = sorted({type(m).__name__ for m in model.modules() if isinstance(m, nn.BatchNorm2d)
+                         and type(m) not in (nn.BatchNorm2d, GlobalBatchNorm2d)})
+    if subclassed:  # torch's conversion would drop what the subclass adds (an activation, say)
+        raise ConfigError("", "distributed.sync_bn", f"cannot make {', '.join(subclassed)} synchronised without "
+                          "losing what it adds to BatchNorm; allowed with this model: false (per-GPU BatchNorm)")
     if device.type == "cuda":
         return nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group=group)
     for name, child in model.named_children():
