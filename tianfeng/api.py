@@ -37,6 +37,7 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
     in `storage` and returned. `workers`: "auto" (one per GPU, or per CPU core) or a count of
     local worker processes. `mlflow` (a tracking URI, e.g. sqlite:///mlflow.db) logs every
     trial as an MLflow run in an experiment named after the study. As `tianfeng search`."""
+    from tianfeng.hpo.dashboard import publish_curves
     from tianfeng.hpo.runner import SearchPlan, run_search, with_objective
     from tianfeng.hpo.space import load_space
     from tianfeng.hpo.summary import check_data
@@ -75,6 +76,7 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
     else:
         raise ConfigError("--backend", "", f"must be optuna or ray; got {backend!r}")
     study_obj = optuna.load_study(study_name=plan.study, storage=plan.storage)
+    publish_curves(study_obj)  # for optuna-dashboard, when installed
     if mlflow:
         from tianfeng.tracking import export_study
 

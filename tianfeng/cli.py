@@ -206,6 +206,17 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--memory-gib", type=float, default=None, help="one GPU's memory (default: the preset's)")
     plan.add_argument("--json", action="store_true")
 
+    dashboard = sub.add_parser("dashboard", help="serve optuna-dashboard on the study database",
+                               description="Save every study's per-epoch curves where optuna-dashboard "
+                                           "draws them (pareto and time-to-target studies cannot report "
+                                           "them to Optuna), then serve optuna-dashboard on the database "
+                                           "until Ctrl-C. Needs the [dashboard] extra.")
+    dashboard.add_argument("study", nargs="?", default=None, help="refresh this study only (default: all)")
+    add_storage(dashboard)
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    dashboard.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    dashboard.add_argument("--no-serve", action="store_true", help="save the curves and exit")
+
     sub.add_parser("spaces", help="list the search spaces shipped with tianfeng",
                    description="List the shipped search spaces: --space takes each by its bare name "
                                "(e.g. --space large_batch.yaml) when no such file is in the working directory.")
@@ -228,7 +239,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
         from tianfeng.shipped_spaces import resolve_space
 
         args.space = resolve_space(args.space)  # a bare name: the shipped space
-    flags = {"study": "STUDY" if args.command == "report" else "--study", "scale": "--scale"}
+    flags = {"study": "STUDY" if args.command in ("report", "dashboard") else "--study", "scale": "--scale"}
     if args.command == "scale":
         flags["name"] = "--name"
     for attr, flag in flags.items():
@@ -331,6 +342,7 @@ _COMMANDS = {
     "plan": ("tianfeng.commands.plan_command", "run_plan_command"),
     "status": ("tianfeng.commands.status_command", "run_status_command"),
     "spaces": ("tianfeng.commands.spaces_command", "run_spaces_command"),
+    "dashboard": ("tianfeng.commands.dashboard_command", "run_dashboard_command"),
 }
 
 

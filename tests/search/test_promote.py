@@ -232,12 +232,14 @@ def test_a_study_made_before_complete_priors_still_promotes(tmp_path: Path, tiny
     import optuna
     import yaml
 
+    from tianfeng.hpo.stored_space import store_space_text
+
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=1, study="old")
     run_search(plan, workers=1, resume=False)
     study = optuna.load_study(study_name="old", storage=plan.storage)
     old = dict(tiny_space, priors=[{"name": "goyal", "params": {"optimizer": "sgd", "base_lr": 0.4, "batch_size": 128}}])
     del old["min_steps"]
-    study.set_user_attr("space_yaml", yaml.safe_dump(old))
+    store_space_text(study, yaml.safe_dump(old))
     study.set_user_attr("space_format", 1)
     out = promote(plan.storage, "old", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=True)
     assert out["dry_run"] and out["trial"] == 0

@@ -20,6 +20,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.dashboard import metric_names
 from tianfeng.hpo.locked_storage import BudgetReached, LockedSQLiteStorage, rdb_storage
 from tianfeng.hpo.objective import ProxyObjective
 from tianfeng.hpo.outcomes import Outcome, outcome
@@ -28,6 +29,7 @@ from tianfeng.hpo.progress import StudyProgress
 from tianfeng.hpo.registry import PRUNERS, make_sampler
 from tianfeng.hpo.scores import best_trial, epochs_reported, score
 from tianfeng.hpo.space import SearchSpace, load_space, per_gpu_range
+from tianfeng.hpo.stored_space import store_space_text
 from tianfeng.hpo.walltime import format_seconds
 from tianfeng.interrupts import (
     deferred_interrupt,
@@ -184,7 +186,9 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
                                 sampler=make_sampler(plan.sampler, space, plan.seed if seed is None else seed),
                                 pruner=make_pruner(space, plan))
     if not exists:
-        attrs = {"kind": "search", "space_path": space.path, "space_yaml": Path(space.path).read_text(),
+        study.set_metric_names(metric_names(space.objective.mode, space.objective.metric))
+        store_space_text(study, Path(space.path).read_text())
+        attrs = {"kind": "search", "space_path": space.path,
                  "objective_mode": space.objective.mode, "direction": space.objective.direction,
                  "target": space.objective.target, "min_accuracy": space.objective.min_accuracy,
                  "cluster": space.cluster.describe(), "per_gpu_batch": per_gpu_range(space),

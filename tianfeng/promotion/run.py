@@ -18,6 +18,7 @@ from rich.console import Console
 from tianfeng.hpo.objective import objective_value
 from tianfeng.hpo.scores import best_trial, score
 from tianfeng.hpo.space import SearchSpace, parse_space
+from tianfeng.hpo.stored_space import space_text
 from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from tianfeng.logs import quiet_optuna
@@ -47,9 +48,10 @@ def load_study(storage: str, study_name: str | None, flag: str = "--study") -> o
 
 def study_space(study: optuna.Study) -> SearchSpace:
     attrs = study.user_attrs
-    if "space_yaml" not in attrs:
+    text = space_text(study)
+    if text is None:
         raise ConfigError("--study", study.study_name, "was not created by tianfeng search (no space stored)")
-    space = parse_space(attrs["space_yaml"], attrs.get("space_path", study.study_name), data=attrs.get("data"),
+    space = parse_space(text, attrs.get("space_path", study.study_name), data=attrs.get("data"),
                         gpus=attrs.get("gpus"), gpus_per_node=attrs.get("gpus_per_node"),
                         stored_format=attrs.get("space_format", 1))
     from tianfeng.hpo.runner import with_objective
