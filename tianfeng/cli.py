@@ -206,6 +206,16 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--memory-gib", type=float, default=None, help="one GPU's memory (default: the preset's)")
     plan.add_argument("--json", action="store_true")
 
+    export = sub.add_parser("export", help="write a study's trials as CSV, Parquet or JSON",
+                            description="One row per trial: its parameters, objective values (named), state "
+                                        "and outcome, proxy score, predicted full-run time and GPU-hours, "
+                                        "and the score of its completed promotion, if any. To stdout "
+                                        "unless -o is given (Parquet needs -o).")
+    export.add_argument("study", nargs="?", default=None, help="study name (default: the only study)")
+    add_storage(export)
+    export.add_argument("--format", choices=("csv", "parquet", "json"), default="csv")
+    export.add_argument("-o", "--output", type=Path, default=None, help="the file to write (default: stdout)")
+
     dashboard = sub.add_parser("dashboard", help="serve optuna-dashboard on the study database",
                                description="Save every study's per-epoch curves where optuna-dashboard "
                                            "draws them (pareto and time-to-target studies cannot report "
@@ -239,7 +249,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
         from tianfeng.shipped_spaces import resolve_space
 
         args.space = resolve_space(args.space)  # a bare name: the shipped space
-    flags = {"study": "STUDY" if args.command in ("report", "dashboard") else "--study", "scale": "--scale"}
+    flags = {"study": "STUDY" if args.command in ("report", "dashboard", "export") else "--study", "scale": "--scale"}
     if args.command == "scale":
         flags["name"] = "--name"
     for attr, flag in flags.items():
@@ -343,6 +353,7 @@ _COMMANDS = {
     "status": ("tianfeng.commands.status_command", "run_status_command"),
     "spaces": ("tianfeng.commands.spaces_command", "run_spaces_command"),
     "dashboard": ("tianfeng.commands.dashboard_command", "run_dashboard_command"),
+    "export": ("tianfeng.commands.export_command", "run_export_command"),
 }
 
 

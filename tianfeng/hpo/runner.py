@@ -186,7 +186,9 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
                                 sampler=make_sampler(plan.sampler, space, plan.seed if seed is None else seed),
                                 pruner=make_pruner(space, plan))
     if not exists:
-        study.set_metric_names(metric_names(space.objective.mode, space.objective.metric))
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, and what the dashboard reads
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(metric_names(space.objective.mode, space.objective.metric))
         store_space_text(study, Path(space.path).read_text())
         attrs = {"kind": "search", "space_path": space.path,
                  "objective_mode": space.objective.mode, "direction": space.objective.direction,
