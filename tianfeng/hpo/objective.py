@@ -107,6 +107,25 @@ def mark_failed(trial: optuna.Trial, exc: Exception) -> None:
     trial.set_user_attr("error", f"{type(exc).__name__}: {lines[0][:500] if lines else ''}")
 
 
+def judge_epoch(trial: optuna.Trial, objective, peers: PeerPruner | None, epoch: int, total_epochs: int,
+                value: float) -> str | None:
+    """Record the metric a trial reached at `epoch` and judge it: None to train on, else why it
+    stops (pruned). Accuracy studies ask Optuna's pruner; pareto and time-to-target ones record
+    the curve (Optuna takes no intermediate values there) and ask the peer rule."""
+    metric = objective.metric
+    if objective.mode == ObjectiveMode.ACCURACY:
+        trial.report(value, epoch)
+        # after the last epoch the work is spent: the trial completes whatever a pruner says
+        if epoch < total_epochs and trial.should_prune():
+            return f"pruned at epoch {epoch} ({metric} {value:.4g})"
+        return None
+    trial.set_user_attr("curve", {**trial.user_attrs.get("curve", {}), str(epoch): value})
+    rung = rung_passed(epoch, total_epochs)
+    if rung and peers and peers.should_prune(trial.study, trial, rung, value, objective.direction == "maximize"):
+        return f"pruned at epoch {epoch} ({metric} {value:.4g}, below the median of trials as fast or faster)"
+    return None
+
+
 class ProxyObjective:
     """`trainer` is the engine's `train`; the overhead benchmark swaps in one that does nothing."""
 
@@ -127,22 +146,12 @@ class ProxyObjective:
 
         def report(m: EpochMetrics) -> None:
             # called only for epochs this process trained: a resumed trial reports no epoch twice
-            value = getattr(m, metric)
             if m.noise_scale is not None:
                 trial.set_user_attr("noise_curve", {**trial.user_attrs.get("noise_curve", {}),
                                                     str(m.epoch): m.noise_scale})
-            if objective.mode == ObjectiveMode.ACCURACY:
-                trial.report(value, m.epoch)
-                # after the last epoch the work is spent: the trial completes whatever a pruner says
-                if m.epoch < cfg.total_epochs and trial.should_prune():
-                    raise StopTraining(RunStatus.PRUNED, f"pruned at epoch {m.epoch} ({metric} {value:.4g})")
-                return
-            trial.set_user_attr("curve", {**trial.user_attrs.get("curve", {}), str(m.epoch): value})
-            rung = rung_passed(m.epoch, cfg.total_epochs)
-            if rung and self.peers and self.peers.should_prune(
-                    trial.study, trial, rung, value, objective.direction == "maximize"):
-                raise StopTraining(RunStatus.PRUNED, f"pruned at epoch {m.epoch} ({metric} {value:.4g}, below "
-                                             "the median of trials as fast or faster)")
+            why = judge_epoch(trial, objective, self.peers, m.epoch, cfg.total_epochs, getattr(m, metric))
+            if why:
+                raise StopTraining(RunStatus.PRUNED, why)
 
         try:
             result = self.trainer(cfg, report)

@@ -1,0 +1,282 @@
+"""Search algorithms compared on many tasks and seeds in minutes: the LCBench surrogate of YAHPO
+Gym (an MLP's 52-epoch learning curves on 34 OpenML tasks, predicted by a published model) stands
+in for training, so budget allocation, pruning and sampling are compared, not proxies.
+
+Each method gets the same budget in surrogate training seconds (B = `--budget` full runs of a
+median configuration of the task); a trial costs the time of the epochs it trained. tianfeng's
+methods run through the search's own code: its sampler (`make_sampler`), its pruners and the
+epoch-by-epoch judgement of a trial (`judge_epoch`) that a real search uses. Reported per method,
+median and quartiles over tasks x seeds: the normalised regret of the best full-fidelity
+(52-epoch) accuracy found by each fraction of the budget: (best known - found) / (best known -
+median of 400 random configurations), where best known is the best of those 400 and of every
+method's finds; 0 is the best known, 1 the median random configuration.
+
+The surrogate runs in an environment of its own (yahpo-gym 1.0.2 pins numpy<2 and
+ConfigSpace<=0.6.1), made on first use in $TIANFENG_CACHE/yahpo-gym-1.0.2 with pip.
+
+    python benchmarks/lcbench.py --tasks 6 --seeds 10                    # ~10 min
+    python benchmarks/lcbench.py --methods tianfeng,optuna-tpe --tasks 2 --seeds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import optuna
+from common import ROOT, print_table
+
+from tianfeng.hpo.objective import judge_epoch
+from tianfeng.hpo.peer_pruning import PeerPruner
+from tianfeng.hpo.registry import PRUNERS, make_sampler
+
+DATA = ROOT.parent / "shared" / "data" / "yahpo-lcbench"
+FRACTIONS = (0.125, 0.25, 0.5, 1.0)
+EPOCHS = 52
+
+
+def surrogate_python() -> Path:
+    """The Python of the surrogate's own environment, made on first use."""
+    cache = Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng"))
+    venv = cache / "yahpo-gym-1.0.2"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"lcbench: making the surrogate's environment in {venv} (yahpo-gym 1.0.2, ~20 s)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "yahpo-gym==1.0.2"], check=True)
+    return python
+
+
+class Surrogate:
+    """The surrogate process: whole learning curves of configurations on a task."""
+
+    def __init__(self, data: Path) -> None:
+        if not (data / "model.onnx").exists():
+            sys.exit(f"lcbench: needs the LCBench surrogate files in {data} (see ../shared/README.md)")
+        self._dir = tempfile.TemporaryDirectory()
+        (Path(self._dir.name) / "lcbench").symlink_to(data.resolve())
+        self._proc = subprocess.Popen([str(surrogate_python()), str(Path(__file__).with_name("lcbench_surrogate.py")),
+                                       self._dir.name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True)
+        described = self._ask({"op": "describe"})
+        self.tasks: list[str] = described["tasks"]
+        self.space: dict[str, dict] = described["space"]
+
+    def _ask(self, request: dict) -> dict:
+        self._proc.stdin.write(json.dumps(request) + "\n")
+        self._proc.stdin.flush()
+        return json.loads(self._proc.stdout.readline())
+
+    def curves(self, task: str, configs: list[dict]) -> list[dict]:
+        return self._ask({"op": "curves", "task": task, "configs": configs})["curves"]
+
+    def close(self) -> None:
+        self._proc.stdin.close()
+        self._proc.wait()
+        self._dir.cleanup()
+
+
+@dataclass
+class Run:
+    """One method on one task with one seed: the budget spent and the best 52-epoch accuracy after
+    each trial."""
+    spent: list[float]
+    best: list[float]
+
+    def best_at(self, budget: float) -> float:
+        found = [b for s, b in zip(self.spent, self.best, strict=True) if s <= budget]
+        return found[-1] if found else float("nan")
+
+
+def suggest(trial: optuna.Trial, space: dict[str, dict]) -> dict:
+    out = {}
+    for name, p in space.items():
+        if p["type"] == "int":
+            out[name] = trial.suggest_int(name, int(p["low"]), int(p["high"]), log=p["log"])
+        else:
+            out[name] = trial.suggest_float(name, p["low"], p["high"], log=p["log"])
+    return out
+
+
+class Replay:
+    """An Optuna objective that trains a configuration by replaying its surrogate curve epoch by
+    epoch, judged as a real search judges a trial (or by Optuna's own pruner for the Optuna arms),
+    until the budget is spent."""
+
+    def __init__(self, surrogate: Surrogate, task: str, budget: float, mode: str, judge: str) -> None:
+        self.surrogate, self.task, self.budget, self.judge = surrogate, task, budget, judge
+        self.objective = SimpleNamespace(metric="val_accuracy", mode=mode, direction="maximize")
+        self.peers = PeerPruner() if mode != "accuracy" else None
+        self.run = Run([], [])
+        self.spent, self.best = 0.0, float("-inf")
+
+    def _charge(self, seconds: float, full_score: float | None) -> None:
+        self.spent += seconds
+        if full_score is not None:
+            self.best = max(self.best, full_score)
+        self.run.spent.append(self.spent)
+        self.run.best.append(self.best)
+
+    def __call__(self, trial: optuna.Trial):
+        config = suggest(trial, self.surrogate.space)
+        curve = self.surrogate.curves(self.task, [config])[0]
+        acc, seconds = curve["val_accuracy"], curve["time"]
+        trial.set_user_attr("predicted", {"seconds": seconds[-1]})  # what the peer rule compares
+        for epoch in range(1, EPOCHS + 1):
+            if self.judge == "tianfeng":
+                why = judge_epoch(trial, self.objective, self.peers, epoch, EPOCHS, acc[epoch - 1])
+            else:
+                trial.report(acc[epoch - 1], epoch)
+                why = "pruned" if epoch < EPOCHS and trial.should_prune() else None
+            if why:
+                self._charge(seconds[epoch - 1], None)
+                raise optuna.TrialPruned(why)
+        self._charge(seconds[-1], acc[-1])
+        return (acc[-1], seconds[-1]) if self.objective.mode == "pareto" else acc[-1]
+
+    def stop_when_spent(self, study: optuna.Study, _trial) -> None:
+        if self.spent >= self.budget:
+            study.stop()
+
+
+def _study(sampler, pruner=None, pareto: bool = False) -> optuna.Study:
+    if pareto:
+        return optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    return optuna.create_study(direction="maximize", sampler=sampler, pruner=pruner)
+
+
+def optuna_method(make: Callable[[int], tuple[optuna.Study, str, str]]) -> Callable:
+    def run(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
+        study, mode, judge = make(seed)
+        replay = Replay(surrogate, task, budget, mode, judge)
+        study.optimize(replay, callbacks=[replay.stop_when_spent], n_trials=10_000)
+        return replay.run
+    return run
+
+
+def _space(mode: str) -> SimpleNamespace:
+    """What make_sampler reads of a search space."""
+    return SimpleNamespace(objective=SimpleNamespace(mode=mode, direction="maximize"))
+
+
+def one_epoch_then_best(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
+    """Egele et al. (2023): random configurations trained one epoch with half the budget, then the
+    best of them by that epoch trained fully, in order, with the rest."""
+    rng = np.random.default_rng(seed)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=int(rng.integers(2**31))))
+    run, spent, best, scored = Run([], []), 0.0, float("-inf"), []
+    while spent < budget / 2:
+        trial = study.ask()
+        config = suggest(trial, surrogate.space)
+        curve = surrogate.curves(task, [config])[0]
+        spent += curve["time"][0]
+        scored.append((curve["val_accuracy"][0], curve))
+        study.tell(trial, curve["val_accuracy"][0])
+        run.spent.append(spent)
+        run.best.append(best)
+    for _, curve in sorted(scored, key=lambda s: -s[0]):
+        if spent >= budget:
+            break
+        spent += curve["time"][-1] - curve["time"][0]
+        best = max(best, curve["val_accuracy"][-1])
+        run.spent.append(spent)
+        run.best.append(best)
+    return run
+
+
+METHODS: dict[str, Callable] = {
+    "tianfeng": optuna_method(lambda seed: (optuna.create_study(
+        direction="maximize", sampler=make_sampler("tpe", _space("accuracy"), seed),
+        pruner=PRUNERS["asha"](EPOCHS)), "accuracy", "tianfeng")),
+    "optuna-tpe": optuna_method(lambda seed: (_study(optuna.samplers.TPESampler(seed=seed)), "accuracy", "optuna")),
+    "optuna-tpe+hyperband": optuna_method(lambda seed: (_study(
+        optuna.samplers.TPESampler(seed=seed),
+        optuna.pruners.HyperbandPruner(min_resource=1, max_resource=EPOCHS, reduction_factor=3)), "accuracy", "optuna")),
+    "random": optuna_method(lambda seed: (_study(optuna.samplers.RandomSampler(seed=seed)), "accuracy", "optuna")),
+    "one-epoch-then-best": one_epoch_then_best,
+    # the pareto search (accuracy against the full run's time): how high its front reaches
+    "tianfeng-pareto": optuna_method(lambda seed: (_study(make_sampler("tpe", _space("pareto"), seed), pareto=True),
+                                                   "pareto", "tianfeng")),
+    "motpe-pareto": optuna_method(lambda seed: (_study(optuna.samplers.TPESampler(seed=seed, n_startup_trials=8),
+                                                       pareto=True), "pareto", "tianfeng")),
+}
+
+
+def reference(surrogate: Surrogate, task: str, n: int = 400) -> tuple[float, float, float]:
+    """(best, median) 52-epoch accuracy of `n` random configurations, and their median full time."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=12345))
+    configs = [suggest(study.ask(), surrogate.space) for _ in range(n)]
+    curves = surrogate.curves(task, configs)
+    finals = [c["val_accuracy"][-1] for c in curves]
+    return max(finals), statistics.median(finals), statistics.median(c["time"][-1] for c in curves)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--tasks", type=int, default=6, help="the first N of the 34 tasks")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--budget", type=float, default=20.0, help="in full runs of a median configuration")
+    parser.add_argument("--json", type=Path, default=None, help="also write every run's numbers here")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    methods = args.methods.split(",")
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        sys.exit(f"lcbench: --methods: unknown {', '.join(unknown)}; allowed: {', '.join(METHODS)}")
+    surrogate = Surrogate(DATA)
+    started = time.perf_counter()
+    runs: dict[str, list[tuple[str, Run, float]]] = {m: [] for m in methods}
+    refs: dict[str, tuple[float, float, float]] = {}
+    try:
+        for task in surrogate.tasks[:args.tasks]:
+            refs[task] = reference(surrogate, task)
+            budget = args.budget * refs[task][2]
+            for seed in range(args.seeds):
+                for method in methods:
+                    runs[method].append((task, METHODS[method](surrogate, task, seed, budget), budget))
+            print(f"task {task} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    finally:
+        surrogate.close()
+    best_known = {t: max([refs[t][0]] + [max(r.best) for m in runs for task, r, _ in runs[m] if task == t])
+                  for t in refs}
+
+    def regret(task: str, found: float) -> float:
+        top, median = best_known[task], refs[task][1]
+        return 1.0 if found != found or found == float("-inf") else max(0.0, (top - found) / (top - median))
+
+    rows = []
+    table: dict[str, dict[float, list[float]]] = {}
+    for method, items in runs.items():
+        table[method] = {f: [regret(t, r.best_at(f * b)) for t, r, b in items] for f in FRACTIONS}
+        cells = []
+        for f in FRACTIONS:
+            q1, med, q3 = np.percentile(table[method][f], [25, 50, 75])
+            cells.append(f"{med:.3f} [{q1:.3f}, {q3:.3f}]")
+        rows.append((method, *cells))
+    print_table(f"LCBench surrogate, {len(refs)} tasks x {args.seeds} seeds, budget {args.budget:g} median full runs: "
+                "normalised regret, median [quartiles], at each fraction of the budget",
+                rows, headers=("method", *[f"{f:g} B" for f in FRACTIONS]))
+    peers = [m for m in methods if not m.startswith("tianfeng")]
+    if "tianfeng" in methods and peers:
+        ours = statistics.median(table["tianfeng"][1.0])
+        best_peer_half = min(statistics.median(table[m][0.5]) for m in peers)
+        print(f"\n  aim: tianfeng's final regret {ours:.3f} <= the best peer's at half the budget "
+              f"{best_peer_half:.3f}: {'met' if ours <= best_peer_half else 'not met'}")
+    if args.json:
+        args.json.write_text(json.dumps({m: {str(f): v for f, v in by.items()} for m, by in table.items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
