@@ -17,8 +17,6 @@ kernels instead of building them (here: 1-2 s instead of 20).
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
 import os
 import statistics
@@ -27,6 +25,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from tianfeng.trainers.shared_files import read_json, update_json
 
 log = logging.getLogger("tianfeng.engine")
 
@@ -72,28 +72,21 @@ class CompileRecords:
 
     def read(self) -> dict[str, dict[str, dict]]:
         """model key -> shape -> {speedup, compiles, cold_s, warm_s (after a second compile)}"""
-        try:
-            return json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
+        return read_json(self.path)
 
     def write(self, model_key: str, shape: str, record: Record) -> None:
+        def add(known: dict) -> None:
+            shapes = known.setdefault(model_key, {})
+            before = shapes.get(shape)
+            entry = {"speedup": round(record.speedup, 4), "compiles": 1 + (before or {}).get("compiles", 0)}
+            # the first compile of a shape builds its kernels; later ones mostly load them
+            entry["cold_s"] = before["cold_s"] if before else round(record.compile_s, 3)
+            if before:
+                entry["warm_s"] = round(record.compile_s, 3)
+            shapes[shape] = entry
+
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path.with_suffix(".lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                known = self.read()
-                shapes = known.setdefault(model_key, {})
-                before = shapes.get(shape)
-                entry = {"speedup": round(record.speedup, 4), "compiles": 1 + (before or {}).get("compiles", 0)}
-                # the first compile of a shape builds its kernels; later ones mostly load them
-                entry["cold_s"] = before["cold_s"] if before else round(record.compile_s, 3)
-                if before:
-                    entry["warm_s"] = round(record.compile_s, 3)
-                shapes[shape] = entry
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-                tmp.replace(self.path)
+            update_json(self.path, add)
         except OSError as exc:
             log.warning("cannot keep the compile measurement in %s: %s", self.path, exc)
 

@@ -10,14 +10,14 @@ in $TIANFENG_CACHE/memory_format.json for every later run and process.
 from __future__ import annotations
 
 import copy
-import fcntl
-import json
 import logging
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from tianfeng.trainers.shared_files import read_json, update_json
 
 log = logging.getLogger("tianfeng.engine")
 
@@ -40,7 +40,7 @@ def choose(setting: str, model: nn.Module, *, device: torch.device, channels: in
     key = ":".join(map(str, (device.type, *key_parts, resolution, min(batch, MAX_TIMED_BATCH),
                              torch.get_num_threads(), torch.__version__)))
     path = cache_file(cache_dir)
-    known = _read(path)
+    known = read_json(path)
     if key in known:
         name = known[key]["format"]
         return name, f"measured before on this machine ({known[key]['speedup']:.2f}x for channels_last)"
@@ -71,23 +71,11 @@ def _time_steps(model: nn.Module, fmt: torch.memory_format, channels: int, resol
     return sorted(times)[len(times) // 2]
 
 
-def _read(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _write(path: Path, key: str, value: dict) -> None:
     """Merge one answer into the shared file under a lock (several trials may measure at once)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            known = _read(path)
-            known[key] = value
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-            tmp.replace(path)
+        update_json(path, lambda known: known.__setitem__(key, value))
     except OSError as exc:  # a read-only cache: measure again next time
         log.warning("cannot keep the memory-format choice in %s: %s", path, exc)

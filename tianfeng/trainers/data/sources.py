@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.shared_files import file_lock
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 
@@ -167,19 +167,10 @@ def imagefolder_source(directory: str) -> ImageSource:
 
 @contextlib.contextmanager
 def _scan_lock(root: Path) -> Iterator[None]:
-    lock = _index_path(root).with_suffix(".lock")
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(lock, "w")  # noqa: SIM115 - held for the block
-    except OSError:  # an unwritable cache: scan without sharing
+    with contextlib.ExitStack() as held:
+        with contextlib.suppress(OSError):  # an unwritable cache: scan without sharing
+            held.enter_context(file_lock(_index_path(root)))
         yield
-        return
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _scan(root: Path) -> ImageSource:
