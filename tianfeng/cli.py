@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from tianfeng.commands.flags import add_storage
+from tianfeng.commands.flags import add_json, add_storage
 from tianfeng.trainers.config import ConfigError
 
 
@@ -60,10 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="run one training job with the bundled engine",
                            description="Train with the bundled engine. Logs go to stderr; the "
-                                       "final metrics are printed to stdout as JSON and the run "
+                                       "final metrics to stdout (JSON with --json), and the run "
                                        "directory holds config.yaml, metrics.jsonl, result.json "
                                        "and checkpoints.")
     _add_config_args(train)
+    add_json(train)
 
     from tianfeng.commands.search_command import add_search_arguments
 
@@ -110,11 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                          help="with --nodes: cuda writes the plan for a cluster; cpu runs it here as emulated nodes")
     promote.add_argument("--master-addr", default="127.0.0.1", help="with --nodes: rendezvous host (the first node)")
+    add_json(promote)
 
     runs = sub.add_parser("runs", help="list promoted runs", description="List the promoted runs recorded in a study database.")
     runs.add_argument("--study", default=None)
     add_storage(runs)
-    runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json(runs)
 
     calibrate = sub.add_parser("calibrate", help="measure how well the proxies rank recipes",
                                description="Promote the top-k and some random complete trials to full "
@@ -142,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "machine, as `launch --device cpu` runs them) and fit gloo's allreduce links")
     calibrate.add_argument("-o", "--output", type=Path, default=None,
                            help="with --throughput: where to write it (default $TIANFENG_CACHE/throughput/)")
+    add_json(calibrate)
 
     report = sub.add_parser("report", help="write a study's self-contained HTML report",
                             description="Write one HTML file (plotly.js embedded, opens offline) with "
@@ -152,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("-o", "--output", type=Path, default=None, help="default reports/<study>.html")
     report.add_argument("--scale", default=None, metavar="NAME",
                         help="write the report of a batch-scaling study (tianfeng scale) instead")
+    add_json(report)
 
     launch = sub.add_parser("launch", help="write the launch plan of a multi-node run (or run it here on CPU)",
                             description="Check that a run fits N nodes x G devices, then write per-node "
@@ -204,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--cpu-cores-per-gpu", type=float, default=None,
                       help="loader cores per GPU (default: the preset node's cores over its GPUs)")
     plan.add_argument("--memory-gib", type=float, default=None, help="one GPU's memory (default: the preset's)")
-    plan.add_argument("--json", action="store_true")
+    add_json(plan)
 
     export = sub.add_parser("export", help="write a study's trials as CSV, Parquet or JSON",
                             description="One row per trial: its parameters, objective values (named), state "
@@ -236,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "the database; otherwise list one study's trials.")
     status.add_argument("--study", default=None)
     add_storage(status)
-    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json(status)
     return parser
 
 
@@ -373,7 +377,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         raise _InterruptedBeforeStart from None
     if args.command == "train":
-        return handler(args.config, args.overrides)
+        return handler(args.config, args.overrides, json_output=args.json)
     return handler(args)
 
 

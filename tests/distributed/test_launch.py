@@ -80,8 +80,7 @@ def test_ray_train_runs_two_emulated_nodes_of_two_workers(tmp_path: Path) -> Non
     assert "Ray Train: 4 workers (2 nodes x 2), backend gloo" in out.stderr
     assert "world 4 (2 per node)" in out.stderr and "B inter-node" in out.stderr
     assert (tmp_path / "run" / "launch" / "ray-job.sh").exists()
-    result = json.loads(out.stdout[out.stdout.index("{"):])
-    assert result["status"] == "completed" and result["final"]["epoch"] == 2
+    assert "completed: val_top1 " in out.stdout and "after epoch 2" in out.stdout
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]
     # the ranks trained one model together: the loss fell and digits are read above chance (10%)

@@ -102,12 +102,15 @@ def test_promote_rejects_unknown_and_pruned_trials(finished_study, tmp_path: Pat
 def test_cli_promote_and_runs(finished_study, tmp_path: Path) -> None:
     base = [sys.executable, "-m", "tianfeng.cli"]
     out = subprocess.run([*base, "promote", "1", "--study", "p", "--storage", finished_study.storage,
-                          "--runs-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=300,
+                          "--runs-dir", str(tmp_path / "r"), "--json"], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["status"] == "completed" and "proxy -> full transfer" in out.stderr
     assert (tmp_path / result["report"]).exists()  # the study's report is rewritten after promote
+    again = subprocess.run([*base, "promote", "1", "--study", "p", "--storage", finished_study.storage,
+                            "--runs-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert again.stdout.startswith("trial 1 of p completed: val_top1 ") and "reused from an earlier promotion" in again.stdout
     listed = subprocess.run([*base, "runs", "--storage", finished_study.storage, "--json"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     rows = json.loads(listed.stdout)

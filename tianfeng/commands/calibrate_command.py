@@ -3,10 +3,10 @@ trials to full fidelity and store the Spearman rank correlation of proxy and ful
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 
+from tianfeng.commands.flags import emit
 from tianfeng.promotion.calibration import MIN_PAIRS, calibrate
 
 log = logging.getLogger("tianfeng.calibrate")
@@ -59,8 +59,10 @@ def run_throughput(args) -> int:
                                 classes=source.num_classes, processes=args.processes, threads=args.threads)
     output = args.output or default_cache_dir() / "throughput" / f"{space.name}-{result['host']}.json"
     write_throughput(result, output)
-    print(json.dumps({"throughput": str(output), "processes": result["processes"], "threads": result["threads"],
-                      "precision": result["precision"], "fits": result["fits"], "links": result["links"]}, indent=2))
+    summary = {"throughput": str(output), "processes": result["processes"], "threads": result["threads"],
+               "precision": result["precision"], "fits": result["fits"], "links": result["links"]}
+    emit(args, summary, [f"throughput of {result['processes']} process(es) x {result['threads']} thread(s), "
+                         f"{result['precision']}, written to {output}"])
     gpus = result["processes"]
     print(f"tianfeng: use it with `cluster: {{gpus: {gpus}, gpus_per_node: {gpus}, device: measured, "
           f"throughput: {output}}}`", file=sys.stderr)
@@ -80,7 +82,10 @@ def run_calibrate_command(args) -> int:
     from tianfeng.api import report as write_report
 
     result["report"] = str(write_report(result["study"], storage=args.storage))
-    print(json.dumps(result, indent=2))
+    rho = result["spearman_rho"]
+    emit(args, result, [f"calibration of {result['study']}: Spearman's rho of proxy and full scores "
+                        f"{'not computed' if rho is None else f'{rho:.3f}'} over {result['pairs_used']} promoted "
+                        f"pair(s)", f"report: {result['report']}"])
     if result["spearman_rho"] is None:
         print(f"tianfeng: calibration: {result['pairs_used']} of {len(result['pairs'])} promoted runs gave a usable "
               f"score with a ranking (at least {MIN_PAIRS} are needed): Spearman's rho not computed", file=sys.stderr)

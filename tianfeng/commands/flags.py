@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from tianfeng.defaults import DEFAULT_STORAGE
 
@@ -11,3 +12,15 @@ def add_storage(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--storage", default=DEFAULT_STORAGE,
                         help=f"the study database: a SQLAlchemy URL or a SQLite file path (default {DEFAULT_STORAGE}); "
                              "postgresql://... for many workers or machines")
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the result as JSON (for programs)")
+
+
+def emit(args: argparse.Namespace, result: object, lines: list[str]) -> None:
+    """The result on stdout: `lines` for a person, or the whole result as JSON with --json."""
+    if getattr(args, "json", False):
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print("\n".join(lines))

@@ -9,6 +9,7 @@ import sys
 import yaml
 from rich.console import Console
 
+from tianfeng.commands.flags import emit
 from tianfeng.hpo.scores import score
 from tianfeng.promotion.run import Launch, load_study, promote
 from tianfeng.store import RunStore
@@ -56,7 +57,7 @@ def run_promote_command(args) -> int:
         print(f"# dry run: would train in {out['run_dir']}{where}", file=sys.stderr)
         return 0
     if out["status"] == "planned":
-        print(json.dumps(out, indent=2))
+        emit(args, out, [f"launch plan written to {out['launch']} (run it on the cluster)"])
         return 0
     from tianfeng.api import report as write_report
 
@@ -65,8 +66,20 @@ def run_promote_command(args) -> int:
         from tianfeng.tracking import export_study
 
         export_study(args.mlflow, load_study(args.storage, out["study"]), args.storage)
-    print(json.dumps(out, indent=2))
+    emit(args, out, _promoted_lines(out))
     return 0 if out["status"] == "completed" else 1
+
+
+def _promoted_lines(out: dict) -> list[str]:
+    full = next(((k, v) for k, v in out.items() if k.startswith("full_")), None)
+    scored = f": {full[0].removeprefix('full_')} {full[1]:.2f} at full scale" if full and full[1] is not None else ""
+    proxy = f" (proxy {out['proxy_score']:.2f})" if out.get("proxy_score") is not None else ""
+    reused = ", reused from an earlier promotion" if out.get("reused") else ""
+    lines = [f"trial {out['trial']} of {out['study']} {out['status']}{scored}{proxy}{reused}"]
+    if out.get("run_dir"):
+        lines.append(f"run dir: {out['run_dir']}")
+    lines.append(f"report: {out['report']}")
+    return lines
 
 
 def run_runs_command(args) -> int:

@@ -2,34 +2,37 @@
 
 from __future__ import annotations
 
-import json
+import argparse
 import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from tianfeng.commands.flags import emit
 from tianfeng.recipes import DEFAULT_RECIPE
 from tianfeng.trainers import distributed
 from tianfeng.trainers.config import load_config
 from tianfeng.trainers.engine import train
 
 
-def run_train(config_path: Path | None, overrides: list[str]) -> int:
-    code = _train_and_report(config_path, overrides)
+def run_train(config_path: Path | None, overrides: list[str], *, json_output: bool = False) -> int:
+    code = _train_and_report(config_path, overrides, json_output)
     if int(os.environ.get("WORLD_SIZE", 1)) > 1:
         distributed.exit_rank(code)
     return code
 
 
-def _train_and_report(config_path: Path | None, overrides: list[str]) -> int:
+def _train_and_report(config_path: Path | None, overrides: list[str], json_output: bool) -> int:
     cfg = load_config(config_path or DEFAULT_RECIPE, overrides)
     result = train(cfg)
     distributed.shutdown()
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 speaks for the job
         return 0 if result.status != "diverged" else 1
     final = asdict(result.final) if result.final else None
-    print(json.dumps({"status": result.status, "run_dir": str(result.run_dir),
-                      "precision": result.precision, "final": final}, indent=2))
+    summary = {"status": result.status, "run_dir": str(result.run_dir), "precision": result.precision, "final": final}
+    scores = (f": val_top1 {final['val_top1']:.2f}, val_loss {final['val_loss']:.4f} after epoch {final['epoch']}"
+              if final else "")
+    emit(argparse.Namespace(json=json_output), summary, [f"{result.status}{scores} ({result.precision})", f"run dir: {result.run_dir}"])
     if result.status == "diverged":
         print(f"tianfeng: run diverged: {result.message}", file=sys.stderr)
         return 1

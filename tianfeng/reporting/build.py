@@ -148,5 +148,8 @@ def run_report_command(args) -> int:
         path = build_scale_report(args.storage, args.scale, args.output)
     else:
         path = build_report(args.storage, args.study, args.output, flag="STUDY")  # the positional argument
-    print(json.dumps({"report": str(path)}))
+    if getattr(args, "json", False):
+        print(json.dumps({"report": str(path)}))
+    else:
+        print(f"report: {path}")
     return 0
