@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import optuna
 from rich.console import Console
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.front import front_table
 from tianfeng.hpo.outcomes import count_outcomes, outcome, outcomes_text
 from tianfeng.hpo.scores import epochs_reported, score
 from tianfeng.hpo.walltime import format_seconds
@@ -38,7 +40,7 @@ def _trial_row(t: optuna.trial.FrozenTrial) -> dict:
 
 def run_status_command(args) -> int:
     quiet_optuna()
-    console = Console(width=None if sys.stdout.isatty() else 200)  # a pipe or file: no wrapped cells
+    console = Console(width=output_width())
     if args.study is None and len(optuna.get_all_study_names(args.storage)) != 1:
         rows = [_study_row(s) for s in optuna.get_all_study_summaries(args.storage, include_best_trial=True)]
         if args.json:
@@ -66,7 +68,17 @@ def run_status_command(args) -> int:
                       "-" if r["predicted_s"] is None else format_seconds(r["predicted_s"]), _fmt(r["gpu_hours"]),
                       r["prior"], params)
     console.print(table)
+    if study.user_attrs.get("objective_mode") == ObjectiveMode.PARETO:
+        console.print(front_table(study))
     return 0
+
+
+def output_width() -> int | None:
+    """The terminal's width (None: rich asks it); COLUMNS when set; 200 for a pipe or file, so
+    rows stay whole for the programs reading them."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    return None if sys.stdout.isatty() else 200
 
 
 def _fmt(value: float | None) -> str:

@@ -1,4 +1,4 @@
-"""`tianfeng export`: every trial of a real study as CSV, JSON and Parquet, read back."""
+"""A study read back: `tianfeng export` in three formats, trials_dataframe, and `status`."""
 
 from __future__ import annotations
 
@@ -54,3 +54,17 @@ def test_trials_dataframe_works_on_a_tianfeng_study(tmp_path: Path, tiny_space: 
     run_search(plan, workers=1, resume=False)
     frame = optuna.load_study(study_name="s", storage=plan.storage).trials_dataframe()
     assert len(frame) == 2 and "params_base_lr" in frame
+
+
+def test_status_fits_the_width_and_shows_the_front_of_a_pareto_study(tmp_path: Path, tiny_space: dict) -> None:
+    import os
+
+    tiny_space["objective"]["mode"] = "pareto"
+    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=3, pruner="none")
+    run_search(plan, workers=1, resume=False)
+    env = {**os.environ, "COLUMNS": "100"}
+    out = subprocess.run([sys.executable, "-m", "tianfeng.cli", "status", "--study", "s", "--storage", plan.storage],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert max(len(line) for line in out.stdout.splitlines()) <= 100
+    assert "Pareto front of s" in out.stdout.replace("\n", " ")
