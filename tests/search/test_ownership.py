@@ -65,8 +65,8 @@ def test_a_report_of_another_study_is_not_overwritten(tmp_path: Path, tiny_space
     run_search(a, workers=1, resume=False)
     page = build_report(a.storage, "x")
     assert page == Path("reports/x.html")
-    written = page.read_bytes()
     assert build_report(a.storage, "x") == page  # its own report is rewritten
+    written = page.read_bytes()  # (each build stamps its own time: read after the last one)
     b = plan_for(tmp_path, tiny_space_file, trials=1, study="x", storage=f"sqlite:///{tmp_path / 'b.db'}",
                  runs_root=str(tmp_path / "b-runs"))
     run_search(b, workers=1, resume=False)
