@@ -6,7 +6,8 @@ Every cost a first run pays, each a line of the breakdown:
   rendezvous and NCCL's communicator set-up (growing with the ranks), and one warm-up per
   distinct step shape (cuDNN's autotune, or a cold torch.compile when the run compiles);
 - compute: steps x (one GPU's forward and backward at that phase's resolution and per-GPU
-  batch: a fixed part plus a part per image, tianfeng.throughput);
+  batch: a fixed part plus a part per image, tianfeng.throughput); with gradient accumulation,
+  each micro-batch pays the fixed part and only the last one's backward hides the exchange;
 - optimizer: what LARS's and LAMB's extra passes over the weights cost beyond the SGD step the
   throughput figures include (memory-bound: bytes over the device's memory bandwidth);
 - noise scale: the steps that run in two halves to measure it pay a second fixed part, two
@@ -189,16 +190,19 @@ def check_memory(cfg: RunConfig, spec: ClusterSpec, *, in_channels: int, classes
     if memory is None:
         return
     mixed = cfg.precision.mode != "fp32"
+    k = cfg.accumulate_steps
     for i, p in enumerate(cfg.phases):
         per_gpu = math.ceil(p.batch_size / spec.gpus)
+        micro = math.ceil(per_gpu / k)  # what is in memory at once
         params = step_cost(cfg.model, p.resolution, in_channels, classes).params
         fit = per_gpu_fit(cfg.model, p.resolution, mixed=mixed, optimizer=cfg.optimizer.name, memory_gib=memory,
                           params=params, in_channels=in_channels, classes=classes)
-        if per_gpu > fit.max_per_gpu:
+        if micro > fit.max_per_gpu:
+            what = f"{per_gpu} images per GPU" + (f" in {k} micro-batches of {micro}" if k > 1 else "")
             raise ConfigError(source, f"phases.{i}.batch_size",
-                              f"{p.batch_size} is {per_gpu} images per GPU on {spec.gpus} GPUs; at {p.resolution} px "
+                              f"{p.batch_size} is {what} on {spec.gpus} GPUs; at {p.resolution} px "
                               f"a {memory:g} GiB GPU holds at most {fit.max_per_gpu} ({fit.describe(memory)}); "
-                              f"cluster.memory_gib sets the memory")
+                              f"cluster.memory_gib sets the memory, accumulate_steps splits the batch")
 
 
 def predict_wall_time(cfg: RunConfig, spec: ClusterSpec, *, train_images: int, val_images: int,
@@ -219,23 +223,32 @@ def predict_wall_time(cfg: RunConfig, spec: ClusterSpec, *, train_images: int, v
     steps = 0
     val_per_gpu = math.ceil(val_images / spec.gpus)
     check_batches(cfg, spec)
+    k = cfg.accumulate_steps
     for i, p in enumerate(cfg.phases):
         per_gpu = math.ceil(p.batch_size / spec.gpus)
         per_epoch = max(1, train_images // p.batch_size)
         n = p.epochs * per_epoch
         steps += n
         model = models[p.resolution]
-        compute = model.step_s(per_gpu)
-        step, comm = step_seconds(spec.exchange, links, grad_bytes=grad_bytes, compute_s=compute,
+        # accumulation: k micro-batches, each paying the fixed part; the exchange starts with
+        # the last one's backward pass, the only one it can hide behind
+        chunks = min(k, per_gpu)
+        micro = model.step_s(math.ceil(per_gpu / chunks))
+        compute = chunks * micro
+        step, comm = step_seconds(spec.exchange, links, grad_bytes=grad_bytes, compute_s=micro,
                                   bucket_bytes=bucket_bytes, backward_share=spec.overlap)
-        exposed = step - compute
+        exposed = step - micro
         # the noise-scale steps: two half batches (a second fixed part, two gradient norms), the
-        # first half's backward kept local, so only the second half's can hide the exchange
+        # first half's backward kept local, so only the second half's can hide the exchange;
+        # micro-batches of an accumulation are already such halves: only the norms are extra
         measured = p.epochs * math.ceil(per_epoch / cfg.noise_scale_every) if cfg.noise_scale_every else 0
         measured = measured if per_gpu >= 2 else 0
-        half_step, _ = step_seconds(spec.exchange, links, grad_bytes=grad_bytes, compute_s=compute,
-                                    bucket_bytes=bucket_bytes, backward_share=spec.overlap / 2)
-        noise_extra = model.fixed_s + 2 * memory_s + (half_step - step)
+        if chunks > 1:
+            noise_extra = 2 * memory_s
+        else:
+            half_step, _ = step_seconds(spec.exchange, links, grad_bytes=grad_bytes, compute_s=compute,
+                                        bucket_bytes=bucket_bytes, backward_share=spec.overlap / 2)
+            noise_extra = model.fixed_s + 2 * memory_s + (half_step - step)
         busy = compute + optimizer_s + sync_bn_s + exposed  # a step's time when data keeps up
         data = per_gpu / loader_images_per_s(spec, p.resolution)
         wait = max(0.0, data - busy)

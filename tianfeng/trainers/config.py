@@ -179,6 +179,9 @@ class RunConfig:
     # every this many steps (and each epoch's first) a step runs in two halves to measure the
     # gradient noise scale; 0 turns it off
     noise_scale_every: int = _bounded(8, ge=0)
+    # gradient accumulation: each GPU's share of a step's batch runs in this many micro-batches
+    # (what fits its memory), the gradients exchanged once; BatchNorm sees one micro-batch at a time
+    accumulate_steps: int = _bounded(1, ge=1)
     # model and batches in channels_last (NHWC) or contiguous (NCHW); auto: channels_last on GPUs,
     # and on a CPU whichever a few timed steps find faster for these shapes (cached)
     memory_format: Literal["auto", "channels_last", "contiguous"] = "auto"

@@ -60,9 +60,11 @@ def validate_world(cfg, ctx: DistContext) -> int:
             raise ConfigError("", "distributed.emulate_gpus", f"must be a multiple of the world size ({ctx.world} "
                               f"ranks): each rank emulates whole GPUs, got {emulated}")
         for i, phase in enumerate(cfg.phases):
-            if phase.batch_size < emulated:
+            least = emulated * cfg.accumulate_steps
+            if phase.batch_size < least:
+                times = f" x accumulate_steps ({cfg.accumulate_steps}) = {least}" if cfg.accumulate_steps > 1 else ""
                 raise ConfigError("", f"phases.{i}.batch_size", f"must be at least distributed.emulate_gpus "
-                                  f"({emulated}): each GPU needs one image, got {phase.batch_size}")
+                                  f"({emulated}){times}: each GPU's micro-batch needs one image, got {phase.batch_size}")
         if cfg.distributed.sync_bn and cfg.distributed.sync_bn_scope == "node":
             raise ConfigError("", "distributed.sync_bn_scope", "node-scope SyncBatchNorm is not emulated in fewer "
                               "processes than GPUs; use sync_bn_scope: world, sync_bn: false, or as many ranks "

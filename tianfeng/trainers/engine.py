@@ -28,7 +28,7 @@ from tianfeng.trainers.data.sources import default_cache_dir, open_source
 from tianfeng.trainers.data.subset import stratified_subset
 from tianfeng.trainers.metrics import EpochMetrics
 from tianfeng.trainers.models import build_model
-from tianfeng.trainers.noise_scale import EpochNoise, measured_backward
+from tianfeng.trainers.noise_scale import EpochNoise, accumulated_backward, measured_backward
 from tianfeng.trainers.optim import build_optimizer
 from tianfeng.trainers.phases import PhasePlan
 from tianfeng.trainers.precision import build_precision
@@ -389,8 +389,10 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
                  loader_reason, len(train_indices), len(source.train), source.num_classes,
                  plan.total_steps, plan.total_epochs)
         if per_gpu:
-            log.info("BatchNorm per GPU of %d: groups of %s images", cfg.distributed.emulate_gpus,
-                     "/".join(str(p.batch_size // cfg.distributed.emulate_gpus) for p in plan.phases))
+            log.info("BatchNorm per GPU of %d: groups of %s images%s", cfg.distributed.emulate_gpus,
+                     "/".join(str(p.batch_size // cfg.distributed.emulate_gpus // cfg.accumulate_steps)
+                              for p in plan.phases),
+                     f" (micro-batches of {cfg.accumulate_steps} accumulated)" if cfg.accumulate_steps > 1 else "")
     return _Run(cfg, ctx, device, local_size, run_dir, ckpt_dir, plan, data, model, train_model, comm, optimizer,
                 precision, loss_fn, layout, per_gpu), saved
 
@@ -462,8 +464,8 @@ def _save_checkpoint(run: _Run) -> None:
 def _train_epoch(run: _Run, phase, max_steps: int | None) -> tuple[RunStatus, str, _EpochSums]:
     """The epoch's steps from the current position; the status says how the epoch ended."""
     cfg, pos = run.cfg, run.pos
-    if run.per_gpu:
-        per_gpu_bn.set_group_size(run.model, phase.batch_size // cfg.distributed.emulate_gpus)
+    if run.per_gpu:  # what one GPU's BatchNorm sees: its share of a micro-batch
+        per_gpu_bn.set_group_size(run.model, phase.batch_size // cfg.distributed.emulate_gpus // cfg.accumulate_steps)
     sums = _EpochSums(loss=torch.zeros((), device=run.device),  # since the last read
                       skipped=torch.zeros((), dtype=torch.int64, device=run.device),  # fp16 steps skipped
                       started=time.perf_counter())
@@ -509,9 +511,14 @@ def _step(run: _Run, phase, x: torch.Tensor, y: torch.Tensor, sums: _EpochSums) 
         step_from = time.perf_counter()
     run.optimizer.zero_grad(set_to_none=True)
     # every noise_scale_every steps: the gradient noise scale, from the batch in halves
+    chunks = min(cfg.accumulate_steps, len(y))
     measure = cfg.noise_scale_every and pos.step % cfg.noise_scale_every == 0 and len(y) >= 2
+    backward_done = measure or chunks > 1
     if measure:
-        loss = measured_backward(run.train_model, run.loss_fn, x, y, precision, run.params, run.noise, run.ctx.world)
+        loss = measured_backward(run.train_model, run.loss_fn, x, y, precision, run.params, run.noise, run.ctx.world,
+                                 chunks=chunks)
+    elif chunks > 1:
+        loss = accumulated_backward(compiler.model, run.loss_fn, x, y, precision, chunks)
     else:
         with precision.autocast():
             loss = run.loss_fn(compiler.model(x), y)
@@ -522,7 +529,7 @@ def _step(run: _Run, phase, x: torch.Tensor, y: torch.Tensor, sums: _EpochSums) 
     if checks and run.divergence.check(run.nonfinite, loss) is not None:
         return None
     sums.loss += loss.detach().float() * len(y)
-    if not measure:
+    if not backward_done:
         precision.scaler.scale(loss).backward()  # loss scaling: fp16 only, else a no-op
     if cfg.optimizer.grad_clip_norm is not None:
         precision.scaler.unscale_(run.optimizer)

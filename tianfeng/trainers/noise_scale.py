@@ -90,25 +90,49 @@ class EpochNoise:
         return self.smoothed[1] / self.smoothed[0]
 
 
-def measured_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision, params: list,
-                      noise: EpochNoise, world: int) -> torch.Tensor:
-    """Forward and backward in two halves, each loss weighted by its share, so the accumulated
-    gradient is the full batch's (the optimizer sees the same step); the first half's gradient,
-    kept local (DDP's no_sync), is the small-batch one. Returns the batch's mean loss."""
+def _chunk_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision, chunks: int,
+                    after: int | None = None, at_after=None) -> torch.Tensor:
+    """Forward and backward `chunks` micro-batches, each loss weighted by its share of the batch,
+    so the accumulated gradient is the whole batch's; every chunk but the last keeps its gradient
+    local (DDP's no_sync), so the exchange runs once. `at_after()` is called once the first
+    `after` chunks are done. Returns the batch's mean loss (detached)."""
     n = len(y)
-    half = n // 2
+    no_sync = model.no_sync if hasattr(model, "no_sync") else contextlib.nullcontext
+    total: torch.Tensor | float = 0.0
+    parts = list(zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True))
+    for i, (xc, yc) in enumerate(parts):
+        with no_sync() if i < len(parts) - 1 else contextlib.nullcontext():
+            with precision.autocast():
+                loss = loss_fn(model(xc), yc)
+            precision.scaler.scale(loss * (len(yc) / n)).backward()  # DDP averages the world's at the last
+        total = total + loss.detach() * len(yc)  # in the loss's own precision
+        if at_after is not None and i + 1 == after:
+            at_after()
+    return total / n
+
+
+def accumulated_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision, chunks: int) -> torch.Tensor:
+    """Gradient accumulation: the batch in `chunks` micro-batches, one exchange per step."""
+    return _chunk_backward(model, loss_fn, x, y, precision, chunks)
+
+
+def measured_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision, params: list,
+                      noise: EpochNoise, world: int, chunks: int = 2) -> torch.Tensor:
+    """Forward and backward in micro-batches (two, or the accumulation's, if more), each loss
+    weighted by its share, so the accumulated gradient is the full batch's (the optimizer sees the
+    same step); the gradient after the first half of them, kept local (DDP's no_sync), is the
+    small-batch one. Returns the batch's mean loss."""
+    n = len(y)
+    chunks = max(2, chunks)
+    first = chunks // 2
+    half = sum(len(part) for part in y.tensor_split(chunks)[:first])
     unscale = precision.scaler._get_scale_async() if precision.scaler.is_enabled() else None
-    no_sync = model.no_sync() if hasattr(model, "no_sync") else contextlib.nullcontext()
-    with no_sync:
-        with precision.autocast():
-            first = loss_fn(model(x[:half]), y[:half])
-        precision.scaler.scale(first * (half / n)).backward()
-    small_sq = squared_grad_norm(params) * (n / half) ** 2
-    with precision.autocast():
-        second = loss_fn(model(x[half:]), y[half:])
-    precision.scaler.scale(second * ((n - half) / n)).backward()  # DDP averages the world's here
+    small: list[torch.Tensor] = []
+    loss = _chunk_backward(model, loss_fn, x, y, precision, chunks, after=first,
+                           at_after=lambda: small.append(squared_grad_norm(params) * (n / half) ** 2))
     big_sq = squared_grad_norm(params)
+    small_sq = small[0]
     if unscale is not None:
         small_sq, big_sq = small_sq / unscale**2, big_sq / unscale**2
     noise.add(small_sq, big_sq, half, n * world)
-    return (first.detach() * half + second.detach() * (n - half)) / n
+    return loss

@@ -1,0 +1,114 @@
+"""Gradient accumulation: micro-batches whose weighted gradients add up to the whole batch's, a
+noise-scale step measured over them, and the engine's BatchNorm groups of one GPU's micro-batch."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import make_config
+from tianfeng.trainers.config import ConfigError, PrecisionConfig
+from tianfeng.trainers.engine import train
+from tianfeng.trainers.noise_scale import EpochNoise, accumulated_backward, measured_backward
+from tianfeng.trainers.precision import build_precision
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 5))
+
+
+@pytest.mark.parametrize("chunks", [2, 3, 7])
+def test_micro_batches_add_up_to_the_whole_batchs_gradient(chunks: int) -> None:
+    x, y = torch.randn(20, 3, 2, 2), torch.randint(0, 5, (20,))
+    precision = build_precision(PrecisionConfig(mode="fp32"), torch.device("cpu"))
+    whole, parts = _net(), _net()
+    nn.functional.cross_entropy(whole(x), y).backward()
+    loss = accumulated_backward(parts, nn.functional.cross_entropy, x, y, precision, chunks)
+    assert loss.item() == pytest.approx(nn.functional.cross_entropy(whole(x), y).item(), rel=1e-6)
+    for a, b in zip(whole.parameters(), parts.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6)
+
+
+def test_a_noise_scale_step_over_micro_batches_keeps_the_gradient_and_measures_half_the_batch() -> None:
+    x, y = torch.randn(20, 3, 2, 2), torch.randint(0, 5, (20,))
+    precision = build_precision(PrecisionConfig(mode="fp32"), torch.device("cpu"))
+    whole, parts = _net(), _net()
+    nn.functional.cross_entropy(whole(x), y).backward()
+    noise = EpochNoise(torch.device("cpu"))
+    measured_backward(parts, nn.functional.cross_entropy, x, y, precision, list(parts.parameters()), noise, 1,
+                      chunks=4)
+    for a, b in zip(whole.parameters(), parts.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6)
+    # the small batch: the first two of four micro-batches, 10 images; its gradient alone
+    half = _net()
+    nn.functional.cross_entropy(half(x[:10]), y[:10]).backward()
+    small_sq = sum(p.grad.square().sum() for p in half.parameters())
+    big_sq = sum(p.grad.square().sum() for p in whole.parameters())
+    expected_g2 = (20 * big_sq - 10 * small_sq) / 10
+    assert noise.sums[2].item() == 1 and noise.sums[0].item() == pytest.approx(expected_g2.item(), rel=1e-4)
+
+
+def test_the_engine_accumulates_with_batchnorm_over_a_gpus_micro_batch(tmp_path, caplog) -> None:
+    phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}]
+    with caplog.at_level("INFO", logger="tianfeng.engine"):
+        accumulated = train(make_config(tmp_path / "a", phases=phases, accumulate_steps=2,
+                                        distributed={"emulate_gpus": 4}))
+    assert "BatchNorm per GPU of 4: groups of 8 images (micro-batches of 2 accumulated)" in caplog.text
+    whole = train(make_config(tmp_path / "w", phases=phases, distributed={"emulate_gpus": 4}))
+    assert accumulated.status == whole.status == "completed"
+    # the same images and steps; BatchNorm over 8 images per GPU instead of 16 changes the training
+    assert accumulated.epochs[-1].train_loss != pytest.approx(whole.epochs[-1].train_loss, rel=1e-4)
+    with pytest.raises(ConfigError, match=r"phases.0.batch_size: must be at least distributed.emulate_gpus \(16\) "
+                                          r"x accumulate_steps \(8\) = 128"):
+        train(make_config(tmp_path / "x", phases=phases, accumulate_steps=8, distributed={"emulate_gpus": 16}))
+
+
+def test_accumulation_without_batchnorm_trains_as_the_whole_batch(tmp_path) -> None:
+    """With no per-GPU statistics to change, accumulating is the same optimisation."""
+    phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}]
+    runs = [train(make_config(tmp_path / str(k), phases=phases, accumulate_steps=k, noise_scale_every=0,
+                              data={"augment": "none"}, model={"name": "tests.test_accumulation:no_norm_net"}))
+            for k in (1, 4)]
+    assert runs[0].epochs[-1].train_loss == pytest.approx(runs[1].epochs[-1].train_loss, rel=1e-4)
+    assert runs[0].epochs[-1].val_loss == pytest.approx(runs[1].epochs[-1].val_loss, rel=1e-4)
+
+
+def no_norm_net(num_classes: int, in_channels: int) -> nn.Module:
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Conv2d(in_channels, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(8, num_classes))
+
+
+
+
+def test_accumulation_is_priced_and_lets_a_batch_beyond_memory_fit(tmp_path) -> None:
+    """ResNet-50 at 224 px, 512 per V100 (16 GiB holds 314 mixed): refused whole, fits in two
+    micro-batches of 256, and costs a second fixed part per step and an exchange that hides
+    behind one micro-batch's backward pass only."""
+    from tianfeng.hpo.cluster import ClusterSpec
+    from tianfeng.hpo.walltime import check_memory, predict_wall_time
+
+    phases = [{"epochs": 1, "resolution": 224, "batch_size": 512 * 8}]
+    spec = ClusterSpec(gpus=8, gpus_per_node=8, device="v100")
+
+    def cfg(k: int):
+        return make_config(tmp_path, model={"name": "resnet50"}, phases=phases, precision={"mode": "bf16"},
+                           accumulate_steps=k, noise_scale_every=0)
+
+    with pytest.raises(ConfigError, match=r"phases.0.batch_size: 4096 is 512 images per GPU on 8 GPUs"):
+        check_memory(cfg(1), spec, in_channels=3, classes=1000)
+    with pytest.raises(ConfigError, match=r"512 images per GPU in 2 micro-batches of 256 on 8 GPUs"):
+        check_memory(cfg(2), dataclasses.replace(spec, memory_gib=8), in_channels=3, classes=1000)
+    check_memory(cfg(2), spec, in_channels=3, classes=1000)  # fits
+    whole, split = (predict_wall_time(cfg(k), spec, train_images=100_000, val_images=1000, classes=1000)
+                    for k in (1, 2))
+    from tianfeng.hpo.walltime import _step_models
+
+    steps = 100_000 // 4096
+    model = _step_models(cfg(1), spec, 3, 1000)[224]
+    assert split.parts["compute"] - whole.parts["compute"] == pytest.approx(steps * model.fixed_s, rel=1e-9)
+    assert split.parts["exchange"] >= whole.parts["exchange"]
