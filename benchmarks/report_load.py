@@ -17,8 +17,9 @@ from common import ROOT, print_table
 from null_trainer import empty_trainer
 
 from tianfeng.hpo.objective import ProxyObjective
-from tianfeng.hpo.runner import SearchPlan, open_study
+from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.space import load_space
+from tianfeng.hpo.study_setup import open_study
 from tianfeng.reporting.build import build_report
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -17,8 +17,9 @@ from common import ROOT, print_table
 from null_trainer import empty_trainer
 
 from tianfeng.hpo.objective import ProxyObjective
-from tianfeng.hpo.runner import SearchPlan, open_storage, open_study
+from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.space import load_space
+from tianfeng.hpo.study_setup import open_storage, open_study
 
 
 def tianfeng_per_trial(tmp: Path, trials: int) -> float:

@@ -28,7 +28,8 @@ from common import ROOT, data_source, print_table
 from optuna.trial import TrialState
 
 from tianfeng.hpo.objective import suggest
-from tianfeng.hpo.runner import SearchPlan, run_search
+from tianfeng.hpo.plan import SearchPlan
+from tianfeng.hpo.runner import run_search
 from tianfeng.hpo.space import load_space
 from tianfeng.logs import setup_logging
 

@@ -18,7 +18,8 @@ import optuna
 from common import ROOT, data_source, print_table
 from optuna.trial import TrialState
 
-from tianfeng.hpo.runner import SearchPlan, run_search
+from tianfeng.hpo.plan import SearchPlan
+from tianfeng.hpo.runner import run_search
 from tianfeng.promotion.run import promote
 from tianfeng.store import RunStore
 

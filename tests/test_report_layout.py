@@ -13,8 +13,9 @@ import pytest
 
 from tests.test_report import chromium
 from tianfeng.hpo.objective import ProxyObjective
-from tianfeng.hpo.runner import SearchPlan, open_study
+from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.space import load_space
+from tianfeng.hpo.study_setup import open_study
 from tianfeng.reporting.build import build_report
 from tianfeng.trainers.engine import EpochMetrics, RunResult
 

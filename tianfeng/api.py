@@ -38,7 +38,8 @@ def search(space: str | Path, *, data: str | None = None, study: str | None = No
     local worker processes. `mlflow` (a tracking URI, e.g. sqlite:///mlflow.db) logs every
     trial as an MLflow run in an experiment named after the study. As `tianfeng search`."""
     from tianfeng.hpo.dashboard import publish_curves
-    from tianfeng.hpo.runner import SearchPlan, run_search, with_objective
+    from tianfeng.hpo.plan import SearchPlan, with_objective
+    from tianfeng.hpo.runner import run_search
     from tianfeng.hpo.space import load_space
     from tianfeng.hpo.summary import check_data
     from tianfeng.shipped_spaces import resolve_space
@@ -134,7 +135,7 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batc
                warm_start: int = 3, tolerance: float = 1.0, seed: int = 0, runs_dir: str | Path = "runs",
                verbose: bool = False):
     """The checked plan of a scale study: (ScalePlan, steps per epoch by batch size, the space)."""
-    from tianfeng.hpo.runner import UNLIMITED_TRIALS, SearchPlan, rung_epochs
+    from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, rung_epochs
     from tianfeng.hpo.space import load_space
     from tianfeng.scaling.sizes import training_set_size
     from tianfeng.scaling.study import ScalePlan

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import optuna
 
-from tianfeng.hpo.runner import open_storage
+from tianfeng.hpo.study_setup import open_storage
 
 ENQUEUED = 60
 WORKERS = 4
@@ -55,8 +55,8 @@ BUDGET = 10
 
 
 def _run_until_budget(url: str, start: multiprocessing.Event) -> None:
+    from tianfeng.hpo.budget import counted
     from tianfeng.hpo.locked_storage import BudgetReached
-    from tianfeng.hpo.runner import counted
 
     storage = open_storage(url, heartbeat_s=None)
     storage.limit("budget", lambda trials: len(counted(trials)) >= BUDGET)

@@ -80,8 +80,9 @@ def test_bad_ray_flags(tmp_path: Path, tiny_space: dict, args: list[str], expect
 def test_a_trial_that_trained_all_its_epochs_is_complete_whatever_its_length(tmp_path: Path, tiny_space: dict) -> None:
     """Trials of one study train different epochs (here half of a searched 2 or 6): one that
     reached its own last epoch completes, even when another trial's proxy is longer."""
+    from tianfeng.hpo.plan import SearchPlan, plan_space
     from tianfeng.hpo.ray_backend import RayOptions, StudySearcher
-    from tianfeng.hpo.runner import SearchPlan, open_study, plan_space
+    from tianfeng.hpo.study_setup import open_study
 
     tiny_space["parameters"]["epochs"] = {"type": "categorical", "choices": [2, 6]}
     tiny_space["phases"] = {**tiny_space["phases"], "epochs": "epochs"}

@@ -14,8 +14,9 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.search.conftest import write_space
+from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.registry import PRUNERS, SAMPLERS
-from tianfeng.hpo.runner import SearchPlan, run_search
+from tianfeng.hpo.runner import run_search
 
 
 def plan_for(tmp_path: Path, space_file: Path, **changes) -> SearchPlan:

@@ -8,8 +8,8 @@ import optuna
 import pytest
 
 from tianfeng.hpo.materialize import build_config
-from tianfeng.hpo.runner import TrialLogger
 from tianfeng.hpo.space import load_space
+from tianfeng.hpo.trial_log import TrialLogger
 from tianfeng.trainers.config import config_to_dict
 
 

@@ -23,24 +23,14 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.budget import Budget, counted, raise_if_failing, repeated_failure
 from tianfeng.hpo.objective import objective_value, objective_values, prepare_trial, record_final
+from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.progress import StudyProgress
-from tianfeng.hpo.runner import (
-    Budget,
-    SearchPlan,
-    TrialLogger,
-    counted,
-    log_objective,
-    new_stream,
-    open_study,
-    plan_space,
-    raise_if_failing,
-    repeated_failure,
-    requeue_interrupted,
-    rung_epochs,
-    sampler_seed,
-)
+from tianfeng.hpo.runner import new_stream, requeue_interrupted, sampler_seed
 from tianfeng.hpo.space import SearchSpace
+from tianfeng.hpo.study_setup import open_study
+from tianfeng.hpo.trial_log import TrialLogger, log_objective
 from tianfeng.logs import quiet_optuna
 from tianfeng.ray_cluster import start_or_join
 from tianfeng.trainers.config import ConfigError, config_to_dict

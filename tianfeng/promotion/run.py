@@ -54,7 +54,7 @@ def study_space(study: optuna.Study) -> SearchSpace:
     space = parse_space(text, attrs.get("space_path", study.study_name), data=attrs.get("data"),
                         gpus=attrs.get("gpus"), gpus_per_node=attrs.get("gpus_per_node"),
                         stored_format=attrs.get("space_format", 1))
-    from tianfeng.hpo.runner import with_objective
+    from tianfeng.hpo.plan import with_objective
 
     return with_objective(space, attrs.get("objective_mode"), attrs.get("target"), attrs.get("min_accuracy"))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import plotly.graph_objects as go
 
-from tianfeng.hpo.runner import UNLIMITED_TRIALS
+from tianfeng.hpo.plan import UNLIMITED_TRIALS
 from tianfeng.ownership import default_report_path, study_owner, write_report
 from tianfeng.reporting.plotlyjs import bundle_for
 from tianfeng.reporting.templates import environment, script_json

@@ -15,7 +15,8 @@ from optuna.trial import TrialState
 
 from tianfeng.hpo.materialize import build_config
 from tianfeng.hpo.pinned import batch_parameter
-from tianfeng.hpo.runner import SearchPlan, plan_space, run_search, rung_epochs
+from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
+from tianfeng.hpo.runner import run_search
 from tianfeng.scaling.results import ScalePoint, ScaleStore
 from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
 from tianfeng.trainers.schedules import peak_lr
