@@ -126,6 +126,18 @@ def judge_epoch(trial: optuna.Trial, objective, peers: PeerPruner | None, epoch:
     return None
 
 
+class TrialTag(logging.Filter):
+    """Prefixes a record with the trial it belongs to."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__()
+        self.number = number
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = f"trial {self.number}: {record.msg}"
+        return True
+
+
 class ProxyObjective:
     """`trainer` is the engine's `train`; the overhead benchmark swaps in one that does nothing."""
 
@@ -153,6 +165,9 @@ class ProxyObjective:
             if why:
                 raise StopTraining(RunStatus.PRUNED, why)
 
+        tag = TrialTag(trial.number)
+        engine_log = logging.getLogger("tianfeng.engine")
+        engine_log.addFilter(tag)  # with --verbose, the engine's epoch lines say whose they are
         try:
             result = self.trainer(cfg, report)
         except KeyboardInterrupt:
@@ -161,6 +176,8 @@ class ProxyObjective:
         except Exception as exc:
             mark_failed(trial, exc)
             raise
+        finally:
+            engine_log.removeFilter(tag)
         trial.set_user_attr("status", result.status)
         if result.status == RunStatus.DIVERGED:
             trial.set_user_attr("message", result.message)

@@ -1,12 +1,24 @@
 """The live view of a running search on an interactive terminal: trials finished against the
-budget, pruned and failed counts, best so far, ETA. Per-trial log lines scroll above it."""
+budget, best so far, pruned and failed counts, the running trials with the epoch each reached,
+elapsed time and ETA, refreshed every few seconds. Per-trial log lines scroll above it. Not a
+terminal: nothing but the per-trial lines."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 
 import optuna
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from optuna.trial import FrozenTrial, TrialState
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from tianfeng.hpo.outcomes import Outcome, count_outcomes
 from tianfeng.hpo.scores import best_trial, score
@@ -17,16 +29,35 @@ class StudyProgress:
         self.metric = metric
         self.enabled = sys.stderr.isatty()
         self._progress = Progress(TextColumn("[bold]search"), BarColumn(), MofNCompleteColumn(),
-                                  TextColumn("{task.description}"), TimeRemainingColumn(),
-                                  disable=not self.enabled, redirect_stderr=True)
+                                  TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("eta"),
+                                  TimeRemainingColumn(), disable=not self.enabled, redirect_stderr=True)
         self._task = self._progress.add_task("", total=total)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> StudyProgress:
         self._progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
         self._progress.stop()
+
+    def follow(self, study: optuna.Study, every_s: float = 3.0) -> None:
+        """Refresh from the study every `every_s` seconds (running trials' epochs move between
+        trial ends), on a terminal only."""
+        if not self.enabled or self._thread is not None:
+            return
+
+        def refresh() -> None:
+            while not self._stop.wait(every_s):
+                with contextlib.suppress(Exception):  # a busy database: the next refresh tries again
+                    self.update(study)
+
+        self._thread = threading.Thread(target=refresh, name="tianfeng-progress", daemon=True)
+        self._thread.start()
 
     def update(self, study: optuna.Study, *_: object) -> None:
         """Also usable as an Optuna callback: `(study, trial)`."""
@@ -41,4 +72,24 @@ class StudyProgress:
         self._progress.update(self._task,
                               completed=count[Outcome.COMPLETE] + count[Outcome.PRUNED] + count[Outcome.FAILED],
                               description=f"{best}  pruned {count[Outcome.PRUNED]}  failed {count[Outcome.FAILED]}"
-                                          f"{interrupted}  running {count[Outcome.RUNNING]}")
+                                          f"{interrupted}  {running_text(trials)}")
+
+
+def epochs_reached(trial: FrozenTrial) -> int:
+    """The last epoch a trial reported (Optuna's intermediate values, or its recorded curve)."""
+    steps = list(trial.intermediate_values) + [int(e) for e in trial.user_attrs.get("curve", {})]
+    return max(steps, default=0)
+
+
+def running_text(trials: list[FrozenTrial], shown: int = 3) -> str:
+    """`running #12 ep 3/8, #13 ep 1/8`: the running trials and the epoch each reached."""
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    if not running:
+        return "running 0"
+    parts = []
+    for t in running[:shown]:
+        phases = (t.user_attrs.get("config") or {}).get("phases") or []
+        total = sum(p.get("epochs", 0) for p in phases)
+        parts.append(f"#{t.number} ep {epochs_reached(t)}/{total}" if total else f"#{t.number}")
+    more = f" +{len(running) - shown}" if len(running) > shown else ""
+    return "running " + ", ".join(parts) + more

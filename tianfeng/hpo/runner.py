@@ -99,6 +99,7 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool) -> optuna.
     stream = new_stream() if resume else 0
     with StudyProgress(total, space.objective.metric) as progress:
         progress.update(study)
+        progress.follow(study)
         if workers <= 1:
             run_worker(plan, progress=progress, stream=stream)
         else:
