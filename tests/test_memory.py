@@ -71,7 +71,12 @@ def test_a_cluster_no_recipe_fits_is_one_line_and_exit_2(tmp_path, capsys, monke
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "tianfeng.db").exists()
 
 
-def test_a_space_whose_batch_does_not_fit_the_memory_is_refused_at_load(tmp_path) -> None:
+def test_a_batch_beyond_the_memory_trains_in_micro_batches_and_one_image_too_many_is_refused(tmp_path) -> None:
+    """Gradient accumulation as the priced answer to a per-GPU batch the GPU cannot hold: the
+    target and the proxy train it in the same number of micro-batches, each of which fits."""
+    from tianfeng.hpo.materialize import build_config
+    from tianfeng.hpo.walltime import accumulation_needed
+
     raw = yaml.safe_load(Path(load_space("large_batch").path).read_text())
     raw["cluster"] = {"gpus": 8, "gpus_per_node": 8, "device": "v100", "memory_gib": 2.0}
     raw["parameters"]["per_gpu_batch"] = {"type": "int", "low": 16, "high": 4000, "log": True}
@@ -79,9 +84,20 @@ def test_a_space_whose_batch_does_not_fit_the_memory_is_refused_at_load(tmp_path
     raw["base"]["model"] = {"name": "resnet_small", "width": 64, "depth": 2, "stages": 3}
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(raw))
+    space = load_space(path)  # the largest corner fits in micro-batches: no refusal
+    values = {**space.priors[0].params, "per_gpu_batch": 4000}
+    target, proxy = build_config(space, values, "target"), build_config(space, values, "proxy")
+    k = target.accumulate_steps
+    assert k > 1 and proxy.accumulate_steps == k
+    assert accumulation_needed(target, space.cluster, in_channels=3, classes=10) == k
+    check_memory(target, space.cluster, in_channels=3, classes=10)  # each micro-batch fits
+    small = build_config(space, {**values, "per_gpu_batch": 16}, "target")
+    assert small.accumulate_steps == 1
+    raw["cluster"]["memory_gib"] = 1.0  # less than the reserve: not one image fits
+    path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError) as info:
         load_space(path)
-    assert "batch_size" in str(info.value) and "GiB GPU holds at most" in str(info.value)
+    assert "batch_size" in str(info.value) and "GiB GPU holds at most 0" in str(info.value)
 
 
 @pytest.mark.parametrize(("cluster", "expected"), [

@@ -15,7 +15,13 @@ from tianfeng.hpo.space_types import (
     SearchSpace,
     round_resolution,
 )
-from tianfeng.trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
+from tianfeng.trainers.config import (
+    ConfigError,
+    RunConfig,
+    config_from_dict,
+    config_to_dict,
+    with_changes,
+)
 
 
 def is_active(param, values: dict[str, Any]) -> bool:
@@ -201,6 +207,23 @@ def _shrink(raw: dict[str, Any], f: Fidelity) -> None:
 
 def build_config(space: SearchSpace, values: dict[str, Any], rung: str, *, name: str | None = None,
                  run_dir: str | None = None) -> RunConfig:
+    """The run of `values` at `rung`. A per-GPU batch beyond the target GPU's memory trains in
+    micro-batches (gradient accumulation, priced by the wall-time model), as many as the target
+    rung needs; a proxy uses the same count, so its BatchNorm sees what a GPU's would."""
+    cfg = config_from_dict(_raw_config(space, values, rung, name, run_dir), f"{space.path} [{rung}]")
+    if cfg.accumulate_steps > 1 or space.cluster.device_memory_gib is None:
+        return cfg  # the space chose, or nothing limits the batch
+    from tianfeng.hpo.walltime import accumulation_needed
+
+    target = cfg if rung == "target" else config_from_dict(_raw_config(space, values, "target", None, None),
+                                                           f"{space.path} [target]")
+    k = accumulation_needed(target, space.cluster, in_channels=space.constants.get("channels", 3),
+                            classes=space.constants.get("classes", 1000))
+    return cfg if k == 1 else with_changes(cfg, accumulate_steps=k)
+
+
+def _raw_config(space: SearchSpace, values: dict[str, Any], rung: str, name: str | None,
+                run_dir: str | None) -> dict[str, Any]:
     raw = config_to_dict(space.base)
     env = {**space.constants, **values}
     for key, expr in space.assignments.items():
@@ -227,7 +250,7 @@ def build_config(space: SearchSpace, values: dict[str, Any], rung: str, *, name:
         raw["name"] = name
     if run_dir is not None:
         raw["run_dir"] = run_dir
-    return config_from_dict(raw, f"{space.path} [{rung}]")
+    return raw
 
 
 def max_rung_epochs(space: SearchSpace, rung: str) -> int:
