@@ -106,3 +106,9 @@ def test_a_two_trial_search_of_a_timm_model(tmp_path) -> None:
     assert all(t.user_attrs["config"]["model"] == {"name": "timm:resnet10t", "kwargs": {"drop_rate": 0.1},
                                                    "width": 16, "depth": 1, "stages": 3, "zero_init_residual": True,
                                                    "bn_after_pool": False, "weights": ""} for t in trials)
+
+
+def test_a_model_config_made_in_code_from_a_dict_stays_hashable() -> None:
+    """Configs are cache keys (the FLOP count, the memory measurement)."""
+    made = ModelConfig(**{"name": "resnet_small", "kwargs": {"x": 1}})
+    assert hash(made) == hash(ModelConfig(name="resnet_small", kwargs={"x": 1}))

@@ -44,6 +44,10 @@ class ModelConfig:
     name: str = "resnet_small"
     kwargs: Kwargs = field(default_factory=Kwargs)  # to the builder (torchvision, timm or yours)
     weights: str = ""  # a local state dict to start from; nothing is ever downloaded
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kwargs, Kwargs):  # built from a plain dict in code: keep it hashable
+            object.__setattr__(self, "kwargs", Kwargs(self.kwargs))
     width: int = _bounded(16, ge=1)  # channels of the first stage (resnet_small)
     depth: int = _bounded(1, ge=1)  # residual blocks per stage (resnet_small)
     stages: int = _bounded(3, ge=1, le=5)  # stages of resnet_small, each halving resolution
