@@ -72,3 +72,12 @@ def logging_filters_left() -> list:
     import logging
 
     return logging.getLogger("tianfeng.engine").filters
+
+
+def test_a_long_run_shows_its_epochs_and_last_metric() -> None:
+    from tianfeng.run_progress import RunProgress
+
+    with RunProgress("trial 3 at full scale", 5) as bar:
+        bar.epoch(2, 61.234)
+        task = bar._progress.tasks[0]
+        assert (task.completed, task.total, task.description) == (2, 5, "val_top1 61.23")

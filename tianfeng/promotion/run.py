@@ -24,6 +24,7 @@ from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from tianfeng.logs import quiet_optuna
 from tianfeng.ownership import check_folder, claim_folder, study_owner
 from tianfeng.promotion.transfer import Change, transfer
+from tianfeng.run_progress import RunProgress
 from tianfeng.store import RunStore
 from tianfeng.tables import add_plain_row, plain_table
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
@@ -139,6 +140,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     def record(m: EpochMetrics) -> None:
         epochs.append(asdict(m))
         store.update(run_id, epochs=epochs_so_far + epochs)
+        bar.epoch(m.epoch, getattr(m, metric, None))
 
     epochs_so_far = store.runs(study.study_name)
     epochs_so_far = next(r["epochs"] for r in epochs_so_far if r["id"] == run_id)
@@ -149,7 +151,8 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     if plan is not None:
         return out | _run_plan(plan, launch, run_dir, store, run_id, space)
     try:
-        result = train(full, record)
+        with RunProgress(f"trial {trial_number} at full scale", full.total_epochs, metric) as bar:
+            result = train(full, record)
     except BaseException:
         store.update(run_id, status="failed")
         raise
