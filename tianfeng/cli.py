@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what starts the ranks when the plan runs: torchrun per node, or Ray Train workers")
     launch.add_argument("--address", default=None,
                         help="with --via ray: the Ray cluster to run on (auto, HOST:PORT); default a Ray started here")
+    add_json(launch)
 
     plan = sub.add_parser("plan", help="predict a run's wall time, part by part, at many GPUs",
                           description="The predicted wall time of a run (start-up, compute, exchange, data, "

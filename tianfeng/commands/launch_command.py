@@ -30,7 +30,7 @@ def run_launch_command(args) -> int:
     for path in write_plan(plan, out_dir):
         print(path)
     if args.via == "ray" and (args.address or local):
-        return main_ray(plan, cfg.resolved_run_dir, args.address)
+        return main_ray(plan, cfg.resolved_run_dir, args.address, json_output=args.json)
     if not local:
         print(f"tianfeng: plan written; run node-<i>.sh on each node, `sbatch {out_dir}/sbatch.sh`, "
               f"or {out_dir}/ray-job.sh", file=sys.stderr)

@@ -13,6 +13,7 @@ from tianfeng.recipes import DEFAULT_RECIPE
 from tianfeng.trainers import distributed
 from tianfeng.trainers.config import load_config
 from tianfeng.trainers.engine import train
+from tianfeng.trainers.metrics import summary_lines
 
 
 def run_train(config_path: Path | None, overrides: list[str], *, json_output: bool = False) -> int:
@@ -30,9 +31,8 @@ def _train_and_report(config_path: Path | None, overrides: list[str], json_outpu
         return 0 if result.status != "diverged" else 1
     final = asdict(result.final) if result.final else None
     summary = {"status": result.status, "run_dir": str(result.run_dir), "precision": result.precision, "final": final}
-    scores = (f": val_top1 {final['val_top1']:.2f}, val_loss {final['val_loss']:.4f} after epoch {final['epoch']}"
-              if final else "")
-    emit(argparse.Namespace(json=json_output), summary, [f"{result.status}{scores} ({result.precision})", f"run dir: {result.run_dir}"])
+    emit(argparse.Namespace(json=json_output), summary,
+         summary_lines(result.status, final, result.precision, str(result.run_dir)))
     if result.status == "diverged":
         print(f"tianfeng: run diverged: {result.message}", file=sys.stderr)
         return 1

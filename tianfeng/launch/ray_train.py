@@ -15,6 +15,7 @@ from typing import Any
 from tianfeng.launch.plan import LaunchPlan
 from tianfeng.ray_cluster import start_or_join
 from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.metrics import summary_lines
 
 log = logging.getLogger("tianfeng.launch")
 
@@ -79,9 +80,13 @@ def run_with_ray_train(plan: LaunchPlan, run_dir: Path, address: str | None) -> 
     return json.loads((run_dir / "result.json").read_text())
 
 
-def main_ray(plan: LaunchPlan, run_dir: Path, address: str | None) -> int:
+def main_ray(plan: LaunchPlan, run_dir: Path, address: str | None, *, json_output: bool = False) -> int:
     metrics = run_with_ray_train(plan, run_dir, address)
-    print(json.dumps(metrics, indent=2))
+    if json_output:
+        print(json.dumps(metrics, indent=2))
+    else:
+        print("\n".join(summary_lines(metrics.get("status", ""), metrics.get("final"), metrics.get("precision", ""),
+                                      str(run_dir))))
     if metrics.get("status") == "diverged":
         print("tianfeng: run diverged", file=sys.stderr)
         return 1

@@ -22,3 +22,11 @@ class EpochMetrics:
     skipped_steps: int  # fp16 steps skipped for inf/nan gradients
     elapsed_s: float  # since the run (or its first resume) started
     noise_scale: float | None = None  # B_simple over the epoch's measured steps (trainers/noise_scale)
+
+
+def summary_lines(status: str, final: dict | None, precision: str, run_dir: str) -> list[str]:
+    """A finished run for a person: `completed: val_top1 81.60, val_loss 0.7623 after epoch 29
+    (bf16)` and its run directory."""
+    scores = (f": val_top1 {final['val_top1']:.2f}, val_loss {final['val_loss']:.4f} after epoch {final['epoch']}"
+              if final else "")
+    return [f"{status}{scores} ({precision})", f"run dir: {run_dir}"]
