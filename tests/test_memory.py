@@ -75,7 +75,7 @@ def test_a_batch_beyond_the_memory_trains_in_micro_batches_and_one_image_too_man
     """Gradient accumulation as the priced answer to a per-GPU batch the GPU cannot hold: the
     target and the proxy train it in the same number of micro-batches, each of which fits."""
     from tianfeng.hpo.materialize import build_config
-    from tianfeng.hpo.walltime import accumulation_needed
+    from tianfeng.memory import accumulation_needed
 
     raw = yaml.safe_load(Path(load_space("large_batch").path).read_text())
     raw["cluster"] = {"gpus": 8, "gpus_per_node": 8, "device": "v100", "memory_gib": 2.0}
@@ -89,7 +89,7 @@ def test_a_batch_beyond_the_memory_trains_in_micro_batches_and_one_image_too_man
     target, proxy = build_config(space, values, "target"), build_config(space, values, "proxy")
     k = target.accumulate_steps
     assert k > 1 and proxy.accumulate_steps == k
-    assert accumulation_needed(target, space.cluster, in_channels=3, classes=10) == k
+    assert accumulation_needed(target, 8, 2.0, in_channels=3, classes=10) == k
     check_memory(target, space.cluster, in_channels=3, classes=10)  # each micro-batch fits
     small = build_config(space, {**values, "per_gpu_batch": 16}, "target")
     assert small.accumulate_steps == 1

@@ -14,9 +14,10 @@ where NVIDIA's DeepLearningExamples train it at 256 per V100 16 GB with AMP (and
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
-from tianfeng.trainers.config import ModelConfig
+from tianfeng.trainers.config import ModelConfig, RunConfig
 
 GIB = 2**30
 # Not the model's: the CUDA context, cuDNN/cuBLAS workspaces and NCCL buffers (~1.5 GiB
@@ -75,3 +76,22 @@ def per_gpu_fit(model: ModelConfig, resolution: int, *, mixed: bool, optimizer: 
     state = state_bytes(params, optimizer)
     usable = memory_gib * GIB * USABLE_SHARE - RESERVED_GIB * GIB
     return Fit(max(0, int((usable - state) // image)), image, state, usable)
+
+
+def accumulation_needed(cfg: RunConfig, gpus: int, memory_gib: float | None, *, in_channels: int,
+                        classes: int) -> int:
+    """The fewest micro-batches per step with which every phase's per-GPU batch fits a GPU of
+    `memory_gib` (1 when it fits whole or the memory is unknown; at most the per-GPU batch)."""
+    if memory_gib is None:
+        return 1
+    from tianfeng.throughput import step_cost
+
+    mixed = cfg.precision.mode != "fp32"
+    needed = 1
+    for p in cfg.phases:
+        per_gpu = math.ceil(p.batch_size / gpus)
+        params = step_cost(cfg.model, p.resolution, in_channels, classes).params
+        fit = per_gpu_fit(cfg.model, p.resolution, mixed=mixed, optimizer=cfg.optimizer.name, memory_gib=memory_gib,
+                          params=params, in_channels=in_channels, classes=classes).max_per_gpu
+        needed = max(needed, min(max(1, p.batch_size // gpus), math.ceil(per_gpu / max(1, fit))))
+    return needed

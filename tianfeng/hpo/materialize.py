@@ -213,12 +213,12 @@ def build_config(space: SearchSpace, values: dict[str, Any], rung: str, *, name:
     cfg = config_from_dict(_raw_config(space, values, rung, name, run_dir), f"{space.path} [{rung}]")
     if cfg.accumulate_steps > 1 or space.cluster.device_memory_gib is None:
         return cfg  # the space chose, or nothing limits the batch
-    from tianfeng.hpo.walltime import accumulation_needed
+    from tianfeng.memory import accumulation_needed
 
     target = cfg if rung == "target" else config_from_dict(_raw_config(space, values, "target", None, None),
                                                            f"{space.path} [target]")
-    k = accumulation_needed(target, space.cluster, in_channels=space.constants.get("channels", 3),
-                            classes=space.constants.get("classes", 1000))
+    k = accumulation_needed(target, space.cluster.gpus, space.cluster.device_memory_gib,
+                            in_channels=space.constants.get("channels", 3), classes=space.constants.get("classes", 1000))
     return cfg if k == 1 else with_changes(cfg, accumulate_steps=k)
 
 

@@ -184,23 +184,6 @@ def check_batches(cfg: RunConfig, spec: ClusterSpec) -> None:
                               "/ gpus))` in phases.batch_size")
 
 
-def accumulation_needed(cfg: RunConfig, spec: ClusterSpec, *, in_channels: int, classes: int) -> int:
-    """The fewest micro-batches per step with which every phase's per-GPU batch fits the GPU's
-    memory (1 when it fits whole or the memory is unknown; at most the per-GPU batch)."""
-    memory = spec.device_memory_gib
-    if memory is None:
-        return 1
-    mixed = cfg.precision.mode != "fp32"
-    needed = 1
-    for p in cfg.phases:
-        per_gpu = math.ceil(p.batch_size / spec.gpus)
-        params = step_cost(cfg.model, p.resolution, in_channels, classes).params
-        fit = per_gpu_fit(cfg.model, p.resolution, mixed=mixed, optimizer=cfg.optimizer.name, memory_gib=memory,
-                          params=params, in_channels=in_channels, classes=classes).max_per_gpu
-        needed = max(needed, min(max(1, p.batch_size // spec.gpus), math.ceil(per_gpu / max(1, fit))))
-    return needed
-
-
 def check_memory(cfg: RunConfig, spec: ClusterSpec, *, in_channels: int, classes: int, source: str = "") -> None:
     """Every phase's per-GPU batch fits the device's memory: one line naming the phase and the limit."""
     memory = spec.device_memory_gib
