@@ -25,7 +25,7 @@ def cifar5_dir() -> Path:
     out = cache / "datasets"
     if not (out / "cifar5-dev" / "val").is_dir():
         if not SHARED_ARCHIVE.exists():
-            sys.exit(f"benchmark needs {SHARED_ARCHIVE} (see ../shared/README.md)")
+            sys.exit(f"benchmark needs {SHARED_ARCHIVE}: the development data, a folder beside the checkout")
         out.mkdir(parents=True, exist_ok=True)
         with tarfile.open(SHARED_ARCHIVE) as tar:
             tar.extractall(out, filter="data")

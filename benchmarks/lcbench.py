@@ -63,7 +63,7 @@ class Surrogate:
 
     def __init__(self, data: Path) -> None:
         if not (data / "model.onnx").exists():
-            sys.exit(f"lcbench: needs the LCBench surrogate files in {data} (see ../shared/README.md)")
+            sys.exit(f"lcbench: needs the LCBench surrogate files in {data}: the development data, a folder beside the checkout")
         self._dir = tempfile.TemporaryDirectory()
         (Path(self._dir.name) / "lcbench").symlink_to(data.resolve())
         self._proc = subprocess.Popen([str(surrogate_python()), str(Path(__file__).with_name("lcbench_surrogate.py")),

@@ -28,7 +28,7 @@ def _shared_archive() -> Path:
     if not SHARED_ARCHIVE.exists():
         raise FileNotFoundError(
             f"{SHARED_ARCHIVE} is missing: the data tests need the shared development set "
-            "beside the checkout (see ../shared/README.md)")
+            "beside the checkout")
     digest = hashlib.sha256(SHARED_ARCHIVE.read_bytes()).hexdigest()
     assert digest == ARCHIVE_SHA256, f"{SHARED_ARCHIVE} has sha256 {digest}"
     return SHARED_ARCHIVE
