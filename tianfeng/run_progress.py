@@ -16,13 +16,18 @@ from rich.progress import (
 )
 
 
+def progress_bar(label: str, *, enabled: bool) -> Progress:
+    """`label ━━━━ k/N  description  elapsed eta remaining`: the bar every long job shows."""
+    return Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), disable=not enabled,
+                    redirect_stderr=True)
+
+
 class RunProgress:
     def __init__(self, label: str, total_epochs: int, metric: str = "val_top1") -> None:
         self.metric = metric
         self.enabled = sys.stderr.isatty()
-        self._progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                                  TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("eta"),
-                                  TimeRemainingColumn(), disable=not self.enabled, redirect_stderr=True)
+        self._progress = progress_bar(label, enabled=self.enabled)
         self._task = self._progress.add_task("epochs", total=total_epochs)
 
     def __enter__(self) -> RunProgress:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 from optuna import Study
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.scores import curve as epoch_curve
 
 CURVES_ID = "tianfeng-learning-curves"
 PREDICTED = "predicted_seconds"
@@ -26,18 +27,10 @@ def metric_names(mode: str, metric: str) -> list[str]:
     return [PREDICTED] if mode == ObjectiveMode.TIME_TO_TARGET else [metric]
 
 
-def trial_curve(trial: FrozenTrial) -> dict[int, float]:
-    """Epoch -> the metric: Optuna's intermediate values, else the curve the trial recorded."""
-    if trial.intermediate_values:
-        return dict(sorted(trial.intermediate_values.items()))
-    return {int(epoch): value for epoch, value in sorted(trial.user_attrs.get("curve", {}).items(),
-                                                          key=lambda item: int(item[0]))}
-
-
 def curves_figure(study: Study, metric: str) -> go.Figure:
     figure = go.Figure()
     for trial in study.get_trials(deepcopy=False):
-        curve = trial_curve(trial)
+        curve = dict(sorted(epoch_curve(trial).items()))
         if not curve:
             continue
         state = trial.state.name.lower() if trial.state != TrialState.RUNNING else "running"

@@ -11,26 +11,17 @@ import threading
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from tianfeng.hpo.outcomes import Outcome, count_outcomes
-from tianfeng.hpo.scores import best_trial, score
+from tianfeng.hpo.scores import best_trial, epochs_reported, score
+from tianfeng.run_progress import progress_bar
 
 
 class StudyProgress:
     def __init__(self, total: int | None, metric: str) -> None:
         self.metric = metric
         self.enabled = sys.stderr.isatty()
-        self._progress = Progress(TextColumn("[bold]search"), BarColumn(), MofNCompleteColumn(),
-                                  TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("eta"),
-                                  TimeRemainingColumn(), disable=not self.enabled, redirect_stderr=True)
+        self._progress = progress_bar("search", enabled=self.enabled)
         self._task = self._progress.add_task("", total=total)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -75,12 +66,6 @@ class StudyProgress:
                                           f"{interrupted}  {running_text(trials)}")
 
 
-def epochs_reached(trial: FrozenTrial) -> int:
-    """The last epoch a trial reported (Optuna's intermediate values, or its recorded curve)."""
-    steps = list(trial.intermediate_values) + [int(e) for e in trial.user_attrs.get("curve", {})]
-    return max(steps, default=0)
-
-
 def running_text(trials: list[FrozenTrial], shown: int = 3) -> str:
     """`running #12 ep 3/8, #13 ep 1/8`: the running trials and the epoch each reached."""
     running = [t for t in trials if t.state == TrialState.RUNNING]
@@ -90,6 +75,6 @@ def running_text(trials: list[FrozenTrial], shown: int = 3) -> str:
     for t in running[:shown]:
         phases = (t.user_attrs.get("config") or {}).get("phases") or []
         total = sum(p.get("epochs", 0) for p in phases)
-        parts.append(f"#{t.number} ep {epochs_reached(t)}/{total}" if total else f"#{t.number}")
+        parts.append(f"#{t.number} ep {epochs_reported(t)}/{total}" if total else f"#{t.number}")
     more = f" +{len(running) - shown}" if len(running) > shown else ""
     return "running " + ", ".join(parts) + more
