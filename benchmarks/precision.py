@@ -22,9 +22,14 @@ def step_time(mode: str, batch: int, resolution: int, width: int, steps: int) ->
     precision = build_precision(PrecisionConfig(mode=mode), device)
     x = torch.randn(batch, 3, resolution, resolution)
     y = torch.randint(0, 10, (batch,))
+    return timed_steps(model, opt, precision, x, y, steps)
+
+
+def timed_steps(model, opt, precision, x, y, steps: int) -> float:
+    """Seconds per training step over `steps` steps, after one that warms up kernels."""
     for i in range(steps + 1):
         if i == 1:
-            start = time.perf_counter()  # the first step warms up kernels
+            start = time.perf_counter()
         with precision.autocast():
             loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()

@@ -13,7 +13,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 from common import ROOT, print_table
 
@@ -28,6 +27,7 @@ SHAPES = (
 def worker(steps: int) -> None:
     """Time `steps` training steps of every shape (after one warm-up step); print JSON."""
     import torch
+    from precision import timed_steps
 
     from tianfeng.trainers.config import ModelConfig, PrecisionConfig
     from tianfeng.trainers.models import build_model
@@ -44,16 +44,7 @@ def worker(steps: int) -> None:
         precision = build_precision(PrecisionConfig(mode=mode), torch.device("cpu"))
         x = torch.randn(batch, 3, resolution, resolution).to(memory_format=fmt)
         y = torch.randint(0, 10, (batch,))
-        for i in range(steps + 1):
-            if i == 1:
-                start = time.perf_counter()
-            with precision.autocast():
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            precision.scaler.scale(loss).backward()
-            precision.scaler.step(opt)
-            precision.scaler.update()
-        out[name] = (time.perf_counter() - start) / steps
+        out[name] = timed_steps(model, opt, precision, x, y, steps)
     print(json.dumps(out))
 
 
