@@ -220,3 +220,27 @@ def test_priors_beyond_the_budget_wait_for_a_larger_one_instead_of_the_queue(
     trials = trials_of(plan)
     assert [t.user_attrs.get("prior") for t in trials] == ["p0", "p1", "p2"]
     assert all(t.state == TrialState.COMPLETE for t in trials)
+
+
+def test_a_trial_cut_while_it_is_being_prepared_is_queued_again_with_its_parameters(
+        tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tianfeng.hpo.objective as objective_module
+    from tianfeng.hpo.objective import ProxyObjective
+    from tianfeng.hpo.plan import plan_space
+    from tianfeng.hpo.runner import requeue_interrupted
+
+    plan = plan_for(tmp_path, tiny_space_file)
+    space = plan_space(plan)
+
+    def cut(*args, **kwargs):  # Ctrl-C landing after sampling, before the run starts
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(objective_module, "build_config", cut)
+    study = optuna.create_study(study_name=plan.study, storage=plan.storage)
+    with pytest.raises(KeyboardInterrupt):
+        study.optimize(ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung), n_trials=1)
+    [failed] = study.get_trials()
+    assert failed.state == TrialState.FAIL and failed.user_attrs["status"] == "interrupted"
+    assert requeue_interrupted(plan.storage, plan.study) == [failed.number]
+    queued = [t for t in study.get_trials() if t.state == TrialState.WAITING]
+    assert len(queued) == 1 and queued[0].params == failed.params

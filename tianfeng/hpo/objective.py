@@ -150,6 +150,9 @@ class ProxyObjective:
     def __call__(self, trial: optuna.Trial) -> float:
         try:
             cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung)
+        except KeyboardInterrupt:  # cut before training: queued again like one cut while training
+            trial.set_user_attr("status", "interrupted")
+            raise
         except Exception as exc:
             mark_failed(trial, exc)
             raise
