@@ -25,6 +25,7 @@ from tianfeng.hpo.walltime import format_seconds, parts_text
 from tianfeng.ownership import default_report_path, study_owner, write_report
 from tianfeng.promotion.run import load_study
 from tianfeng.reporting import figures
+from tianfeng.reporting.guidance import fidelity_caveat, front_rows, importance_caveat, next_step
 from tianfeng.reporting.plotlyjs import bundle_for
 from tianfeng.reporting.templates import environment, script_json
 from tianfeng.storage_url import storage_flag
@@ -79,6 +80,20 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
     return rows
 
 
+def _anchor(title: str) -> str:
+    return "-".join("".join(c if c.isalnum() else " " for c in title.lower()).split())
+
+
+def _caption(fig) -> str:
+    """A figure's own title, moved above it as text: a long title clipped by a narrow window
+    would hide what the figure shows."""
+    if fig is None:
+        return ""
+    text = fig.layout.title.text or ""
+    fig.update_layout(title=None, margin={"t": 30})
+    return text
+
+
 def build_report(storage: str, study_name: str | None, output: Path | None = None, *,
                  flag: str = "--study") -> Path:
     warnings.filterwarnings("ignore", module="optuna")  # importance estimates on few trials warn
@@ -93,29 +108,35 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
         best = {"number": b.number, "value": _fmt(score(b)), "prior": b.user_attrs.get("prior", ""),
                 "params": [(k, _fmt(v)) for k, v in b.params.items()],
                 "config_yaml": yaml.safe_dump(b.user_attrs.get("config", {}), sort_keys=False)}
+    flags = f"--study {study.study_name}{storage_flag(storage)}"
     importance_fig, _ = figures.importances(study)
     top_params = []
     if importance_fig is not None:
         top_params = list(importance_fig.data[0].y)[::-1][:4]
     calibration = study.user_attrs.get("calibration") or {}
-    drawn = [
-        ("Optimisation history (best so far)", figures.history(study)),
-        ("Accuracy against predicted wall time on the cluster", figures.pareto(study, runs)),
-        ("Timeline of trials per worker (complete, pruned, failed)", figures.timeline(study)),
-        ("Learning curves: intermediate values per epoch", figures.learning_curves(study)),
-        ("Parameter importances", (importance_fig, "not drawn: needs at least 3 complete trials")),
-        ("Parallel coordinates", figures.parallel(study)),
-        ("Slices of the top parameters", figures.slices(study, top_params)),
-        ("Schedules of the top trials", figures.schedules(complete[:3])),
-        ("Gradient noise scale (the critical batch size)", figures.noise_scale(complete[:3], runs)),
-        ("Proxy against full fidelity", figures.proxy_vs_full(runs, calibration)),
+    drawn = [  # (heading, short name for the contents, figure)
+        ("Optimisation history", "History", figures.history(study)),
+        ("Accuracy against predicted wall time on the cluster", "Accuracy vs time", figures.pareto(study, runs)),
+        ("Timeline of trials per worker (complete, pruned, failed)", "Timeline", figures.timeline(study)),
+        ("Learning curves: intermediate values per epoch", "Learning curves", figures.learning_curves(study)),
+        ("Parameter importances", "Importances",
+         (importance_fig, "not drawn: needs at least 3 complete trials")),
+        ("Parallel coordinates", "Parallel coordinates", figures.parallel(study)),
+        ("Slices of the top parameters", "Slices", figures.slices(study, top_params)),
+        ("Schedules of the top trials", "Schedules", figures.schedules(complete[:3])),
+        ("Gradient noise scale (the critical batch size)", "Noise scale", figures.noise_scale(complete[:3], runs)),
+        ("Proxy against full fidelity", "Proxy vs full", figures.proxy_vs_full(runs, calibration)),
     ]
     curves, _ = figures.promoted_curves(runs, metric)  # drawn in the promoted runs' own section
     promoted = {"id": "fig-promoted", "json": script_json(curves) if curves is not None else ""}
-    figs = [{"id": f"fig-{i}", "title": title, "json": script_json(fig) if fig is not None else "",
-             "note": note} for i, (title, (fig, note)) in enumerate(drawn)]
+    caveats = {"Parameter importances": importance_caveat(study),
+               "Proxy against full fidelity": fidelity_caveat(calibration, flags)}
+    figs = [{"id": f"fig-{i}", "anchor": _anchor(title), "title": title, "short": short, "caption": _caption(fig),
+             "json": script_json(fig) if fig is not None else "", "note": note, "caveat": caveats.get(title, "")}
+            for i, (title, short, (fig, note)) in enumerate(drawn)]
     params = sorted({k for t in trials for k in t.params})
-    columns = ["trial", "state", metric, "epochs", "seconds", "predicted full run", "GPU-h", "prior", *params]
+    fixed = ["trial", "state", metric, "epochs run", "seconds", "predicted full run", "GPU-h", "prior"]
+    columns = [*fixed, *(f"{p} (parameter)" if p in fixed else p for p in params)]
     rows = []
     for t in trials:
         seconds = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None
@@ -130,13 +151,13 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     scaling = [{**r, **{k: _fmt(r[k]) for k in ("single", "measured", "predicted_samples")},
                 "efficiency": f"{100 * r['efficiency']:.0f}%", "predicted": f"{100 * r['predicted']:.0f}%"}
                for r in scaling_rows(runs)]
-    flag = storage_flag(storage)
     env = environment()
     html = env.get_template("study.html.j2").render(
         study=study.study_name, summary=_summary(study, trials), best=best, metric=metric,
-        promote_command=f"tianfeng promote {best['number']} --study {study.study_name}{flag}" if best else "",
+        next_step=next_step(study, runs, b, flags), front=front_rows(study), flags=flags,
+        promote_command=f"tianfeng promote {best['number']} {flags}" if best else "",
         figures=figs, runs=run_rows, promoted=promoted, scaling=scaling, trial_columns=columns, trial_rows=rows,
-        plotly_js=bundle_for([fig for _title, (fig, _note) in drawn] + [curves]),
+        plotly_js=bundle_for([fig for _title, _short, (fig, _note) in drawn] + [curves]),
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
     return write_report(output or default_report_path(study.study_name), html, study_owner(study, storage))
 

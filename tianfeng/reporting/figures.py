@@ -30,9 +30,12 @@ Figure = tuple[go.Figure | None, str]
 
 def _optuna(draw, study: optuna.Study, **kwargs) -> Figure:
     try:
-        return draw(study, **kwargs), ""
+        fig = draw(study, **kwargs)
     except (ValueError, RuntimeError, ZeroDivisionError) as exc:
         return None, f"not drawn: {exc}"
+    # Optuna's generic title repeats the heading; its fixed width (slices) would overflow a narrow window
+    fig.update_layout(title=None, width=None)
+    return fig, ""
 
 
 def _metric_target(study: optuna.Study) -> dict:
@@ -42,8 +45,36 @@ def _metric_target(study: optuna.Study) -> dict:
     return {"target": score, "target_name": study.user_attrs.get("metric", "value")}
 
 
+def integer_axis(largest: float, ticks: int = 10) -> dict:
+    """Whole-number ticks (trial numbers, epochs) at a round step: 1, 2, 5, 10, 20, 50, ..."""
+    step = 1
+    while largest / step > ticks:
+        step = step * 5 // 2 if str(step)[0] == "2" else step * 2
+    return {"tick0": 0, "dtick": step}
+
+
 def history(study: optuna.Study) -> Figure:
-    return _optuna(ov.plot_optimization_history, study, **_metric_target(study))
+    """Every complete trial's metric by trial number and the best so far as a step line, in
+    every objective mode (Optuna's own plot draws no best line for a second objective)."""
+    done = sorted(completed(study), key=lambda t: t.number)
+    if not done:
+        return None, "not drawn: no trial has completed"
+    metric = study.user_attrs.get("metric", "value")
+    better = max if maximizing(study) else min
+    best, line = None, []
+    for t in done:
+        best = score(t) if best is None else better(best, score(t))
+        line.append(best)
+    numbers = [t.number for t in done]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=numbers, y=[score(t) for t in done], mode="markers", name=f"{metric} of a trial",
+                             marker={"color": "#8c959f", "size": 7}, text=[f"#{n}" for n in numbers],
+                             hovertemplate="trial %{text}: %{y:.4g}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=numbers, y=line, mode="lines", name="best so far", line={"shape": "hv", "color": "#0969da"},
+                             hovertemplate="best after trial %{x}: %{y:.4g}<extra></extra>"))
+    fig.update_layout(title=f"{metric} of each complete trial and the best so far", yaxis_title=metric,
+                      xaxis={"title": "trial", **integer_axis(max(numbers))})
+    return fig, ""
 
 
 def timeline(study: optuna.Study) -> Figure:
@@ -95,7 +126,9 @@ def learning_curves(study: optuna.Study) -> Figure:
                                      hovertemplate="%{text}<br>epoch %{x}: %{y:.4g}<extra></extra>"))
     if not fig.data:
         return None, "not drawn: no trial has reported an epoch"
-    fig.update_layout(title="Intermediate values per epoch (what the pruner saw)", xaxis_title="epoch",
+    last_epoch = max(x for trace in fig.data for x in trace.x if x is not None)
+    fig.update_layout(title="Intermediate values per epoch (what the pruner saw)",
+                      xaxis={"title": "epoch", **integer_axis(last_epoch)},
                       yaxis_title=study.user_attrs.get("metric", "value"))
     return fig, ""
 
@@ -120,11 +153,13 @@ def _axis_position(trial: optuna.trial.FrozenTrial, name: str) -> float | None:
     return (value - low) / (high - low) if high > low else 0.5
 
 
-def _axis_ends(trials: list[optuna.trial.FrozenTrial], name: str) -> tuple[str, str]:
+def _axis_labels(trials: list[optuna.trial.FrozenTrial], name: str) -> list[tuple[float, str]]:
+    """(position on [0, 1], label): every choice of a categorical axis, the ends of a numeric one."""
     dist = next(t.distributions[name] for t in trials if name in t.distributions)
     if isinstance(dist, optuna.distributions.CategoricalDistribution):
-        return str(dist.choices[0]), str(dist.choices[-1])
-    return f"{dist.low:.3g}", f"{dist.high:.3g}"
+        last = max(1, len(dist.choices) - 1)
+        return [(i / last, str(choice)) for i, choice in enumerate(dist.choices)]
+    return [(0.0, f"{dist.low:.3g}"), (1.0, f"{dist.high:.3g}")]
 
 
 def parallel(study: optuna.Study) -> Figure:
@@ -153,10 +188,13 @@ def parallel(study: optuna.Study) -> Figure:
                                  name=f"quartile {i + 1} of {len(complete)}" + (" (best)" if i == 3 else ""),
                                  connectgaps=False, hovertemplate="%{text}<extra></extra>"))
     metric = study.user_attrs.get("metric", "value")
-    ends = [_axis_ends(complete, n) for n in names] + [(f"{low:.4g}", f"{high:.4g}")]
-    for x, (bottom, top) in enumerate(ends):
-        fig.add_annotation(x=x, y=-0.06, text=bottom, showarrow=False, font={"size": 10})
-        fig.add_annotation(x=x, y=1.06, text=top, showarrow=False, font={"size": 10})
+    labels = [_axis_labels(complete, n) for n in names] + [[(0.0, f"{low:.4g}"), (1.0, f"{high:.4g}")]]
+    for x, axis in enumerate(labels):
+        for position, text in axis:
+            # the ends sit beyond the axis; the choices between them on it, on a white ground
+            y = -0.06 if position == 0 else 1.06 if position == 1 else position
+            fig.add_annotation(x=x, y=y, text=text, showarrow=False, font={"size": 10},
+                               bgcolor="rgba(255,255,255,0.85)" if 0 < position < 1 else None)
         fig.add_shape(type="line", x0=x, x1=x, y0=0, y1=1, line={"color": "#888", "width": 1})
     fig.update_layout(title="Parallel coordinates of the complete trials", showlegend=True,
                       xaxis={"tickvals": list(range(len(names) + 1)), "ticktext": [*names, metric],
