@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="global batch of the full run's last phase; LR follows the space's scaling rule")
     promote.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a value of the full run config (repeatable)")
-    promote.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    promote.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where the promoted run's directory goes (default runs/)")
     promote.add_argument("--dry-run", action="store_true", help="print the full config and the transfer; do not train")
     promote.add_argument("--nodes", type=int, default=None,
                          help="run through a launch plan on N nodes (torchrun per node, Slurm script); needs --gpus-per-node")
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_json(promote)
 
     runs = sub.add_parser("runs", help="list promoted runs", description="List the promoted runs recorded in a study database.")
-    runs.add_argument("--study", default=None)
+    runs.add_argument("--study", default=None, help="one study's runs (default: every study)")
     add_storage(runs)
     add_json(runs)
 
@@ -122,12 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
                                description="Promote the top-k and some random complete trials to full "
                                            "fidelity and store the Spearman rank correlation between "
                                            "their proxy and full scores in the study.")
-    calibrate.add_argument("--study", default=None)
+    calibrate.add_argument("--study", default=None, help="study name (default: the only study in the storage)")
     add_storage(calibrate)
     calibrate.add_argument("--top-k", type=int, default=3, help="best trials to promote (default 3)")
     calibrate.add_argument("--random", type=int, default=2, help="further random complete trials (default 2)")
-    calibrate.add_argument("--seed", type=int, default=0)
-    calibrate.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    calibrate.add_argument("--seed", type=int, default=0, help="seed of the random trials' choice")
+    calibrate.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where promoted runs' directories go (default runs/)")
     calibrate.add_argument("--throughput", action="store_true",
                            help="instead: measure this machine's training step time for --space's full-fidelity "
                                 "model per resolution and batch, and write the fit a cluster section with "
@@ -163,10 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
                                         "Ray job (Ray Train). With --device cpu on this machine it runs the "
                                         "plan: N emulated nodes of G gloo processes, through torchrun or "
                                         "(--via ray) Ray Train.")
-    launch.add_argument("--config", type=Path, required=True)
-    launch.add_argument("--nodes", type=int, required=True)
+    launch.add_argument("--config", type=Path, required=True, help="the run config YAML to launch")
+    launch.add_argument("--nodes", type=int, required=True, help="nodes (machines) of the run")
     launch.add_argument("--gpus-per-node", type=int, required=True, help="processes per node (GPUs, or CPU ranks)")
-    launch.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    launch.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cuda: write the plan for GPU nodes; cpu: run it here as emulated nodes of gloo processes")
     launch.add_argument("--master-addr", default="127.0.0.1", help="rendezvous host (the first node)")
     launch.add_argument("--port", type=int, default=0, help="rendezvous port (default 29500, or a free one locally)")
     launch.add_argument("--out", type=Path, default=None, help="where the plan goes (default <run_dir>/launch)")
@@ -183,9 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "and compressed gradient exchange, with scaling efficiency and whether "
                                       "the per-GPU batch fits the GPU's memory: the model the search scores "
                                       "recipes with.")
-    plan.add_argument("--config", type=Path, required=True)
-    plan.add_argument("--gpus", type=int, required=True)
-    plan.add_argument("--gpus-per-node", type=int, default=8)
+    plan.add_argument("--config", type=Path, required=True, help="the run config YAML to predict")
+    plan.add_argument("--gpus", type=int, required=True, help="GPUs of the cluster")
+    plan.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     plan.add_argument("--classes", type=int, default=1000, help="classes of the model's head (default 1000)")
     plan.add_argument("--gpu-images-per-s", type=float, default=None,
                       help="training images/s of one GPU on this model at the last phase's resolution, 256 "
@@ -198,9 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="device and links of a DGX-1 V100 (default), DGX A100 or DGX H100 cluster with "
                            "InfiniBand; the flags below override")
     plan.add_argument("--intra-gbps", type=float, default=None, help="one GPU's NVLink bandwidth inside a node, Gbit/s per direction")
-    plan.add_argument("--intra-latency-us", type=float, default=None)
+    plan.add_argument("--intra-latency-us", type=float, default=None, help="latency of a link inside a node (us)")
     plan.add_argument("--inter-gbps", type=float, default=None, help="one network adapter between nodes, Gbit/s")
-    plan.add_argument("--inter-latency-us", type=float, default=None)
+    plan.add_argument("--inter-latency-us", type=float, default=None, help="latency of a hop between nodes (us)")
     plan.add_argument("--adapters-per-node", type=int, default=None, help="network adapters per node, shared by its GPUs")
     plan.add_argument("--overlap", type=float, default=2 / 3,
                       help="share of a step's compute (its backward pass) that an overlapping exchange hides behind")
@@ -218,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "unless -o is given (Parquet needs -o).")
     export.add_argument("study", nargs="?", default=None, help="study name (default: the only study)")
     add_storage(export)
-    export.add_argument("--format", choices=("csv", "parquet", "json"), default="csv")
+    export.add_argument("--format", choices=("csv", "parquet", "json"), default="csv", help="file format (default csv)")
     export.add_argument("-o", "--output", type=Path, default=None, help="the file to write (default: stdout)")
 
     dashboard = sub.add_parser("dashboard", help="serve optuna-dashboard on the study database",
@@ -239,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="show studies or one study's trials",
                             description="Without --study (and with several studies), list the studies in "
                                         "the database; otherwise list one study's trials.")
-    status.add_argument("--study", default=None)
+    status.add_argument("--study", default=None, help="one study's trials (default: list the studies)")
     add_storage(status)
     add_json(status)
     return parser

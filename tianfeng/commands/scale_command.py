@@ -101,16 +101,16 @@ def add_scale_arguments(parser) -> None:
     parser.add_argument("--name", default=None, help="name of the scale study; its searches are NAME-b<batch> "
                                                       "(default <space name>-scale)")
     add_storage(parser)
-    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe")
-    parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha")
+    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe", help="sampler of each batch size's search")
+    parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha", help="pruner of each batch size's search")
     parser.add_argument("--workers", type=int, default=1, help="local worker processes per search")
     parser.add_argument("--fidelity", default=None, help="the rung trials run at (default: the space's search_fidelity)")
     parser.add_argument("--warm-start", type=int, default=3,
                         help="best trials of the previous batch size enqueued first (default 3)")
     parser.add_argument("--tolerance", type=float, default=1.0,
                         help="how far below the smallest batch's value still counts as kept (default 1 point)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    parser.add_argument("--seed", type=int, default=0, help="the samplers' seed")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where trial run directories go (default runs/)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted scale study")
     parser.add_argument("--verbose", action="store_true", help="also log every epoch of every trial")
     parser.add_argument("-o", "--output", type=Path, default=None, help="report path (default reports/<name>.html)")

@@ -107,8 +107,10 @@ def add_search_arguments(parser) -> None:
     parser.add_argument("--data", default=None, help="replace the space's data source (digits, synthetic, imagefolder:DIR)")
     parser.add_argument("--study", default=None, help="study name (default: the space's name)")
     add_storage(parser)
-    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe")
-    parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha")
+    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe",
+                        help="how recipes are sampled (Optuna's samplers; default tpe)")
+    parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha",
+                        help="how losers are stopped early (default asha; pareto and time-to-target use a peer rule)")
     parser.add_argument("--trials", type=int, default=30, help="the study's trial budget, counting trials already done (default 30)")
     parser.add_argument("--timeout", default=None, help="stop starting trials after this long: 90s, 10m, 1h")
     parser.add_argument("--workers", default="auto",
@@ -137,7 +139,7 @@ def add_search_arguments(parser) -> None:
                         "(replaces the space's cluster.gpus)")
     parser.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node of that cluster")
     parser.add_argument("--resume", action="store_true", help="continue an existing study")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (with --workers 1 a search repeats exactly)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where trial run directories go (default runs/)")
     parser.add_argument("--verbose", action="store_true", help="also log every epoch of every trial")
     parser.add_argument("--failure-limit", type=int, default=3,
