@@ -74,6 +74,7 @@ def test_the_run_config_reference_lists_every_key(site: Path) -> None:
     assert len(found) >= 60
     for key in found:
         assert f"<code>{key}</code>" in html, key
+    assert "means runs/&lt;name&gt;" in html  # a placeholder in a comment is shown, not taken for HTML
     for key in ("phases.N.epochs", "phases.N.resolution", "phases.N.batch_size"):
         assert f"<code>{key}</code>" in html, key
 

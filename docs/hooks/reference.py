@@ -25,7 +25,8 @@ def on_page_markdown(markdown: str, page: Any = None, config: Any = None, files:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text for a table cell: `<name>` and pipes shown as written, on one line."""
+    return text.replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|").replace("\n", " ")
 
 
 # --- the command line ------------------------------------------------------------------------
@@ -104,7 +105,9 @@ def _default_text(field: dataclasses.Field) -> str:
         return ""
     if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
         return "; ".join(", ".join(f"{k}: {v}" for k, v in dataclasses.asdict(p).items()) for p in value)
-    return "`null`" if value is None else f"`{value}`"
+    if value is None:
+        return "`null`"
+    return '`""`' if value == "" else f"`{value}`"
 
 
 def _bounds_text(field: dataclasses.Field) -> str:
