@@ -20,68 +20,77 @@ from typing import Any
 
 import optuna
 
-from tianfeng.defaults import DEFAULT_STORAGE, OBJECTIVE_MODES, ObjectiveMode
+from tianfeng.defaults import DEFAULT_STORAGE, ObjectiveMode
+from tianfeng.hpo.options import SearchInterrupted, SearchOptions
 from tianfeng.trainers.config import ConfigError
 
 
-def search(space: str | Path, *, data: str | None = None, study: str | None = None,
-           storage: str = DEFAULT_STORAGE, sampler: str = "tpe", pruner: str = "asha", trials: int = 30,
-           timeout_s: float | None = None, workers: int | str = "auto", fidelity: str | None = None,
-           objective: str | None = None, target: float | None = None, min_accuracy: float | None = None,
-           gpus: int | None = None,
-           gpus_per_node: int | None = None, resume: bool = False, seed: int = 0,
-           runs_dir: str | Path = "runs", verbose: bool = False, failure_limit: int = 3,
-           heartbeat_s: int = 10, grace_s: int = 60, backend: str = "optuna", ray_address: str | None = None,
-           cpus_per_trial: float = 1.0, gpus_per_trial: float | None = None, mlflow: str | None = None) -> optuna.Study:
+def search(space: str | Path, options: SearchOptions | None = None, **changes: Any) -> optuna.Study:
     """Search `space` (a file, or a shipped space's bare name) with proxy runs; the study is kept
-    in `storage` and returned. `workers`: "auto" (one per GPU, or per CPU core) or a count of
-    local worker processes. `mlflow` (a tracking URI, e.g. sqlite:///mlflow.db) logs every
-    trial as an MLflow run in an experiment named after the study. As `tianfeng search`."""
+    in `options.storage` and returned. `options` (a `SearchOptions`) holds what `tianfeng search`
+    takes as flags; keyword arguments change single options:
+    `search("large_batch.yaml", trials=60, objective="pareto", gpus=128)`. Ctrl-C raises
+    `SearchInterrupted` (a KeyboardInterrupt) once the cut trials are queued again."""
+    from tianfeng.hpo.runner import requeue_interrupted
+    from tianfeng.interrupts import clear
+
+    checked = (options or SearchOptions()).changed(**changes).checked()
+    named: list[str] = []  # the study's name once the space has given it
+    try:
+        return _search(space, checked, named)
+    except SearchInterrupted:
+        raise
+    except KeyboardInterrupt:
+        clear()
+        requeued = requeue_interrupted(checked.storage, named[0]) if named else None
+        raise SearchInterrupted(named[0] if named else None, checked.storage, requeued) from None
+
+
+def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Study:
     from tianfeng.hpo.dashboard import publish_curves
     from tianfeng.hpo.plan import SearchPlan, with_objective
     from tianfeng.hpo.runner import run_search
     from tianfeng.hpo.space import load_space
     from tianfeng.hpo.summary import check_data
+    from tianfeng.ownership import check_report_of, default_report_path
     from tianfeng.shipped_spaces import resolve_space
 
-    if objective is not None and objective not in OBJECTIVE_MODES:
-        raise ConfigError("--objective", "", f"must be one of {', '.join(OBJECTIVE_MODES)}; got {objective!r}")
-    if target is not None and not math.isfinite(target):
-        raise ConfigError("--target", "", f"must be a finite number, got {target}")
     path = resolve_space(space)
-    if min_accuracy is not None and not (math.isfinite(min_accuracy) and 0 <= min_accuracy < 100):
-        raise ConfigError("--min-accuracy", "", f"must be a percentage in [0, 100), got {min_accuracy}")
-    loaded = with_objective(load_space(path, data=data, gpus=gpus, gpus_per_node=gpus_per_node), objective, target,
-                            min_accuracy)
-    rung = fidelity or loaded.search_fidelity
+    loaded = with_objective(load_space(path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node), o.objective,
+                            o.target, o.min_accuracy)  # the space, read once in this process
+    study_name = o.study or loaded.name
+    named.append(study_name)
+    check_report_of(o.storage, study_name, default_report_path(study_name))
+    rung = o.fidelity or loaded.search_fidelity
     if rung not in loaded.fidelities:
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
     classes = check_data(loaded)
-    o = loaded.objective
-    if o.mode == ObjectiveMode.PARETO and min_accuracy is None and o.min_accuracy is None and o.direction == "maximize":
+    min_accuracy, obj = o.min_accuracy, loaded.objective
+    if obj.mode == ObjectiveMode.PARETO and min_accuracy is None and obj.min_accuracy is None \
+            and obj.direction == "maximize":
         from tianfeng.hpo.front import default_floor
 
-        min_accuracy = default_floor(o.metric, classes)  # resolved once: every worker uses the same floor
-    plan = SearchPlan(space_path=str(path), data=data, storage=storage, study=study or loaded.name,
-                      sampler=sampler, pruner=pruner, seed=seed, trials=trials, timeout_s=timeout_s,
-                      runs_root=str(runs_dir), rung=rung, heartbeat_s=heartbeat_s, grace_s=grace_s,
-                      verbose=verbose, failure_limit=failure_limit, gpus=gpus, gpus_per_node=gpus_per_node,
-                      objective=objective, target=target, min_accuracy=min_accuracy)
-    if backend == "ray":
+        min_accuracy = default_floor(obj.metric, classes)  # resolved once: every worker uses the same floor
+        loaded = with_objective(loaded, None, None, min_accuracy)
+    plan = SearchPlan(space_path=str(path), data=o.data, storage=o.storage, study=study_name,
+                      sampler=o.sampler, pruner=o.pruner, seed=o.seed, trials=o.trials, timeout_s=o.timeout_s,
+                      runs_root=str(o.runs_dir), rung=rung, heartbeat_s=o.heartbeat_s, grace_s=o.grace_s,
+                      verbose=o.verbose, failure_limit=o.failure_limit, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
+                      objective=o.objective, target=o.target, min_accuracy=min_accuracy)
+    if o.backend == "ray":
         from tianfeng.hpo.ray_backend import RayOptions, run_ray_search
 
-        run_ray_search(plan, RayOptions(address=ray_address, cpus_per_trial=cpus_per_trial,
-                                        gpus_per_trial=gpus_per_trial), resume=resume)
-    elif backend == "optuna":
-        run_search(plan, workers, resume=resume)
+        cpus = 1.0 if o.cpus_per_trial is None else o.cpus_per_trial
+        run_ray_search(plan, RayOptions(address=o.ray_address, cpus_per_trial=cpus, gpus_per_trial=o.gpus_per_trial),
+                       resume=o.resume)
     else:
-        raise ConfigError("--backend", "", f"must be optuna or ray; got {backend!r}")
+        run_search(plan, o.workers, resume=o.resume, space=loaded, progress=o.progress)
     study_obj = optuna.load_study(study_name=plan.study, storage=plan.storage)
     publish_curves(study_obj)  # for optuna-dashboard, when installed
-    if mlflow:
+    if o.mlflow:
         from tianfeng.tracking import export_study
 
-        export_study(mlflow, study_obj, storage)
+        export_study(o.mlflow, study_obj, o.storage)
     return study_obj
 
 

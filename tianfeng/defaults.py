@@ -6,6 +6,7 @@ from enum import StrEnum
 SAMPLER_NAMES = ("tpe", "cmaes", "random", "grid", "qmc")
 PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
 DEFAULT_STORAGE = "sqlite:///tianfeng.db"
+FAILURE_LIMIT = 3  # consecutive failures with one error that stop a search
 
 
 class ObjectiveMode(StrEnum):

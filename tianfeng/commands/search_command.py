@@ -26,17 +26,16 @@ def parse_duration(text: str | None) -> float | None:
 def run_search_command(args) -> int:
     from tianfeng import interrupts
 
-    started: dict = {}  # the study's name once it is known, and what a Ctrl-C then needs
     try:
-        return _search(args, started)
-    except KeyboardInterrupt:
+        return _search(args)
+    except KeyboardInterrupt as cut:
         interrupts.clear()
-        return _interrupted(args, started.get("study"), started.get("requeue"))
+        return _interrupted(args, cut)
 
 
-def _interrupted(args, study_name: str | None, requeue) -> int:
+def _interrupted(args, cut: KeyboardInterrupt) -> int:
     # nothing is imported here: a Ctrl-C in the middle of an import leaves that module half made
-    requeued = requeue(args.storage, study_name) if study_name and requeue else None
+    study_name, requeued = getattr(cut, "study", None), getattr(cut, "requeued", None)
     if requeued is None:
         named = f"study {study_name}" if study_name else "the study"
         print(f"tianfeng: interrupted before {named} was created; nothing was saved, run the same command again",
@@ -49,53 +48,28 @@ def _interrupted(args, study_name: str | None, requeue) -> int:
     return 130
 
 
-def _search(args, started: dict[str, str]) -> int:
-    # flags first: they need nothing loaded, so a typo fails at once
-    if args.trials < 1:
-        raise ConfigError("--trials", "", f"must be >= 1, got {args.trials}")
-    from tianfeng.hpo.workers import parse_workers
+def search_options(args):
+    """The command's flags as the API's `SearchOptions` (a flag per field, same name)."""
+    import dataclasses
 
-    args.workers = parse_workers(args.workers)
-    if args.failure_limit < 1:
-        raise ConfigError("--failure-limit", "", f"must be >= 1, got {args.failure_limit}")
-    for flag, value in (("--heartbeat-s", args.heartbeat_s), ("--grace-s", args.grace_s)):
-        if value < 1:
-            raise ConfigError(flag, "", f"must be >= 1 second, got {value}")
-    if args.grace_s <= args.heartbeat_s:
-        raise ConfigError("--grace-s", "", f"must be longer than the heartbeat interval ({args.heartbeat_s} s), "
-                          f"got {args.grace_s}")
-    timeout_s = parse_duration(args.timeout)
-    if args.backend == "ray" and args.workers != "auto":
-        raise ConfigError("--workers", "", "is for the optuna backend; with --backend ray, Ray runs as many "
-                          "trials at once as --cpus-per-trial and --gpus-per-trial allow")
-    if args.backend == "optuna" and any(v is not None for v in (args.address, args.cpus_per_trial, args.gpus_per_trial)):
-        raise ConfigError("--backend", "", "--address, --cpus-per-trial and --gpus-per-trial need --backend ray")
+    from tianfeng.hpo.options import SearchOptions
+
+    given = {"timeout_s": parse_duration(args.timeout), "ray_address": args.address}
+    return SearchOptions(**{f.name: given[f.name] if f.name in given else getattr(args, f.name)
+                            for f in dataclasses.fields(SearchOptions) if f.name in given or hasattr(args, f.name)})
+
+
+def _search(args) -> int:
+    options = search_options(args).checked()  # flags first: they need nothing loaded, so a typo fails at once
 
     from tianfeng import api
-    from tianfeng.api import report as write_report
-    from tianfeng.hpo.runner import requeue_interrupted
     from tianfeng.hpo.summary import print_summary
     from tianfeng.interrupts import raise_if_interrupted
-    from tianfeng.ownership import check_report_of, default_report_path
-    from tianfeng.trainers.yaml_input import read_yaml
 
-    raw = read_yaml(args.space)
-    study_name = args.study or (raw.get("name") if isinstance(raw, dict) else None) or Path(args.space).stem
-    started.update(study=study_name, requeue=requeue_interrupted)
-    check_report_of(args.storage, study_name, default_report_path(study_name))
-    study = api.search(args.space, data=args.data, study=args.study, storage=args.storage, sampler=args.sampler,
-                       pruner=args.pruner, trials=args.trials, timeout_s=timeout_s, workers=args.workers,
-                       fidelity=args.fidelity, objective=args.objective, target=args.target,
-                       min_accuracy=args.min_accuracy, gpus=args.gpus,
-                       gpus_per_node=args.gpus_per_node, resume=args.resume, seed=args.seed,
-                       runs_dir=args.runs_dir, verbose=args.verbose, failure_limit=args.failure_limit,
-                       heartbeat_s=args.heartbeat_s, grace_s=args.grace_s, backend=args.backend,
-                       ray_address=args.address,
-                       cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
-                       gpus_per_trial=args.gpus_per_trial, mlflow=args.mlflow)
+    study = api.search(args.space, options)
     raise_if_interrupted()  # a Ctrl-C swallowed on the way still ends the command as one
     code = print_summary(study, args.storage)
-    print(f"report: {write_report(study.study_name, storage=args.storage)}")
+    print(f"report: {api.report(study.study_name, storage=args.storage)}")
     return code
 
 

@@ -8,8 +8,9 @@ import logging
 import optuna
 from optuna.trial import TrialState
 
+from tianfeng.defaults import FAILURE_LIMIT
 from tianfeng.hpo.outcomes import Outcome, outcome
-from tianfeng.hpo.plan import FAILURE_LIMIT, SearchPlan
+from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.scores import epochs_reported
 
 log = logging.getLogger("tianfeng.search")

@@ -9,7 +9,7 @@ from typing import Any
 
 import optuna
 
-from tianfeng.defaults import ObjectiveMode
+from tianfeng.defaults import FAILURE_LIMIT, ObjectiveMode
 from tianfeng.hpo.space import SearchSpace, load_space
 from tianfeng.trainers.config import ConfigError
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
@@ -17,7 +17,6 @@ from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 log = logging.getLogger("tianfeng.search")
 
 
-FAILURE_LIMIT = 3  # consecutive failures with one error that stop a search
 UNLIMITED_TRIALS = 10**6  # a plan's `trials` when only a time or epoch budget bounds it
 
 

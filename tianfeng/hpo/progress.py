@@ -18,9 +18,9 @@ from tianfeng.run_progress import progress_bar
 
 
 class StudyProgress:
-    def __init__(self, total: int | None, metric: str) -> None:
+    def __init__(self, total: int | None, metric: str, *, enabled: bool = True) -> None:
         self.metric = metric
-        self.enabled = sys.stderr.isatty()
+        self.enabled = enabled and sys.stderr.isatty()
         self._progress = progress_bar("search", enabled=self.enabled)
         self._task = self._progress.add_task("", total=total)
         self._stop = threading.Event()

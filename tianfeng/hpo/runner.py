@@ -24,6 +24,7 @@ from tianfeng.hpo.peer_pruning import PeerPruner
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.progress import StudyProgress
 from tianfeng.hpo.registry import make_sampler
+from tianfeng.hpo.space import SearchSpace
 from tianfeng.hpo.study_setup import make_pruner, open_storage, open_study
 from tianfeng.hpo.trial_log import TrialLogger, budget_text, log_objective
 from tianfeng.interrupts import (
@@ -38,8 +39,9 @@ log = logging.getLogger("tianfeng.search")
 
 
 def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
-               progress: StudyProgress | None = None, stream: int = 0) -> None:
-    """One worker: run trials of the study until the budget or the timeout is reached."""
+               progress: StudyProgress | None = None, stream: int = 0, space: SearchSpace | None = None) -> None:
+    """One worker: run trials of the study until the budget or the timeout is reached. `space`:
+    the plan's space when this process has already read it."""
     from tianfeng.logs import setup_logging
 
     if worker > 0:  # a spawned process: set up logging and the worker's share of the cores
@@ -52,7 +54,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
         torch.set_num_threads(threads)
     # a failed trial is one line of ours (TrialLogger); Optuna's traceback only with --debug
     quiet_optuna()
-    space = plan_space(plan)
+    space = space if space is not None else plan_space(plan)
     storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
     study = optuna.load_study(study_name=plan.study, storage=storage,
                               sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, stream)),
@@ -83,12 +85,15 @@ def sampler_seed(plan: SearchPlan, worker: int, stream: int) -> int:
     return int(np.random.SeedSequence((plan.seed, worker, stream)).generate_state(1)[0])
 
 
-def run_search(plan: SearchPlan, workers: int | str, *, resume: bool) -> optuna.Study:
-    """Run the plan's study with `workers` local processes (a count, or auto: see search/workers.py)."""
+def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: SearchSpace | None = None,
+               progress: bool = True) -> optuna.Study:
+    """Run the plan's study with `workers` local processes (a count, or auto: see hpo/workers.py).
+    `space`: the plan's space when the caller has read it (each worker process reads its own);
+    `progress`: the live bar on a terminal."""
     from tianfeng.hpo.workers import resolve_workers
 
     quiet_optuna()
-    space = plan_space(plan)
+    space = space if space is not None else plan_space(plan)
     study = open_study(plan, space, resume=resume)
     log_objective(space)
     done = finished_count(study)
@@ -97,13 +102,13 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool) -> optuna.
              plan.study, done, budget_text(plan), plan.sampler, plan.pruner, plan.rung, workers, why)
     total = plan.trials if plan.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
     stream = new_stream() if resume else 0
-    with StudyProgress(total, space.objective.metric) as progress:
-        progress.update(study)
-        progress.follow(study)
+    with StudyProgress(total, space.objective.metric, enabled=progress) as bar:
+        bar.update(study)
+        bar.follow(study)
         if workers <= 1:
-            run_worker(plan, progress=progress, stream=stream)
+            run_worker(plan, progress=bar, stream=stream, space=space)
         else:
-            _run_processes(plan, workers, study, progress, stream)
+            _run_processes(plan, workers, study, bar, stream)
     raise_if_failing(plan, study)
     return study
 

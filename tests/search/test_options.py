@@ -1,0 +1,89 @@
+"""A search's options as one object: every flag of `tianfeng search` is a field, every check in
+one place, the space read once by the process that runs the search, and Ctrl-C from Python as
+an exception that says what was saved."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+import tianfeng
+from tests.search.conftest import write_space
+from tianfeng.cli import build_parser
+from tianfeng.commands.search_command import search_options
+from tianfeng.hpo.options import SearchInterrupted, SearchOptions
+from tianfeng.trainers.config import ConfigError
+
+
+def test_every_flag_of_search_is_an_option_of_the_same_name_and_default() -> None:
+    parser = build_parser().commands["search"]
+    args = parser.parse_args(["--space", "s.yaml"])
+    options = search_options(args)
+    assert options == dataclasses.replace(SearchOptions(), runs_dir=Path("runs"))
+    flags = {a.dest for a in parser._actions} - {"help", "space", "timeout", "address"}
+    fields = {f.name for f in dataclasses.fields(SearchOptions)} - {"timeout_s", "ray_address", "progress"}
+    assert flags == fields
+    changed = search_options(parser.parse_args(["--space", "s.yaml", "--timeout", "10m", "--backend", "ray",
+                                                "--address", "auto", "--trials", "7"]))
+    assert (changed.timeout_s, changed.ray_address, changed.trials) == (600.0, "auto", 7)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"trials": 0}, "--trials: must be >= 1, got 0"),
+    ({"workers": "two"}, "--workers: must be auto or a number >= 1"),
+    ({"failure_limit": 0}, "--failure-limit: must be >= 1"),
+    ({"grace_s": 10}, "--grace-s: must be longer than the heartbeat interval (10 s)"),
+    ({"backend": "ray", "workers": 2}, "--workers: is for the optuna backend"),
+    ({"cpus_per_trial": 2.0}, "--backend: --address, --cpus-per-trial and --gpus-per-trial need --backend ray"),
+    ({"objective": "fastest"}, "--objective: must be one of accuracy, pareto, time-to-target"),
+    ({"sampler": "bayes"}, "--sampler: must be one of tpe"),
+    ({"target": float("nan")}, "--target: must be a finite number"),
+    ({"min_accuracy": 100.0}, "--min-accuracy: must be a percentage in [0, 100)"),
+    ({"timeout_s": -1.0}, "--timeout: must be a positive duration"),
+])
+def test_each_option_is_checked_in_one_place(changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        SearchOptions().changed(**changes).checked()
+
+
+def test_a_mistyped_option_names_the_closest_one() -> None:
+    with pytest.raises(ConfigError, match="trails: unknown option; did you mean trials"):
+        tianfeng.search("large_batch.yaml", trails=3)
+    assert SearchOptions().changed(workers="3").checked().workers == 3
+
+
+def test_the_space_is_read_once_by_a_search_in_one_process(tmp_path: Path, tiny_space: dict,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import tianfeng.hpo.space as space_module
+
+    space_file = write_space(tmp_path, tiny_space)
+    reads: list[str] = []
+    read = space_module.read_yaml
+    monkeypatch.setattr(space_module, "read_yaml", lambda path, *a, **k: reads.append(str(path)) or read(path, *a, **k))
+    monkeypatch.chdir(tmp_path)
+    study = tianfeng.search(space_file, storage=f"sqlite:///{tmp_path / 's.db'}", trials=2, workers=1,
+                            sampler="random", pruner="none", progress=False)
+    assert len(study.get_trials()) == 2
+    assert reads.count(str(space_file)) == 1, reads
+
+
+def test_ctrl_c_in_a_python_search_raises_with_the_study_and_the_trials_queued_again(
+        tmp_path: Path, tiny_space: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tianfeng.hpo.objective as objective_module
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(objective_module, "build_config", cut)
+    monkeypatch.chdir(tmp_path)
+    storage = f"sqlite:///{tmp_path / 'c.db'}"
+    with pytest.raises(SearchInterrupted) as caught:
+        tianfeng.search(write_space(tmp_path, tiny_space), study="c", storage=storage, trials=2, workers=1,
+                        sampler="random", pruner="none", progress=False)
+    assert caught.value.study == "c" and caught.value.storage == storage and caught.value.requeued == [0]
+    trials = optuna.load_study(study_name="c", storage=storage).get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
