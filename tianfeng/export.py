@@ -10,7 +10,7 @@ import pandas as pd
 
 from tianfeng.hpo.dashboard import metric_names
 from tianfeng.hpo.outcomes import outcome
-from tianfeng.store import RunStore
+from tianfeng.store import RunRecordStatus, RunStore
 from tianfeng.trainers.config import ConfigError
 
 FORMATS = ("csv", "parquet", "json")
@@ -30,7 +30,7 @@ def trials_table(study: optuna.Study, storage: str) -> pd.DataFrame:
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     promoted = {}
     for run in RunStore(storage).runs(study.study_name):
-        if run["kind"] == "promote" and run["status"] == "completed":
+        if run["kind"] == "promote" and run["status"] == RunRecordStatus.COMPLETED:
             promoted[run["trial_number"]] = run["final_score"]
     number = table["number"] if len(table) else pd.Series(dtype=int)
     table["outcome"] = [outcome(trials[n]).value for n in number]

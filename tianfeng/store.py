@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Float, Integer, String, Text, UniqueConstraint, create_engine, select
@@ -42,6 +43,17 @@ class PromotedRun(_Base):
         return out
 
 
+class RunRecordStatus(StrEnum):
+    """A promoted run's status in the database: the engine's, or where it stands."""
+    RUNNING = "running"
+    COMPLETED = "completed"
+    DIVERGED = "diverged"
+    PRUNED = "pruned"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    PLANNED = "planned"  # a launch plan for GPU nodes, collected when promoted again
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -58,11 +70,11 @@ class RunStore:
             row = session.scalars(select(PromotedRun).filter_by(
                 study=study, trial_number=trial_number, config_hash=config_hash)).first()
             if row is not None:
-                row.status, row.updated = "running", _now()
+                row.status, row.updated = RunRecordStatus.RUNNING, _now()
                 session.commit()
                 return row.id, True
             row = PromotedRun(study=study, trial_number=trial_number, config_hash=config_hash,
-                              kind=kind, run_dir=run_dir, config_yaml=config_yaml, status="running",
+                              kind=kind, run_dir=run_dir, config_yaml=config_yaml, status=RunRecordStatus.RUNNING,
                               epochs_json="[]", proxy_score=proxy_score, created=_now(), updated=_now())
             session.add(row)
             session.commit()

@@ -14,6 +14,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from tianfeng.store import RunRecordStatus
+
 log = logging.getLogger("tianfeng.tracking")
 
 EPOCH_METRICS = ("train_loss", "val_loss", "val_top1", "val_top5", "lr", "samples_per_s", "data_wait_fraction",
@@ -76,7 +78,7 @@ def export_study(uri: str, study: optuna.Study, storage: str | None = None) -> i
 
         trials = {t.number: t for t in study.get_trials(deepcopy=False)}
         for r in RunStore(storage).runs(study.study_name):
-            if r["status"] not in ("completed", "diverged", "failed") or ("promote", str(r["id"])) in logged:
+            if r["status"] not in (RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED, RunRecordStatus.FAILED) or ("promote", str(r["id"])) in logged:
                 continue
             trial = trials.get(r["trial_number"])
             _log(client, experiment, f"{r['kind']}-trial-{r['trial_number']}",
@@ -84,7 +86,7 @@ def export_study(uri: str, study: optuna.Study, storage: str | None = None) -> i
                   "tianfeng.trial": str(r["trial_number"]), "tianfeng.run_dir": r["run_dir"]},
                  trial.params if trial else {}, r["epochs"],
                  {"score": r["final_score"], "proxy_score": r["proxy_score"]},
-                 "FINISHED" if r["status"] == "completed" else "FAILED")
+                 "FINISHED" if r["status"] == RunRecordStatus.COMPLETED else "FAILED")
             added += 1
     log.info("MLflow %s: %d run(s) added to experiment %s", uri, added, study.study_name)
     return added

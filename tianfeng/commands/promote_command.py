@@ -12,7 +12,7 @@ from rich.console import Console
 from tianfeng.commands.flags import emit
 from tianfeng.hpo.scores import score
 from tianfeng.promotion.run import Launch, load_study, promote
-from tianfeng.store import RunStore
+from tianfeng.store import RunRecordStatus, RunStore
 from tianfeng.tables import add_plain_row, plain_table
 from tianfeng.trainers.config import ConfigError
 
@@ -56,7 +56,7 @@ def run_promote_command(args) -> int:
         where = f"; launch plan in {out['launch']}" if out["launch"] else ""
         print(f"# dry run: would train in {out['run_dir']}{where}", file=sys.stderr)
         return 0
-    if out["status"] == "planned":
+    if out["status"] == RunRecordStatus.PLANNED:
         emit(args, out, [f"launch plan written to {out['launch']} (run it on the cluster)"])
         return 0
     from tianfeng.api import report as write_report
@@ -67,7 +67,7 @@ def run_promote_command(args) -> int:
 
         export_study(args.mlflow, load_study(args.storage, out["study"]), args.storage)
     emit(args, out, _promoted_lines(out))
-    return 0 if out["status"] == "completed" else 1
+    return 0 if out["status"] == RunRecordStatus.COMPLETED else 1
 
 
 def _promoted_lines(out: dict) -> list[str]:

@@ -12,7 +12,7 @@ from tianfeng.commands.flags import emit
 from tianfeng.recipes import DEFAULT_RECIPE
 from tianfeng.trainers import distributed
 from tianfeng.trainers.config import load_config
-from tianfeng.trainers.engine import train
+from tianfeng.trainers.engine import RunStatus, train
 from tianfeng.trainers.metrics import summary_lines
 
 
@@ -28,12 +28,12 @@ def _train_and_report(config_path: Path | None, overrides: list[str], json_outpu
     result = train(cfg)
     distributed.shutdown()
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 speaks for the job
-        return 0 if result.status != "diverged" else 1
+        return 0 if result.status != RunStatus.DIVERGED else 1
     final = asdict(result.final) if result.final else None
     summary = {"status": result.status, "run_dir": str(result.run_dir), "precision": result.precision, "final": final}
     emit(argparse.Namespace(json=json_output), summary,
          summary_lines(result.status, final, result.precision, str(result.run_dir)))
-    if result.status == "diverged":
+    if result.status == RunStatus.DIVERGED:
         print(f"tianfeng: run diverged: {result.message}", file=sys.stderr)
         return 1
     return 0

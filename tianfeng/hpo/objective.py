@@ -14,6 +14,7 @@ import optuna
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.materialize import build_config, sample_active
+from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.peer_pruning import PeerPruner, rung_passed
 from tianfeng.hpo.space import Parameter, SearchSpace
 from tianfeng.hpo.walltime import predict_trial
@@ -103,7 +104,7 @@ def record_final(trial: optuna.Trial, space: SearchSpace, final: dict[str, Any])
 def mark_failed(trial: optuna.Trial, exc: Exception) -> None:
     """The trial failed with an error (it counts towards the budget); the error's first line."""
     lines = str(exc).strip().splitlines()
-    trial.set_user_attr("status", "failed")
+    trial.set_user_attr("status", TrialStatus.FAILED)
     trial.set_user_attr("error", f"{type(exc).__name__}: {lines[0][:500] if lines else ''}")
 
 
@@ -151,7 +152,7 @@ class ProxyObjective:
         try:
             cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung)
         except KeyboardInterrupt:  # cut before training: queued again like one cut while training
-            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("status", TrialStatus.INTERRUPTED)
             raise
         except Exception as exc:
             mark_failed(trial, exc)
@@ -174,7 +175,7 @@ class ProxyObjective:
         try:
             result = self.trainer(cfg, report)
         except KeyboardInterrupt:
-            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("status", TrialStatus.INTERRUPTED)
             raise
         except Exception as exc:
             mark_failed(trial, exc)

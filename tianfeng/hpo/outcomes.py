@@ -12,6 +12,18 @@ from enum import StrEnum
 from optuna.trial import FrozenTrial, TrialState
 
 
+class TrialStatus(StrEnum):
+    """A trial's `status` user attribute: how its run ended (the engine's statuses), or that it
+    failed with an error or was cut short; `running` only in the Ray backend's reports."""
+    COMPLETED = "completed"
+    DIVERGED = "diverged"
+    PRUNED = "pruned"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    RUNNING = "running"
+
+
 class Outcome(StrEnum):
     COMPLETE = "complete"
     PRUNED = "pruned"
@@ -31,7 +43,7 @@ COLOURS = {Outcome.COMPLETE: "#1a7f37", Outcome.PRUNED: "#c4a000", Outcome.FAILE
 
 def outcome(trial: FrozenTrial) -> Outcome:
     if trial.state == TrialState.FAIL:
-        return Outcome.FAILED if trial.user_attrs.get("status") == "failed" else Outcome.INTERRUPTED
+        return Outcome.FAILED if trial.user_attrs.get("status") == TrialStatus.FAILED else Outcome.INTERRUPTED
     return _BY_STATE[trial.state]
 
 

@@ -25,6 +25,7 @@ from ray.tune.search import Searcher
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import Budget, counted, raise_if_failing, repeated_failure
 from tianfeng.hpo.objective import objective_value, objective_values, prepare_trial, record_final
+from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.progress import StudyProgress
 from tianfeng.hpo.runner import new_stream, requeue_interrupted, sampler_seed
@@ -68,11 +69,11 @@ def ray_trial(config: dict[str, Any]) -> None:
     last: dict[str, Any] = {"worker": f"{socket.gethostname()}:{os.getpid()}"}
 
     def report(m) -> None:
-        last.update(asdict(m), status="running")
+        last.update(asdict(m), status=TrialStatus.RUNNING)
         tune.report(dict(last))
 
     result = train(cfg, report)
-    if result.status != "completed":  # diverged: one last report says so
+    if result.status != TrialStatus.COMPLETED:  # diverged: one last report says so
         worst = -math.inf if config["maximize"] else math.inf
         epoch = last.get("epoch", 0)
         tune.report({**last, config["metric"]: worst, "epoch": epoch, "status": result.status,
@@ -125,7 +126,7 @@ class StudySearcher(Searcher):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         trial, values = self.trials.get(trial_id), self.values.get(trial_id)
         value = result.get(self.space.objective.metric)
-        if trial is None or result.get("status") != "running" or value is None or not math.isfinite(value):
+        if trial is None or result.get("status") != TrialStatus.RUNNING or value is None or not math.isfinite(value):
             return
         epoch = int(result["epoch"])
         if not values and "worker" in result:
@@ -150,22 +151,22 @@ class StudySearcher(Searcher):
         self.on_trial_result(trial_id, result)  # a result that stopped the trial skips on_trial_result
         trial, values = self.trials.pop(trial_id), list(self.values.pop(trial_id).values())
         own_epochs = self.epochs.pop(trial_id)
-        status = result.get("status", "failed" if error else "running")
+        status = result.get("status", TrialStatus.FAILED if error else TrialStatus.RUNNING)
         epochs = int(result.get("epoch", 0))
         if error:
-            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("status", TrialStatus.FAILED)
             trial.set_user_attr("error", "the trial raised on its Ray worker; see error.txt in "
                                          f"{ray_folder(self.plan)}")
             self.study.tell(trial, state=TrialState.FAIL)
-        elif status == "diverged":
-            trial.set_user_attr("status", "diverged")
+        elif status == TrialStatus.DIVERGED:
+            trial.set_user_attr("status", TrialStatus.DIVERGED)
             trial.set_user_attr("message", result.get("message", ""))
             self.study.tell(trial, state=TrialState.PRUNED)
         elif epochs < own_epochs:  # Ray's scheduler stopped it before its last epoch
-            trial.set_user_attr("status", "pruned")
+            trial.set_user_attr("status", TrialStatus.PRUNED)
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
-            trial.set_user_attr("status", "completed")
+            trial.set_user_attr("status", TrialStatus.COMPLETED)
             final = {k: result[k] for k in self.space_metrics() if k in result}
             record_final(trial, self.space, final)
             value = objective_value(self.space, values)
@@ -183,7 +184,7 @@ class StudySearcher(Searcher):
         `--resume` queues them again from their checkpoints. Asked trials have no heartbeat."""
         numbers = []
         for trial in self.trials.values():
-            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("status", TrialStatus.INTERRUPTED)
             self.study.tell(trial, state=TrialState.FAIL)
             numbers.append(trial.number)
         self.trials.clear()

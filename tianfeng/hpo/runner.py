@@ -20,6 +20,7 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import Budget, StopOnRepeatedFailure, finished_count, raise_if_failing
 from tianfeng.hpo.locked_storage import BudgetReached, LockedSQLiteStorage
 from tianfeng.hpo.objective import ProxyObjective
+from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.peer_pruning import PeerPruner
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.progress import StudyProgress
@@ -234,12 +235,12 @@ def _requeue_interrupted(storage: str, study_name: str, dead_workers: set[str]) 
     trials = study.get_trials(deepcopy=False)
     for t in trials:
         if t.state == TrialState.RUNNING and t.user_attrs.get("worker") in dead_workers:
-            study._storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
+            study._storage.set_trial_user_attr(t._trial_id, "status", TrialStatus.INTERRUPTED)
             study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
     trials = study.get_trials(deepcopy=False)
     retried = {t.system_attrs.get("failed_trial") for t in trials}
     cut = [t for t in trials if t.state == TrialState.FAIL and t.number not in retried
-           and t.user_attrs.get("status") == "interrupted"]
+           and t.user_attrs.get("status") == TrialStatus.INTERRUPTED]
     for t in cut:
         study.add_trial(optuna.create_trial(state=TrialState.WAITING, params=t.params,
                                             distributions=t.distributions, user_attrs=t.user_attrs,

@@ -8,6 +8,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan
 from tianfeng.hpo.scores import best_trial, epochs_reported, score
 from tianfeng.hpo.space import SearchSpace
@@ -44,7 +45,7 @@ class TrialLogger:
             log.info("trial %d complete  %s %.4g  %s  %.1fs  %s%s", trial.number, self.metric,
                      score(trial), best_text, took, full, params)
         elif trial.state == TrialState.PRUNED:
-            why = "diverged" if trial.user_attrs.get("status") == "diverged" else f"at epoch {epochs_reported(trial)}"
+            why = "diverged" if trial.user_attrs.get("status") == TrialStatus.DIVERGED else f"at epoch {epochs_reported(trial)}"
             log.info("trial %d pruned %s  %.1fs  %s%s", trial.number, why, took, full, params)
         else:
             log.warning("trial %d %s  %.1fs  %s  %s", trial.number, trial.state.name.lower(), took,

@@ -15,6 +15,7 @@ from typing import Any
 from tianfeng.launch.plan import LaunchPlan
 from tianfeng.ray_cluster import start_or_join
 from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.engine import RunStatus
 from tianfeng.trainers.metrics import summary_lines
 
 log = logging.getLogger("tianfeng.launch")
@@ -87,7 +88,7 @@ def main_ray(plan: LaunchPlan, run_dir: Path, address: str | None, *, json_outpu
     else:
         print("\n".join(summary_lines(metrics.get("status", ""), metrics.get("final"), metrics.get("precision", ""),
                                       str(run_dir))))
-    if metrics.get("status") == "diverged":
+    if metrics.get("status") == RunStatus.DIVERGED:
         print("tianfeng: run diverged", file=sys.stderr)
         return 1
     return 0

@@ -25,7 +25,7 @@ from tianfeng.logs import quiet_optuna
 from tianfeng.ownership import check_folder, claim_folder, study_owner
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.run_progress import RunProgress
-from tianfeng.store import RunStore
+from tianfeng.store import RunRecordStatus, RunStore
 from tianfeng.tables import add_plain_row, plain_table
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
 from tianfeng.trainers.engine import EpochMetrics, train
@@ -124,7 +124,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
         return {"dry_run": True, "study": study.study_name, "trial": trial_number, "run_dir": str(run_dir),
                 "config": config_to_dict(full), "launch": plan and str(run_dir / "launch")}
     metric = study.user_attrs.get("metric", "val_top1")
-    if existing and existing["status"] in ("completed", "diverged") and launch is None:
+    if existing and existing["status"] in (RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED) and launch is None:
         log.info("trial %d of %s was promoted with this config before (run %d, %s): reusing it, nothing "
                  "trained", trial_number, study.study_name, existing["id"], existing["status"])
         return {"run": existing["id"], "study": study.study_name, "trial": trial_number, "resumed": True,
@@ -154,7 +154,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
         with RunProgress(f"trial {trial_number} at full scale", full.total_epochs, metric) as bar:
             result = train(full, record)
     except BaseException:
-        store.update(run_id, status="failed")
+        store.update(run_id, status=RunRecordStatus.FAILED)
         raise
     final = full_score(space, [asdict(m) for m in result.epochs])
     store.update(run_id, status=result.status, final_score=final, epochs=[asdict(m) for m in result.epochs],
@@ -189,15 +189,15 @@ def _run_plan(plan: LaunchPlan, launch: Launch, run_dir: Path, store: RunStore, 
     already in its directory (the cluster finished it) is collected instead."""
     if not (run_dir / "result.json").exists():
         if launch.device != "cpu" or launch.master_addr != "127.0.0.1":
-            store.update(run_id, status="planned")
+            store.update(run_id, status=RunRecordStatus.PLANNED)
             print(f"tianfeng: launch plan in {run_dir / 'launch'}: run node-<i>.sh on each node or "
                   f"`sbatch {run_dir / 'launch' / 'sbatch.sh'}`; promote again to collect the result",
                   file=sys.stderr)
-            return {"status": "planned", "launch": str(run_dir / "launch")}
+            return {"status": RunRecordStatus.PLANNED, "launch": str(run_dir / "launch")}
         log.info("running the plan here: %d emulated nodes x %d gloo processes", plan.nodes, plan.per_node)
         if run_here(plan) != 0:
-            store.update(run_id, status="failed")
-            return {"status": "failed", f"full_{space.objective.metric}": None}
+            store.update(run_id, status=RunRecordStatus.FAILED)
+            return {"status": RunRecordStatus.FAILED, f"full_{space.objective.metric}": None}
     return _collect(run_dir, store, run_id, space)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from tianfeng.costmodel import Cluster, predict
+from tianfeng.store import RunRecordStatus
 from tianfeng.trainers.config import RunConfig, config_from_dict
 
 _WORLD = re.compile(r"-(\d+)x(\d+)$")
@@ -47,11 +48,11 @@ def scaling_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from tianfeng.trainers.models import build_model
 
     singles = {(r["trial_number"], r["config_hash"]): r for r in runs
-               if not _WORLD.search(r["config_hash"]) and r["status"] == "completed"}
+               if not _WORLD.search(r["config_hash"]) and r["status"] == RunRecordStatus.COMPLETED}
     rows = []
     for run in runs:
         match = _WORLD.search(run["config_hash"])
-        if not match or run["status"] != "completed":
+        if not match or run["status"] != RunRecordStatus.COMPLETED:
             continue
         single = singles.get((run["trial_number"], run["config_hash"][:match.start()]))
         measured, alone = _throughput(run), single and _throughput(single)
