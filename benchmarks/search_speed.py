@@ -1,5 +1,5 @@
-"""Proxy speed: the same 12-trial search at the `lowres_half` rung with the settings from
-before issue 18 (NCHW everywhere, no compile, one worker) and with today's defaults (memory
+"""Proxy speed: the same 12-trial search at the `lowres_half` rung with the earlier settings
+(NCHW everywhere, no compile, one worker) and with today's defaults (memory
 format and compile `auto`, `--workers auto`), on the same trials: the space's priors and random
 recipes drawn once with --seed, enqueued in every arm (no pruning), so no arm's trials depend on
 its timing or worker count. Each arm is a fresh process with its own empty compile and layout

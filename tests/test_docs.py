@@ -104,7 +104,7 @@ def test_the_hook_reads_a_comment_above_and_beside_a_field() -> None:
 
 def test_documents_speak_of_the_project_alone() -> None:
     texts = {p: p.read_text() for p in [REPO / "README.md", *DOCS.rglob("*.md")]}
-    outside = re.compile(r"\.\./shared|\bsession \d|\bsessions?\b|\bissue (#|\d)|/work/|/tmp/tut", re.I)
+    outside = re.compile(r"\.\./shared|recipes\.md|\bsession \d|\bsessions?\b|\bissue (#|\d)|/work/|/tmp/tut", re.I)
     for path, text in texts.items():
         found = outside.search(text)
         assert not found, f"{path.relative_to(REPO)}: {found.group(0)!r}"
@@ -125,3 +125,13 @@ def test_every_option_of_every_command_says_what_it_does() -> None:
     silent = [(name, a.option_strings or a.dest) for name, sub in build_parser().commands.items()
               for a in sub._actions if not isinstance(a, argparse._HelpAction) and not a.help]
     assert not silent, silent
+
+
+def test_code_and_shipped_files_speak_of_the_project_alone() -> None:
+    files = [p for folder in ("tianfeng", "benchmarks", "scripts", "tests") for p in (REPO / folder).rglob("*")
+             if p.suffix in (".py", ".yaml", ".sh", ".j2", ".toml") and p.name != "test_docs.py"]
+    outside = re.compile(r"\.\./shared|recipes\.md|\bdevelopment sessions?\b|\bsession \d|\bissue (#|\d)|/work/")
+    assert len(files) > 100
+    for path in files:
+        found = outside.search(path.read_text(errors="replace"))
+        assert not found, f"{path.relative_to(REPO)}: {found.group(0)!r}"

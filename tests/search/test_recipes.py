@@ -1,6 +1,6 @@
-"""Every confirmed recipe of ../shared/recipes.md, enqueued as a trial of imagenet_resnet50.yaml,
-materialises to the recipe: the table below is transcribed from recipes.md on its own, not from
-the space file."""
+"""Every confirmed published recipe, enqueued as a trial of imagenet_resnet50.yaml, materialises
+to the recipe: the table below is transcribed from the recipes' sources on its own, not from the
+space file."""
 
 from __future__ import annotations
 
