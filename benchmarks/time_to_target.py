@@ -1,147 +1,160 @@
-"""Time to target on cifar5-dev, same trial budget for each method:
-  - tianfeng: TPE + ASHA + priors on cheap proxy runs, then its best trial promoted to full fidelity;
-  - plain Optuna: TPE at full fidelity, no pruning, no priors;
-  - Ray Tune: random search + ASHA at full fidelity (tianfeng's Ray backend, one CPU per trial).
-For each: wall time until a full-fidelity score reaches --target, and each method's best full
-score at tianfeng's total wall time. Aims: <= 1/3 of plain Optuna's time, <= 2/3 of Ray ASHA's."""
+"""Search methods x seeds on cifar5-dev, each method given the same wall-clock budget, so that no
+single lucky or unlucky draw decides the comparison. Methods (benchmarks/search_methods.py):
+tianfeng's default (proxies with TPE, ASHA and priors for half the budget, then its best trials
+promoted to full fidelity one after another); plain Optuna TPE at full fidelity; Optuna TPE +
+HyperbandPruner at full fidelity; Ray Tune ASHA at full fidelity (random sampling); and one
+epoch of random recipes for half the budget, then the best of them trained whole (Egele et al.
+2023). Full fidelity is `large_batch.yaml`'s `target` rung.
+
+Each method and seed runs in a fresh process that is stopped (Ctrl-C) when its budget is up;
+the time counts from that process's start, so start-up is paid by every method. Reported per
+method, median [min, max] over seeds: the time until a full-fidelity score first reaches each
+target, the best full-fidelity score found by each fraction of the budget (the any-time curve,
+also drawn to an HTML file), and the compute used.
+
+    python benchmarks/time_to_target.py --budget 4m --seeds 0,1,2 --keep /tmp/ttt --plot ttt.html
+    python benchmarks/time_to_target.py --report /tmp/ttt --targets 70,75,80   # the kept runs again
+"""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import logging
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
 import tempfile
-from datetime import UTC, datetime
+import time
 from pathlib import Path
 
-import optuna
-from common import ROOT, data_source, print_table
-from optuna.trial import TrialState
+from common import ROOT, print_table
+from search_methods import METHODS, read_back
 
-from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.runner import run_search
-from tianfeng.promotion.run import promote
-from tianfeng.store import RunStore
+from tianfeng.commands.search_command import parse_duration
 
-SPACE = ROOT / "search_spaces" / "large_batch.yaml"
+FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
 
-DATA: str | None = None  # None: the space's own (digits); set from --data
+def run_one(method: str, seed: int, root: Path, budget_s: float, data: str) -> dict:
+    """One method and seed in its own process, stopped at the budget; its scores read back."""
+    directory = root / f"{method}-s{seed}"
+    command = [sys.executable, str(ROOT / "benchmarks" / "search_methods.py"), method, "--seed", str(seed),
+               "--dir", str(directory), "--budget-s", str(budget_s), "--data", data]
+    t0 = time.time()
+    child = subprocess.Popen(command, start_new_session=True)
+    try:
+        child.wait(timeout=budget_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGINT)  # Ctrl-C to the method and every process it started
+        try:
+            child.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    result = {"method": method, "seed": seed, "budget_s": budget_s, **read_back(method, directory, t0)}
+    result["events"] = [(t, v) for t, v in result["events"] if t <= budget_s]  # nothing after the budget counts
+    (root / f"{method}-s{seed}.json").write_text(json.dumps(result))
+    return result
 
 
-def _plan(tmp: Path, name: str, trials: int, **changes) -> SearchPlan:
-    plan = SearchPlan(objective="accuracy", space_path=str(SPACE), data=DATA, storage=f"sqlite:///{tmp}/{name}.db",
-                      study=name, sampler="tpe", pruner="asha", seed=0, trials=trials, timeout_s=None,
-                      runs_root=str(tmp / "runs"), rung="proxy")
-    return dataclasses.replace(plan, **changes)
+def time_to(events: list[tuple[float, float]], target: float) -> float | None:
+    return next((t for t, v in events if v >= target), None)
 
 
-def _study_timeline(storage: str, name: str) -> tuple[datetime, list[tuple[float, float]]]:
-    """The study's first trial start, and (seconds since then, score) of each complete trial."""
-    trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-    t0 = min(t.datetime_start for t in trials if t.datetime_start)
-    done = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.datetime_complete)
-    return t0, [((t.datetime_complete - t0).total_seconds(), t.value) for t in done]
-
-
-def timelines(tmp: Path) -> dict[str, list[tuple[float, float]]]:
-    """Each method's (seconds since its first trial started, full-fidelity score) read back from
-    its database; for tianfeng, the full score is its promoted run's, at the time it finished."""
-    out = {}
-    for name in ("optuna_full", "ray_asha"):
-        if (tmp / f"{name}.db").exists():
-            out[name] = _study_timeline(f"sqlite:///{tmp}/{name}.db", name)[1]
-    url = f"sqlite:///{tmp}/tianfeng.db"
-    t0, _ = _study_timeline(url, "tianfeng")
-    run = next(r for r in RunStore(url).runs("tianfeng") if r["kind"] == "promote" and r["final_score"] is not None)
-    finished = datetime.strptime(run["updated"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).astimezone().replace(tzinfo=None)
-    out["tianfeng"] = [((finished - t0).total_seconds(), run["final_score"])]
-    return out
-
-
-def run_tianfeng(tmp: Path, trials: int) -> None:
-    plan = _plan(tmp, "tianfeng", trials)
-    run_search(plan, 1, resume=False)
-    best = optuna.load_study(study_name=plan.study, storage=plan.storage).best_trial
-    promote(plan.storage, plan.study, best.number, batch_size=None, overrides=[], runs_dir=tmp / "runs",
-            dry_run=False)
-
-
-def run_full(tmp: Path, trials: int, *, ray: bool) -> None:
-    name = "ray_asha" if ray else "optuna_full"
-    plan = _plan(tmp, name, trials, rung="target", priors=False,
-                 sampler="random" if ray else "tpe", pruner="asha" if ray else "none")
-    if ray:
-        from tianfeng.hpo.ray_backend import RayOptions, run_ray_search
-
-        run_ray_search(plan, RayOptions(cpus_per_trial=1), resume=False)
-    else:
-        run_search(plan, 1, resume=False)
-
-
-def time_to(timeline: list[tuple[float, float]], target: float) -> float | None:
-    return next((t for t, v in timeline if v >= target), None)
-
-
-def best_by(timeline: list[tuple[float, float]], seconds: float) -> float | None:
-    values = [v for t, v in timeline if t <= seconds]
+def best_by(events: list[tuple[float, float]], seconds: float) -> float | None:
+    values = [v for t, v in events if t <= seconds]
     return max(values) if values else None
 
 
-def _ratio(ours: float | None, theirs: list[tuple[float, float]], target: float) -> str:
-    """Our time to target over theirs; when they never reach it, their whole budget bounds it."""
-    if ours is None or not theirs:
+def spread(values: list[float | None], fmt: str = "{:.0f}") -> str:
+    """`median [min, max]` of the values that exist, and how many of them exist when not all."""
+    there = [v for v in values if v is not None]
+    if not there:
         return "-"
-    t = time_to(theirs, target)
-    return f"{ours / t:.2f}" if t else f"< {ours / theirs[-1][0]:.2f} (not reached)"
+    text = fmt.format(statistics.median(there)) + (
+        f" [{fmt.format(min(there))}, {fmt.format(max(there))}]" if len(there) > 1 else "")
+    return text if len(there) == len(values) else f"{text} ({len(there)}/{len(values)} seeds)"
 
 
-def print_results(lines: dict[str, list[tuple[float, float]]], target: float, title: str) -> None:
-    ours = lines["tianfeng"]
-    ours_s, ours_t = ours[-1][0], time_to(ours, target)
-    names = {"optuna_full": "plain Optuna TPE, full fidelity", "ray_asha": "Ray Tune random + ASHA, full fidelity",
-             "tianfeng": "tianfeng proxies + ASHA + priors, best promoted"}
+def _methods(results: list[dict]) -> list[str]:
+    """The methods of `results` in the protocol's order (a kept run's files come in name order)."""
+    order = {m: i for i, m in enumerate(METHODS)}
+    return sorted({r["method"] for r in results}, key=lambda m: order.get(m, len(order)))
+
+
+def summarise(results: list[dict], targets: list[float]) -> list[tuple[str, ...]]:
     rows = []
-    for key, line in lines.items():
-        t = time_to(line, target)
-        best = best_by(line, ours_s)
-        rows.append((names[key], f"{t:.0f} s" if t else "not reached", f"{max(v for _, v in line):.2f}",
-                     f"{best:.2f}" if best is not None else "none yet", f"{line[-1][0]:.0f} s"))
-    print_table(title, rows, headers=("method", f"time to >= {target:g}", "best", f"best at {ours_s:.0f} s",
-                                      "total"))
-    print(f"\n  tianfeng's time to target vs plain Optuna: {_ratio(ours_t, lines.get('optuna_full', []), target)} "
-          f"(aim <= 0.33); vs Ray Tune ASHA: {_ratio(ours_t, lines.get('ray_asha', []), target)} (aim <= 0.67)")
+    for method in _methods(results):
+        runs = [r for r in results if r["method"] == method]
+        budget = runs[0]["budget_s"]
+        row = [method, str(len(runs))]
+        row += [spread([time_to(r["events"], target) for r in runs], "{:.0f} s") for target in targets]
+        row += [spread([best_by(r["events"], f * budget) for r in runs], "{:.2f}") for f in FRACTIONS]
+        row.append(spread([r["core_s"] / 3600 for r in runs], "{:.2f}"))
+        rows.append(tuple(row))
+    return rows
+
+
+def plot(results: list[dict], path: Path) -> None:
+    """The any-time curves: each method's median best score so far against time, with the
+    range over seeds as a band."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for method in _methods(results):
+        runs = [r for r in results if r["method"] == method]
+        grid = [runs[0]["budget_s"] * i / 100 for i in range(1, 101)]
+        per_seed = [[best_by(r["events"], t) for r in runs] for t in grid]
+        shown = [(t, [v for v in vs if v is not None]) for t, vs in zip(grid, per_seed, strict=True)]
+        shown = [(t, vs) for t, vs in shown if len(vs) == len(runs)]  # once every seed has a score
+        if not shown:
+            continue
+        xs = [t / 60 for t, _ in shown]
+        fig.add_trace(go.Scatter(x=xs + xs[::-1], y=[max(vs) for _, vs in shown] + [min(vs) for _, vs in shown][::-1],
+                                 fill="toself", opacity=0.15, line={"width": 0}, showlegend=False, hoverinfo="skip",
+                                 name=f"{method} range"))
+        fig.add_trace(go.Scatter(x=xs, y=[statistics.median(vs) for _, vs in shown], mode="lines", name=method))
+    fig.update_layout(title="Best full-fidelity val top-1 so far (median and range over seeds)",
+                      xaxis_title="wall time (min)", yaxis_title="val top-1")
+    fig.write_html(path, include_plotlyjs=True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--trials", type=int, default=8, help="trial budget of every method")
-    parser.add_argument("--target", type=float, default=75.0, help="full-fidelity val top-1 to reach")
-    parser.add_argument("--skip-ray", action="store_true")
-    parser.add_argument("--data", default="cifar5", help="cifar5 (default), digits (a quick smoke run) or a source")
-    parser.add_argument("--keep", type=Path, help="keep the three studies' databases and runs here "
-                        "(benchmarks/proxy_fidelity.py can reuse the full-fidelity trials)")
-    parser.add_argument("--replot", type=Path, metavar="DIR",
-                        help="run nothing: print the results kept in DIR (by --keep) for this --target")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"some of {', '.join(METHODS)}")
+    parser.add_argument("--seeds", default="0,1,2", help="seeds, each a different random stream (default 0,1,2)")
+    parser.add_argument("--budget", default="4m", help="wall-clock budget of each method and seed: 90s, 4m, 1h")
+    parser.add_argument("--targets", default="70,75,80", help="full-fidelity val top-1 levels to time")
+    parser.add_argument("--data", default="cifar5", help="cifar5 (default) or digits (a quick smoke run)")
+    parser.add_argument("--keep", type=Path, help="keep every run's database, runs and result here")
+    parser.add_argument("--report", type=Path, metavar="DIR", help="run nothing: summarise the runs kept in DIR")
+    parser.add_argument("--plot", type=Path, help="write the any-time curves to this HTML file")
     args = parser.parse_args()
-    if args.replot:
-        print_results(timelines(args.replot), args.target, f"time to val top-1 >= {args.target:g} ({args.replot})")
-        return
-    global DATA
-    DATA = data_source(args.data)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
-    with tempfile.TemporaryDirectory() as scratch:
-        tmp = args.keep or Path(scratch)
-        tmp.mkdir(parents=True, exist_ok=True)
-        run_tianfeng(tmp, args.trials)
-        run_full(tmp, args.trials, ray=False)
-        if not args.skip_ray:
-            run_full(tmp, args.trials, ray=True)
-        lines = timelines(tmp)
-    print_results(lines, args.target, f"time to val top-1 >= {args.target:g} on {args.data}, "
-                                      f"{args.trials} trials each")
+    targets = [float(t) for t in args.targets.split(",")]
+    if args.report:
+        results = [json.loads(p.read_text()) for p in sorted(args.report.glob("*-s*.json"))]
+    else:
+        methods = [m.strip() for m in args.methods.split(",")]
+        unknown = sorted(set(methods) - set(METHODS))
+        if unknown:
+            sys.exit(f"time_to_target: unknown method {unknown[0]!r}; one of {', '.join(METHODS)}")
+        seeds = [int(s) for s in args.seeds.split(",")]
+        budget_s = parse_duration(args.budget)
+        with tempfile.TemporaryDirectory() as scratch:
+            root = args.keep or Path(scratch)
+            root.mkdir(parents=True, exist_ok=True)
+            # seeds outermost: a drift of the machine over the hours touches every method alike
+            results = [run_one(m, s, root, budget_s, args.data) for s in seeds for m in methods]
+    budget = results[0]["budget_s"]
+    headers = ("method", "seeds", *(f"time to {t:g}" for t in targets),
+               *(f"best at {f * budget / 60:.1f} min" for f in FRACTIONS), "core-hours")
+    print_table(f"cifar5-dev, full fidelity = large_batch.yaml's target; budget {budget / 60:.1f} min per method "
+                f"and seed; median [min, max] over seeds", summarise(results, targets), headers=headers)
+    if args.plot:
+        plot(results, args.plot)
+        print(f"\nany-time curves: {args.plot}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,142 @@
+"""The search methods `time_to_target.py` compares, each run in a process of its own until the
+protocol stops it at the wall-clock budget (Ctrl-C), and read back afterwards from the database
+it leaves: when each full-fidelity score appeared, and the compute every trial and run used.
+
+    python benchmarks/search_methods.py METHOD --seed S --dir D --budget-s B [--data cifar5]
+
+Every method searches `large_batch.yaml` for accuracy; full fidelity is the space's `target`
+rung. Searching methods run two trials at a time on this 2-core machine, where they can.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import optuna
+from common import ROOT, data_source
+from optuna.trial import TrialState
+
+from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space
+from tianfeng.hpo.runner import run_search
+from tianfeng.logs import quiet_optuna
+from tianfeng.store import RunRecordStatus, RunStore
+
+SPACE = ROOT / "search_spaces" / "large_batch.yaml"
+METHODS = ("tianfeng", "optuna-tpe", "tpe-hyperband", "ray-asha", "one-epoch")
+SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
+
+
+def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
+    plan = SearchPlan(objective="accuracy", space_path=str(SPACE), data=data, storage=f"sqlite:///{directory}/{name}.db",
+                      study=name, sampler="tpe", pruner="asha", seed=seed, trials=UNLIMITED_TRIALS, timeout_s=None,
+                      runs_root=str(directory / "runs"), rung="proxy")
+    return dataclasses.replace(plan, **changes)
+
+
+class AfterFirstEpoch(optuna.pruners.BasePruner):
+    """Egele et al. 2023's one-epoch baseline: every trial stops after its first epoch."""
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        return bool(trial.intermediate_values)
+
+
+def _promote_best(storage: str, study: str, directory: Path) -> None:
+    """tianfeng's second half: promote the best proxy trials to full fidelity, best first, until
+    stopped."""
+    from tianfeng.promotion.run import promote
+
+    trials = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+    for t in sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.value, reverse=True):
+        promote(storage, study, t.number, batch_size=None, overrides=[], runs_dir=directory / "runs", dry_run=False)
+
+
+def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
+    """One-epoch's second half: the recipes with the best first epoch trained whole (from the
+    start, as new trials), best first, until stopped."""
+    tried = [t for t in study.get_trials(deepcopy=False) if t.intermediate_values]
+    study.pruner = optuna.pruners.NopPruner()
+    for t in sorted(tried, key=lambda t: t.intermediate_values[min(t.intermediate_values)], reverse=True):
+        study.enqueue_trial(t.params)
+        study.optimize(objective, n_trials=1, catch=(Exception,))
+
+
+def run(method: str, seed: int, directory: Path, budget_s: float, data: str | None) -> None:
+    started = time.monotonic()
+    if method == "tianfeng":  # its defaults: TPE, ASHA and priors on proxies, then promote the best
+        plan = _plan(directory, method, seed, data, timeout_s=budget_s * SEARCH_SHARE)
+        run_search(plan, "auto", resume=False, progress=False)
+        _promote_best(plan.storage, plan.study, directory)
+    elif method in ("optuna-tpe", "tpe-hyperband"):
+        pruner = "none" if method == "optuna-tpe" else "hyperband"
+        run_search(_plan(directory, method, seed, data, rung="target", priors=False, pruner=pruner), 2, resume=False,
+                   progress=False)
+    elif method == "ray-asha":
+        from tianfeng.hpo.ray_backend import RayOptions, run_ray_search
+
+        run_ray_search(_plan(directory, method, seed, data, rung="target", priors=False, sampler="random"),
+                       RayOptions(cpus_per_trial=1), resume=False)
+    elif method == "one-epoch":  # random recipes for one epoch each, then the best finished
+        from tianfeng.hpo.objective import ProxyObjective
+        from tianfeng.hpo.study_setup import open_study
+
+        plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
+        space = plan_space(plan)
+        study = open_study(plan, space, resume=False)
+        study.sampler, study.pruner = optuna.samplers.RandomSampler(seed=seed), AfterFirstEpoch()
+        left = budget_s * SEARCH_SHARE - (time.monotonic() - started)
+        objective = ProxyObjective(space, plan.study, Path(plan.runs_root), "target")
+        study.optimize(objective, timeout=max(1.0, left), catch=(Exception,))
+        _finish_best_first_epochs(study, objective)
+    else:
+        raise SystemExit(f"unknown method {method!r}; one of {', '.join(METHODS)}")
+
+
+def _utc(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+
+
+def read_back(method: str, directory: Path, t0: float) -> dict:
+    """The run's full-fidelity scores as (seconds since `t0`, score), in time order, and its
+    compute in core-seconds (trials' wall time x the cores each had, promoted runs' x 2)."""
+    storage = f"sqlite:///{directory}/{method}.db"
+    if method not in optuna.get_all_study_names(storage):
+        return {"events": [], "core_s": 0.0, "trials": 0}
+    trials = optuna.load_study(study_name=method, storage=storage).get_trials(deepcopy=False)
+    ended = [t for t in trials if t.datetime_start and t.datetime_complete]
+    core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get("cores", 1))
+                 for t in ended)
+    if method == "tianfeng":
+        runs = [r for r in RunStore(storage).runs(method) if r["status"] == RunRecordStatus.COMPLETED]
+        events = [(_utc(r["updated"]) - t0, r["final_score"]) for r in runs]
+        core_s += sum((_utc(r["updated"]) - _utc(r["created"])) * 2 for r in runs)
+    else:
+        events = [(t.datetime_complete.timestamp() - t0, t.value) for t in ended
+                  if t.state == TrialState.COMPLETE and t.value is not None]
+    return {"events": sorted(events), "core_s": core_s, "trials": len(trials)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("method", choices=METHODS)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--budget-s", type=float, required=True)
+    parser.add_argument("--data", default="cifar5")
+    args = parser.parse_args()
+    quiet_optuna()  # a trial cut by the budget's Ctrl-C is not a traceback
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.method} s{args.seed} %(message)s",
+                        datefmt="%H:%M:%S")
+    logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(KeyboardInterrupt):  # the protocol's budget is up
+        run(args.method, args.seed, args.dir, args.budget_s, data_source(args.data))
+
+
+if __name__ == "__main__":
+    main()

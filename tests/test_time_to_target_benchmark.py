@@ -1,0 +1,56 @@
+"""The methods x seeds protocol of benchmarks/time_to_target.py: its summary arithmetic, and a
+short real run (digits, two seeds, a few seconds of budget) whose every method process is
+stopped at the budget and read back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from time_to_target import best_by, spread, summarise, time_to  # noqa: E402
+
+
+def test_time_to_a_target_and_best_so_far_read_the_events_in_time_order() -> None:
+    events = [(10.0, 60.0), (25.0, 72.5), (40.0, 70.0), (55.0, 81.0)]
+    assert time_to(events, 70) == 25.0 and time_to(events, 80) == 55.0 and time_to(events, 90) is None
+    assert best_by(events, 5) is None and best_by(events, 45) == 72.5 and best_by(events, 60) == 81.0
+
+
+def test_the_summary_gives_median_and_range_over_seeds_and_says_when_a_seed_missed() -> None:
+    assert spread([30.0, 10.0, 20.0], "{:.0f} s") == "20 s [10 s, 30 s]"
+    assert spread([None, 40.0, 50.0], "{:.0f}") == "45 [40, 50] (2/3 seeds)"
+    assert spread([None, None]) == "-"
+    runs = [{"method": "m", "budget_s": 100.0, "core_s": 3600.0 * k, "events": [(20.0 * k, 70.0 + k)]}
+            for k in (1, 2, 3)]
+    [row] = summarise(runs, [72.0])
+    assert row[:3] == ("m", "3", "50 s [40 s, 60 s] (2/3 seeds)")
+    assert row[-1] == "2.00 [1.00, 3.00]"
+    assert row[3:7] == ("71.00 (1/3 seeds)", "71.50 [71.00, 72.00] (2/3 seeds)", "72.00 [71.00, 73.00]",
+                       "72.00 [71.00, 73.00]")
+
+
+@pytest.mark.slow
+def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--data", "digits",
+                          "--budget", "18s", "--seeds", "0,1", "--methods", "optuna-tpe,one-epoch", "--targets", "50",
+                          "--keep", str(tmp_path), "--plot", str(tmp_path / "curves.html")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for method in ("optuna-tpe", "one-epoch"):
+        for seed in (0, 1):
+            result = json.loads((tmp_path / f"{method}-s{seed}.json").read_text())
+            times = [t for t, _ in result["events"]]
+            assert result["trials"] >= 1 and result["core_s"] > 0
+            assert times == sorted(times) and all(0 < t <= 18 for t in times)
+    assert "optuna-tpe" in out.stdout and "time to 50" in out.stdout and "one-epoch" in out.stdout
+    assert "plotly" in (tmp_path / "curves.html").read_text()[:20000].lower()
+    again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--report", str(tmp_path),
+                            "--targets", "50"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and again.stdout.splitlines()[-3:] == out.stdout.splitlines()[-5:-2], again.stdout
