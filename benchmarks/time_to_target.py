@@ -150,7 +150,8 @@ def main() -> None:
     budget = results[0]["budget_s"]
     headers = ("method", "seeds", *(f"time to {t:g}" for t in targets),
                *(f"best at {f * budget / 60:.1f} min" for f in FRACTIONS), "core-hours")
-    print_table(f"cifar5-dev, full fidelity = large_batch.yaml's target; budget {budget / 60:.1f} min per method "
+    data = "cifar5-dev" if args.data == "cifar5" else args.data
+    print_table(f"{data}, full fidelity = large_batch.yaml's target; budget {budget / 60:.1f} min per method "
                 f"and seed; median [min, max] over seeds", summarise(results, targets), headers=headers)
     if args.plot:
         plot(results, args.plot)
