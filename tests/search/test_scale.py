@@ -195,3 +195,13 @@ def test_naive_copied_only_when_the_warm_start_trains_the_same_config(tmp_path: 
     failed = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params=naive.params,
                                        distributions=naive.distributions, user_attrs=naive.user_attrs)
     assert _reuse_naive(linear, failed, "n") == linear
+
+
+def test_a_scale_study_says_how_much_is_left_after_each_batch_size() -> None:
+    from types import SimpleNamespace
+
+    from tianfeng.scaling.study import _eta
+
+    done = [SimpleNamespace(wall_s=100.0), SimpleNamespace(wall_s=140.0)]
+    assert _eta(done, 5) == "3 batch size(s) left, about 6.0 min to go"  # 3 x the mean of 120 s
+    assert _eta(done, 2) == "every batch size done"

@@ -17,6 +17,7 @@ from tianfeng.hpo.materialize import build_config
 from tianfeng.hpo.pinned import batch_parameter
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.runner import run_search
+from tianfeng.hpo.walltime import format_seconds
 from tianfeng.scaling.results import ScalePoint, ScaleStore
 from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
 from tianfeng.trainers.schedules import peak_lr
@@ -136,7 +137,7 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
                                      study_attrs={"scale": plan.name, "batch_size": batch, "role": "search"})
         if naive_trial is not None and name not in existing:
             search = _reuse_naive(search, naive_trial, f"{naive_name} trial #{naive_trial.number}")
-        log.info("batch %d: searching study %s%s", batch, name,
+        log.info("batch %d (%d of %d): searching study %s%s", batch, len(points) + 1, len(plan.batch_sizes), name,
                  f", warm-started from {', '.join(w[0] for w in warm)}" if warm else "")
         study = run_search(search, plan.workers, resume=name in existing)
         study = optuna.load_study(study_name=name, storage=storage)
@@ -164,7 +165,18 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
         store.save(plan.name, point, settings)
         points.append(point)
         previous = study
+        log.info("batch %d done in %s; %s", batch, format_seconds(point.wall_s), _eta(points, len(plan.batch_sizes)))
     return points
+
+
+def _eta(points: list[ScalePoint], total: int) -> str:
+    """How much of the scale study is left, by the batch sizes done so far (each gets the same
+    budget, so their mean time is the estimate)."""
+    left = total - len(points)
+    if left == 0:
+        return "every batch size done"
+    mean = sum(p.wall_s for p in points) / len(points)
+    return f"{left} batch size(s) left, about {format_seconds(left * mean)} to go"
 
 
 def _run_naive(plan: ScalePlan, batch: int, reference: optuna.trial.FrozenTrial, pinned: str | None,
