@@ -49,9 +49,9 @@ def test_the_engine_trains_in_either_layout_and_says_which(tmp_path: Path, caplo
 
 
 def test_auto_measures_once_per_shape_and_reuses_the_answer(tmp_path: Path, monkeypatch) -> None:
-    model = build_model(ModelConfig(width=4, stages=2), 3, 5)
+    model = build_model(ModelConfig(width=8, stages=2), 3, 5)
     args = dict(device=torch.device("cpu"), channels=3, resolution=8, batch=16, classes=5,
-                autocast=contextlib.nullcontext, cache_dir=tmp_path, key_parts=("resnet_small", 4, 1, 2, "fp32"))
+                autocast=contextlib.nullcontext, cache_dir=tmp_path, key_parts=("resnet_small", 8, 1, 2, "fp32"))
     name, why = memory_format.choose("auto", model, **args)
     assert name in memory_format.FORMATS and why.startswith("measured now")
     cached = json.loads(memory_format.cache_file(tmp_path).read_text())
@@ -68,3 +68,22 @@ def test_auto_measures_once_per_shape_and_reuses_the_answer(tmp_path: Path, monk
         memory_format.choose("auto", model, **{**args, "resolution": 12})
     for p in model.parameters():  # the run's own model was only copied
         assert p.is_contiguous()
+
+
+def test_a_model_whose_shortcut_the_cpu_kernel_cannot_train_in_channels_last_stays_contiguous(
+        tmp_path: Path, caplog) -> None:
+    """A width-4 ResNet's first downsampling shortcut is a strided 1x1 convolution of 4 input
+    channels: oneDNN's AVX2 weight gradient for it in channels_last corrupts the heap. auto and
+    an explicit channels_last both train it contiguous, and say why; width 8 is not held back."""
+    narrow = build_model(ModelConfig(width=4, depth=1, stages=2), 1, 10)
+    assert "strided 1x1 convolution of 4 input channels" in memory_format.unsafe_channels_last_conv(narrow)
+    assert memory_format.unsafe_channels_last_conv(build_model(ModelConfig(width=8, depth=1, stages=2), 1, 10)) == ""
+    common = dict(device=torch.device("cpu"), channels=1, resolution=8, batch=16, classes=10,
+                  autocast=contextlib.nullcontext, cache_dir=tmp_path, key_parts=("narrow",))
+    with caplog.at_level("WARNING", logger="tianfeng.engine"):
+        for setting in ("auto", "channels_last"):
+            name, why = memory_format.choose(setting, narrow, **common)
+            assert name == "contiguous" and "oneDNN" in why, (setting, why)
+    assert "memory_format channels_last is not used on this CPU" in caplog.text
+    assert memory_format.choose("contiguous", narrow, **common)[0] == "contiguous"
+    assert not memory_format.cache_file(tmp_path).exists()  # nothing was timed, nothing cached

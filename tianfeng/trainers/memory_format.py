@@ -33,6 +33,10 @@ def cache_file(cache_dir: Path) -> Path:
 def choose(setting: str, model: nn.Module, *, device: torch.device, channels: int, resolution: int, batch: int,
            classes: int, autocast, cache_dir: Path, key_parts: tuple) -> tuple[str, str]:
     """(format name, why) for `setting` auto | channels_last | contiguous."""
+    if device.type == "cpu" and setting != "contiguous" and (unsafe := unsafe_channels_last_conv(model)):
+        if setting == "channels_last":
+            log.warning("memory_format channels_last is not used on this CPU: %s", unsafe)
+        return "contiguous", unsafe
     if setting != "auto":
         return setting, "as configured"
     if device.type == "cuda":
@@ -50,6 +54,18 @@ def choose(setting: str, model: nn.Module, *, device: torch.device, channels: in
     name = "channels_last" if speedup > 1.0 else "contiguous"
     _write(path, key, {"format": name, "speedup": round(speedup, 3)})
     return name, f"measured now: channels_last {speedup:.2f}x the speed of contiguous on this CPU"
+
+
+def unsafe_channels_last_conv(model: nn.Module) -> str:
+    """Why channels_last must not train `model` on a CPU, or "". oneDNN's AVX2 weight-gradient
+    kernel for a strided 1x1 convolution of 2 to 6 input channels in channels_last corrupts the
+    heap ("double free or corruption", then SIGABRT): seen with torch 2.13.0 and 2.14.1 on an
+    AMD EPYC (Zen 3, AVX2) at one thread, e.g. a ResNet of width 4's first downsampling shortcut."""
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and max(m.stride) > 1 and 2 <= m.in_channels <= 6:
+            return (f"{name or 'the model'} is a strided 1x1 convolution of {m.in_channels} input channels, which "
+                    "oneDNN's CPU kernel cannot train in channels_last without corrupting memory")
+    return ""
 
 
 def _time_steps(model: nn.Module, fmt: torch.memory_format, channels: int, resolution: int, batch: int,
