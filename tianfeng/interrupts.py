@@ -60,12 +60,17 @@ def deferred_interrupt() -> Iterator[None]:
         yield  # only the main thread receives signals
         return
     previous = signal.getsignal(signal.SIGINT)
-    if previous in (signal.SIG_IGN, None):
-        yield
+    if previous in (signal.SIG_IGN, None) or getattr(previous, "deferring", False):
+        yield  # no Ctrl-C to hold, or an enclosing block holds it until its own end
         return
     global _pending
     received: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+
+    def hold(signum, frame) -> None:
+        received.append(signum)
+
+    hold.deferring = True
+    signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:

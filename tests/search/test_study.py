@@ -244,3 +244,35 @@ def test_a_trial_cut_while_it_is_being_prepared_is_queued_again_with_its_paramet
     assert requeue_interrupted(plan.storage, plan.study) == [failed.number]
     queued = [t for t in study.get_trials() if t.state == TrialState.WAITING]
     assert len(queued) == 1 and queued[0].params == failed.params
+
+
+def test_a_trial_cut_while_optuna_asks_for_it_is_queued_again_and_the_resume_spends_the_whole_budget(
+        tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C after Optuna has started the trial in the database but before the objective (and the
+    trial's heartbeat) runs: without the worker's mark the trial stayed RUNNING for ever, and
+    every resume counted it against the budget. Here the cut trial is the first prior, popped from
+    the queue: its continuation must keep the prior's values."""
+    from optuna.samplers import RandomSampler
+
+    plan = plan_for(tmp_path, tiny_space_file, trials=2)
+    original = RandomSampler.before_trial
+
+    def cut(self, study, trial) -> None:  # Trial.__init__ calls this right after the trial starts
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RandomSampler, "before_trial", cut)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(plan, workers=1, resume=False)
+    [cut_trial, *queued] = trials_of(plan)
+    assert cut_trial.state == TrialState.FAIL and cut_trial.user_attrs["status"] == "interrupted"
+    assert cut_trial.params == {}  # it was cut before it sampled anything
+    assert [t.state for t in queued] == [TrialState.WAITING]
+    assert queued[0].system_attrs["failed_trial"] == cut_trial.number
+    assert queued[0].system_attrs["fixed_params"]["base_lr"] == 0.4  # the goyal prior's
+
+    monkeypatch.setattr(RandomSampler, "before_trial", original)
+    run_search(plan, workers=1, resume=True)
+    trials = trials_of(plan)
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 2
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert trials[1].user_attrs["prior"] == "goyal" and trials[1].params["base_lr"] == 0.4

@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.locked_storage import worker_id
 from tianfeng.hpo.materialize import build_config, sample_active
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.peer_pruning import PeerPruner, rung_passed
@@ -64,13 +65,10 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     """Sample the trial's values and build its proxy run; the trial records values, rung, run
     directory, resolved config, the cores it gets and the worker running it (this process unless
     said otherwise), whichever backend then runs it."""
-    import os
-    import socket
-
     import torch
 
     trial.set_user_attr("cores", cores if cores is not None else torch.get_num_threads())
-    trial.set_user_attr("worker", worker or f"{socket.gethostname()}:{os.getpid()}")
+    trial.set_user_attr("worker", worker or worker_id())
     values = suggest(trial, space)
     run_dir = trial_run_dir(runs_root, study_name, trial)
     cfg = build_config(space, values, rung, name=f"{study_name}-{run_dir.name}", run_dir=str(run_dir))

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import Budget, StopOnRepeatedFailure, finished_count, raise_if_failing
-from tianfeng.hpo.locked_storage import BudgetReached, LockedSQLiteStorage
+from tianfeng.hpo.locked_storage import BudgetReached, LockedSQLiteStorage, worker_id
 from tianfeng.hpo.objective import ProxyObjective
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.peer_pruning import PeerPruner
@@ -107,7 +107,11 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: Sea
         bar.update(study)
         bar.follow(study)
         if workers <= 1:
-            run_worker(plan, progress=bar, stream=stream, space=space)
+            try:
+                run_worker(plan, progress=bar, stream=stream, space=space)
+            except KeyboardInterrupt:  # this process was the worker: none of its trials still runs
+                requeue_interrupted(plan.storage, plan.study, dead_workers={worker_id()})
+                raise
         else:
             _run_processes(plan, workers, study, bar, stream)
     raise_if_failing(plan, study)
@@ -141,7 +145,7 @@ def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress
                 p.join(timeout=1.0 / len(procs))
     except KeyboardInterrupt:
         _interrupt(procs)
-        requeue_interrupted(plan.storage, plan.study, dead_workers={_worker_id(p.pid) for p in procs})
+        requeue_interrupted(plan.storage, plan.study, dead_workers={worker_id(p.pid) for p in procs})
         raise
     failed = [f"{p.name} ({exit_text(p.exitcode)})" for p in procs if p.exitcode not in (0, None)]
     if failed:
@@ -213,17 +217,12 @@ def _interrupt(procs: list, grace_s: float = 20.0) -> None:
             p.join()
 
 
-def _worker_id(pid: int | None) -> str:
-    import socket
-
-    return f"{socket.gethostname()}:{pid}"
-
-
 def requeue_interrupted(storage: str, study_name: str, dead_workers: set[str] = frozenset()) -> list[int] | None:
     """After Ctrl-C: queue the trials that were cut short again with the same parameters and run
     directory, so `--resume` continues each from its last checkpoint. A trial still RUNNING on a
-    worker of `dead_workers` (terminated before it could say so) is failed first. Returns the
-    numbers of the trials queued again, or None when the study was never created."""
+    worker of `dead_workers` (cut before its objective ran, or terminated before it could say so)
+    is failed first. Returns the numbers of the cut trials whose continuation waits in the queue
+    (queued now or by an earlier call), or None when the study was never created."""
     with deferred_interrupt():
         return _requeue_interrupted(storage, study_name, dead_workers)
 
@@ -238,11 +237,15 @@ def _requeue_interrupted(storage: str, study_name: str, dead_workers: set[str]) 
             study._storage.set_trial_user_attr(t._trial_id, "status", TrialStatus.INTERRUPTED)
             study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
     trials = study.get_trials(deepcopy=False)
+    waiting = {t.system_attrs.get("failed_trial") for t in trials if t.state == TrialState.WAITING}
     retried = {t.system_attrs.get("failed_trial") for t in trials}
     cut = [t for t in trials if t.state == TrialState.FAIL and t.number not in retried
            and t.user_attrs.get("status") == TrialStatus.INTERRUPTED]
     for t in cut:
+        # a trial cut before it sampled anything keeps the values it was queued with (a prior's)
+        fixed = {} if t.params else t.system_attrs.get("fixed_params", {})
         study.add_trial(optuna.create_trial(state=TrialState.WAITING, params=t.params,
                                             distributions=t.distributions, user_attrs=t.user_attrs,
-                                            system_attrs={"failed_trial": t.number}))
-    return [t.number for t in cut]
+                                            system_attrs={"failed_trial": t.number,
+                                                          **({"fixed_params": fixed} if fixed else {})}))
+    return sorted(waiting - {None} | {t.number for t in cut})
