@@ -100,3 +100,27 @@ def test_the_engine_trains_with_batchnorm_per_emulated_gpu(tmp_path, caplog) -> 
     assert emulated.epochs[-1].train_loss != pytest.approx(plain.epochs[-1].train_loss, rel=1e-3)
     with pytest.raises(ConfigError, match=r"phases.1.batch_size: must be at least distributed.emulate_gpus \(48\)"):
         train(make_config(tmp_path / "x", phases=phases, distributed={"emulate_gpus": 48}))
+
+
+def test_node_scope_sync_batchnorm_is_emulated_over_each_nodes_share(tmp_path, caplog) -> None:
+    """8 GPUs in 2 nodes with SyncBatchNorm inside each node normalise over a node's 32 of 64
+    images: the same statistics as 2 GPUs of 32 images each, so the two runs train alike."""
+    from tests.conftest import make_config
+    from tianfeng.trainers.config import ConfigError
+    from tianfeng.trainers.engine import train
+
+    phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}]
+    node_scope = {"emulate_gpus": 8, "emulate_gpus_per_node": 4, "sync_bn": True, "sync_bn_scope": "node"}
+    same = {"phases": phases, "memory_format": "contiguous"}  # one layout: its rounding differs from the other's
+    with caplog.at_level("INFO", logger="tianfeng.engine"):
+        nodes = train(make_config(tmp_path / "n", distributed=node_scope, **same))
+    assert "BatchNorm per node of 2 (4 GPUs each, node-scope SyncBatchNorm): groups of 32 images" in caplog.text
+    two_gpus = train(make_config(tmp_path / "g", distributed={"emulate_gpus": 2}, **same))
+    per_gpu = train(make_config(tmp_path / "p", distributed={"emulate_gpus": 8}, **same))
+    loss = nodes.epochs[-1].train_loss
+    assert loss == pytest.approx(two_gpus.epochs[-1].train_loss, rel=1e-6)
+    assert abs(loss - per_gpu.epochs[-1].train_loss) > 1e-4  # groups of 8 images normalise otherwise
+    with pytest.raises(ConfigError, match=r"distributed.emulate_gpus_per_node: must be set"):
+        train(make_config(tmp_path / "x", distributed={**node_scope, "emulate_gpus_per_node": 0}, **same))
+    with pytest.raises(ConfigError, match=r"distributed.emulate_gpus_per_node: must divide the GPUs each"):
+        train(make_config(tmp_path / "y", distributed={**node_scope, "emulate_gpus_per_node": 3}, **same))

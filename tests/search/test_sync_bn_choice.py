@@ -28,6 +28,7 @@ def test_sync_bn_is_searched_priced_and_trained_as_the_cluster_would(tmp_path, t
     for choice in (False, True):
         target = build_config(loaded, {**values, "sync_bn": choice}, "target")
         assert target.distributed.sync_bn is choice and target.distributed.emulate_gpus == 8
+        assert target.distributed.emulate_gpus_per_node == 4
         times[choice] = predict_wall_time(target, loaded.cluster, train_images=1000, val_images=200, classes=10)
     assert times[False].parts["sync_bn"] == 0 < times[True].parts["sync_bn"]
     assert times[True].seconds - times[False].seconds == pytest.approx(times[True].parts["sync_bn"], rel=1e-6)

@@ -246,6 +246,7 @@ def _raw_config(space: SearchSpace, values: dict[str, Any], rung: str, name: str
                        min_steps=space.min_steps)
     if not raw["distributed"].get("emulate_gpus"):  # BatchNorm as each GPU of the target computes it
         raw["distributed"]["emulate_gpus"] = space.cluster.gpus if space.cluster.gpus > 1 else 0
+        raw["distributed"]["emulate_gpus_per_node"] = space.cluster.gpus_per_node if space.cluster.gpus > 1 else 0
     if name is not None:
         raw["name"] = name
     if run_dir is not None:

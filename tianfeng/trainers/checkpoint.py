@@ -112,7 +112,7 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any], prefix: str =
     changed = []
     for key in sorted(set(saved) | set(current)):
         path = f"{prefix}{key}"
-        if path in _RESUMABLE_CHANGES:
+        if path in _RESUMABLE_CHANGES or key not in saved:  # not in saved: an option newer than the checkpoint
             continue
         a, b = saved.get(key), current.get(key)
         if isinstance(a, dict) and isinstance(b, dict):

@@ -154,6 +154,9 @@ class DistributedConfig:
     # batch / emulate_gpus images, as each of those GPUs would, however few processes train it
     # (0: over each process's share, the cluster's own way when it is the cluster)
     emulate_gpus: int = _bounded(0, ge=0)
+    # that cluster's GPUs per node: with sync_bn_scope node, BatchNorm normalises over groups of a
+    # node's share (batch / (emulate_gpus / emulate_gpus_per_node) images) instead of a GPU's
+    emulate_gpus_per_node: int = _bounded(0, ge=0)
 
 
 @dataclass(frozen=True)

@@ -66,9 +66,7 @@ def validate_world(cfg, ctx: DistContext) -> int:
                 raise ConfigError("", f"phases.{i}.batch_size", f"must be at least distributed.emulate_gpus "
                                   f"({emulated}){times}: each GPU's micro-batch needs one image, got {phase.batch_size}")
         if cfg.distributed.sync_bn and cfg.distributed.sync_bn_scope == "node":
-            raise ConfigError("", "distributed.sync_bn_scope", "node-scope SyncBatchNorm is not emulated in fewer "
-                              "processes than GPUs; use sync_bn_scope: world, sync_bn: false, or as many ranks "
-                              "as distributed.emulate_gpus")
+            _check_emulated_nodes(cfg, ctx.world)
     local = cfg.distributed.local_size or ctx.local_world
     if ctx.world % local:
         raise ConfigError("", "distributed.local_size", f"must divide the world size ({ctx.world}), got {local}")
@@ -116,3 +114,17 @@ def exit_rank(code: int = 0) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _check_emulated_nodes(cfg, world: int) -> None:
+    """Node-scope SyncBatchNorm in fewer processes than GPUs: each process emulates whole nodes
+    (BatchNorm over a node's share of the batch), so a node never spans two processes."""
+    from tianfeng.trainers.config import ConfigError
+
+    gpus, per_node = cfg.distributed.emulate_gpus, cfg.distributed.emulate_gpus_per_node
+    if per_node < 1:
+        raise ConfigError("", "distributed.emulate_gpus_per_node", "must be set (the target's GPUs per node) for "
+                          "sync_bn_scope: node in fewer processes than distributed.emulate_gpus")
+    if gpus % per_node or (gpus // world) % per_node:
+        raise ConfigError("", "distributed.emulate_gpus_per_node", f"must divide the GPUs each of the {world} "
+                          f"process(es) emulates ({gpus // world}) for sync_bn_scope: node, got {per_node}")

@@ -288,7 +288,7 @@ class _Run:
     precision: object
     loss_fn: nn.Module
     layout: str
-    per_gpu: bool  # BatchNorm over each emulated GPU's share of the batch
+    bn_groups: int  # BatchNorm over this many emulated GPUs' (or nodes') shares of the batch; 0: not emulated
     pos: _Position = field(default_factory=_Position)
     history: list[EpochMetrics] = field(default_factory=list)
     noise: EpochNoise | None = None
@@ -362,12 +362,12 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
                                          world=ctx.world, device=device)
     data.prepare([p.resolution for p in plan.phases])
     model = build_model(cfg.model, source.channels, source.num_classes).to(device)
-    # fewer processes than the target's GPUs: BatchNorm over each GPU's share, not the process's
-    # (with SyncBatchNorm over the world the cluster normalises over the whole batch: nothing to emulate)
-    per_gpu = cfg.distributed.emulate_gpus > ctx.world and not cfg.distributed.sync_bn
-    if per_gpu:
+    # fewer processes than the target's GPUs: BatchNorm over each GPU's (or node's) share, not
+    # the process's (with SyncBatchNorm over the world the cluster normalises over the whole batch)
+    groups = per_gpu_bn.emulated_groups(cfg.distributed, ctx.world)
+    if groups:
         model = per_gpu_bn.convert(model)
-    if cfg.distributed.sync_bn and ctx.enabled:  # before the optimizer takes the parameters
+    elif cfg.distributed.sync_bn and ctx.enabled:  # before the optimizer takes the parameters
         group = (hierarchical.build_state(local_size).node_group
                  if cfg.distributed.sync_bn_scope == "node" else None)
         model = sync_bn.convert(model, device, group)
@@ -388,13 +388,14 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
         log.info("%s; %d training images of %d, %d classes, %d steps in %d epochs",
                  loader_reason, len(train_indices), len(source.train), source.num_classes,
                  plan.total_steps, plan.total_epochs)
-        if per_gpu:
-            log.info("BatchNorm per GPU of %d: groups of %s images%s", cfg.distributed.emulate_gpus,
-                     "/".join(str(p.batch_size // cfg.distributed.emulate_gpus // cfg.accumulate_steps)
-                              for p in plan.phases),
+        if groups:
+            whose = (f"node of {groups} ({cfg.distributed.emulate_gpus_per_node} GPUs each, node-scope SyncBatchNorm)"
+                     if groups < cfg.distributed.emulate_gpus else f"GPU of {groups}")
+            log.info("BatchNorm per %s: groups of %s images%s", whose,
+                     "/".join(str(p.batch_size // groups // cfg.accumulate_steps) for p in plan.phases),
                      f" (micro-batches of {cfg.accumulate_steps} accumulated)" if cfg.accumulate_steps > 1 else "")
     return _Run(cfg, ctx, device, local_size, run_dir, ckpt_dir, plan, data, model, train_model, comm, optimizer,
-                precision, loss_fn, layout, per_gpu), saved
+                precision, loss_fn, layout, groups), saved
 
 
 def _resume(run: _Run, saved: dict) -> None:
@@ -464,8 +465,8 @@ def _save_checkpoint(run: _Run) -> None:
 def _train_epoch(run: _Run, phase, max_steps: int | None) -> tuple[RunStatus, str, _EpochSums]:
     """The epoch's steps from the current position; the status says how the epoch ended."""
     cfg, pos = run.cfg, run.pos
-    if run.per_gpu:  # what one GPU's BatchNorm sees: its share of a micro-batch
-        per_gpu_bn.set_group_size(run.model, phase.batch_size // cfg.distributed.emulate_gpus // cfg.accumulate_steps)
+    if run.bn_groups:  # what one GPU's (or node's) BatchNorm sees: its share of a micro-batch
+        per_gpu_bn.set_group_size(run.model, phase.batch_size // run.bn_groups // cfg.accumulate_steps)
     sums = _EpochSums(loss=torch.zeros((), device=run.device),  # since the last read
                       skipped=torch.zeros((), dtype=torch.int64, device=run.device),  # fp16 steps skipped
                       started=time.perf_counter())

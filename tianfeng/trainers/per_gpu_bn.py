@@ -114,3 +114,17 @@ def set_group_size(model: nn.Module, images_per_gpu: int) -> int:
     for m in layers:
         m.group_size = images_per_gpu
     return len(layers)
+
+
+def emulated_groups(distributed, world: int) -> int:
+    """How many groups the emulated cluster's BatchNorm statistics come in: one per GPU, or one
+    per node with node-scope SyncBatchNorm; 0 when there is nothing to emulate (as many ranks as
+    GPUs, or SyncBatchNorm over the world, which the process's whole batch already computes).
+    `distributed`: the run config's DistributedConfig."""
+    if distributed.emulate_gpus <= world:
+        return 0
+    if distributed.sync_bn:
+        if distributed.sync_bn_scope != "node":
+            return 0
+        return distributed.emulate_gpus // distributed.emulate_gpus_per_node
+    return distributed.emulate_gpus
