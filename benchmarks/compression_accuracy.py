@@ -3,7 +3,7 @@ initial weights) at world 4 = 2 emulated nodes x 2 gloo ranks, launched by `tian
 --device cpu`, with a flat allreduce and with each compressed exchange. Bytes are the busiest
 rank's inter-node gradient payload per step, averaged over the whole run (PowerSGD's
 plain-allreduce start included). Aim: PowerSGD sends >= 10x fewer bytes than flat for <= 0.5
-point of val top-1 (the issue names rank 4)."""
+point of val top-1, first asked of rank 4."""
 
 from __future__ import annotations
 
