@@ -40,6 +40,19 @@ def test_digits_is_embedded_and_stratified() -> None:
     assert counts.min() >= 30  # every digit is in val, in proportion
 
 
+def test_digits_read_from_the_file_are_what_scikit_learn_loads() -> None:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    src = digits_source()
+    images = np.concatenate([src.train.images, src.val.images])[..., 0]
+    labels = np.concatenate([src.train.labels, src.val.labels])
+    expected = np.clip(bunch.images * 16, 0, 255).astype(np.uint8)
+    # the split only reorders: every image keeps its label
+    pairs = sorted(zip(map(bytes, images), labels.tolist(), strict=True))
+    assert pairs == sorted(zip(map(bytes, expected), bunch.target.tolist(), strict=True))
+
+
 def test_stratified_subset_is_seeded_and_proportional() -> None:
     labels = np.repeat(np.arange(5), 200)
     a = stratified_subset(labels, 0.1, seed=3)

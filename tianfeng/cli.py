@@ -287,15 +287,17 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    parser._argv = argv
-    args = parser.parse_args(argv)
     from tianfeng import interrupts
-    from tianfeng.logs import setup_logging
 
     interrupts.install()
+    try:
+        parser = build_parser()
+        parser._argv = argv
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        return _interrupted_before_start()
+    from tianfeng.logs import setup_logging
 
-    setup_logging(args.debug)
     if args.command == "train":
         source = str(args.config) if args.config else "the embedded default recipe"
     elif args.command in ("search", "scale"):
@@ -305,7 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         source = ""
     try:
-        _check_inputs(args)
+        try:  # nothing is opened or written before the command's handler runs
+            setup_logging(args.debug)
+            _check_inputs(args)
+        except KeyboardInterrupt:
+            raise _InterruptedBeforeStart from None
         code = _dispatch(args)
         sys.stdout.flush()  # here, where a closed pipe is handled, not at the interpreter's exit
         return code
@@ -315,9 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tianfeng: error: {exc.with_source(source)}", file=sys.stderr)
         return 2
     except _InterruptedBeforeStart:
-        interrupts.clear()
-        print("tianfeng: interrupted before anything started; nothing was saved", file=sys.stderr)
-        return 130
+        return _interrupted_before_start()
     except KeyboardInterrupt:
         interrupts.clear()  # handled: a later command in this process does not see it again
         print("tianfeng: interrupted; completed epochs and checkpoints are saved", file=sys.stderr)
@@ -365,6 +369,14 @@ _COMMANDS = {
 
 class _InterruptedBeforeStart(Exception):
     pass
+
+
+def _interrupted_before_start() -> int:
+    from tianfeng import interrupts
+
+    interrupts.clear()
+    print("tianfeng: interrupted before anything started; nothing was saved", file=sys.stderr)
+    return 130
 
 
 def _dispatch(args: argparse.Namespace) -> int:

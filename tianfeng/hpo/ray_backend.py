@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from ray.tune.search import Searcher
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import Budget, counted, raise_if_failing, repeated_failure
+from tianfeng.hpo.locked_storage import worker_id
 from tianfeng.hpo.objective import objective_value, objective_values, prepare_trial, record_final
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
@@ -55,7 +55,6 @@ class RayOptions:
 def ray_trial(config: dict[str, Any]) -> None:
     """One trial on a Ray worker: the engine's proxy run, each epoch reported to Tune."""
     import importlib
-    import socket
 
     import torch
     from ray import tune
@@ -66,7 +65,7 @@ def ray_trial(config: dict[str, Any]) -> None:
     train = getattr(importlib.import_module(module), function)
     torch.set_num_threads(max(1, int(config["threads"])))
     cfg = config_from_dict(config["run_config"], f"trial {config['trial_number']}")
-    last: dict[str, Any] = {"worker": f"{socket.gethostname()}:{os.getpid()}"}
+    last: dict[str, Any] = {"worker": worker_id()}
 
     def report(m) -> None:
         last.update(asdict(m), status=TrialStatus.RUNNING)

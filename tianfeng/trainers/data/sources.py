@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 from collections.abc import Iterator
@@ -64,14 +65,25 @@ def _stratified_split(labels: np.ndarray, val_fraction: float, seed: int) -> tup
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
 
 
+def _digits_table() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits file read directly: importing sklearn.datasets costs ~2 s in every
+    process (each search worker opens the data)."""
+    spec = importlib.util.find_spec("sklearn")
+    table = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz" if spec else None
+    if table is None or not table.is_file():  # a layout other than the one read here
+        from sklearn.datasets import load_digits
+
+        bunch = load_digits()
+        return bunch.data, bunch.target.astype(np.int64)
+    rows = np.loadtxt(table, delimiter=",")
+    return rows[:, :-1], rows[:, -1].astype(np.int64)
+
+
 @functools.cache
 def digits_source() -> ImageSource:
     """8x8 grey digits shipped inside scikit-learn; a fixed stratified 80/20 train/val split."""
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    images = np.clip(bunch.images * 16, 0, 255).astype(np.uint8)[..., None]  # 0..16 -> 0..255
-    labels = bunch.target.astype(np.int64)
+    pixels, labels = _digits_table()
+    images = np.clip(pixels.reshape(-1, 8, 8) * 16, 0, 255).astype(np.uint8)[..., None]  # 0..16 -> 0..255
     train_idx, val_idx = _stratified_split(labels, 0.2, seed=0)
     return ImageSource(
         key="digits-v1", channels=1, class_names=[str(d) for d in range(10)],
