@@ -13,6 +13,7 @@ commands print, except the Pareto front and the transfer rules logged to stderr.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -102,23 +103,118 @@ def promote(trial: int | None = None, *, study: str | None = None, storage: str 
     """Run trial `trial`'s recipe (or, with `fastest_to`, the Pareto-front trial with the least
     predicted time whose proxy metric reaches it) at full fidelity; returns the run's record
     (status, full-fidelity score, run directory, predicted time). As `tianfeng promote`."""
+    from tianfeng.hpo.scores import score
     from tianfeng.promotion.run import Launch, load_study
     from tianfeng.promotion.run import promote as run_promotion
+    from tianfeng.store import RunRecordStatus
 
     if (trial is None) == (fastest_to is None):
         raise ConfigError("trial", "", "give a trial number or fastest_to (one of them)")
     if (nodes is None) != (gpus_per_node is None):
         raise ConfigError("--nodes", "", "give nodes and gpus_per_node together")
     if fastest_to is not None:
-        trial = fastest_trial(load_study(storage, study), fastest_to).number
+        loaded = load_study(storage, study)
+        pick = fastest_trial(loaded, fastest_to)
+        logging.getLogger("tianfeng.promote").info(
+            "trial %d: the fastest front trial with %s >= %g (%.4g, full run predicted %.0f s)", pick.number,
+            loaded.user_attrs.get("metric", "value"), fastest_to, score(pick), pick.user_attrs["predicted"]["seconds"])
+        trial = pick.number
     launch = Launch(nodes, gpus_per_node, device, master_addr) if nodes else None
     out = run_promotion(storage, study, trial, batch_size=batch_size, overrides=list(overrides),
                         runs_dir=Path(runs_dir), dry_run=dry_run, launch=launch)
-    if mlflow and not dry_run:
+    if mlflow and not dry_run and out["status"] != RunRecordStatus.PLANNED:
         from tianfeng.tracking import export_study
 
         export_study(mlflow, load_study(storage, out["study"]), storage)
     return out
+
+
+def load(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> optuna.Study:
+    """A study of `storage`; with `study` None, its only study (ConfigError naming the studies
+    when there are several or none)."""
+    from tianfeng.promotion.run import load_study
+
+    return load_study(storage, study)
+
+
+def studies(storage: str = DEFAULT_STORAGE) -> list[dict]:
+    """A row per study of `storage`: name, objective, trials, best value and trial, creation time.
+    As `tianfeng status` without a study."""
+    from tianfeng.hpo.rows import study_row
+
+    return [study_row(s) for s in optuna.get_all_study_summaries(storage, include_best_trial=True)]
+
+
+def trials(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[dict]:
+    """A row per trial of a study: state, value, predicted full run, epochs reported, prior and
+    parameters. As `tianfeng status STUDY`."""
+    from tianfeng.hpo.rows import trial_row
+
+    return [trial_row(t) for t in load(study, storage=storage).get_trials(deepcopy=False)]
+
+
+def front(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[optuna.trial.FrozenTrial]:
+    """The feasible Pareto front of a pareto study: proxy metric against predicted full-run time."""
+    from tianfeng.hpo.scores import pareto_front
+
+    return pareto_front(load(study, storage=storage))
+
+
+def runs(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[dict]:
+    """The promoted runs recorded in `storage` (of one study, or all): status, epochs, proxy and
+    full scores, run directory. As `tianfeng runs`."""
+    from tianfeng.store import RunStore
+
+    return RunStore(storage).runs(study)
+
+
+def calibrate(study: str | None = None, *, storage: str = DEFAULT_STORAGE, top_k: int = 3, n_random: int = 2,
+              seed: int = 0, runs_dir: str | Path = "runs") -> dict:
+    """How well the proxies rank recipes: promote the `top_k` best trials and `n_random` others to
+    full fidelity and store Spearman's rho of proxy and full scores (None with fewer than the
+    pairs it needs). Returns the pairs and rho. As `tianfeng calibrate`."""
+    from tianfeng.promotion.calibration import calibrate as run_calibration
+
+    for flag, value in (("--top-k", top_k), ("--random", n_random)):
+        if value < 0:
+            raise ConfigError(flag, "", f"must be >= 0, got {value}")
+    return run_calibration(storage, study, top_k=top_k, n_random=n_random, seed=seed, runs_dir=Path(runs_dir))
+
+
+def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None = None,
+                       batches: Sequence[int] = (32, 128, 512), processes: int = 1, threads: int | None = None,
+                       data: str | None = None, output: str | Path | None = None) -> dict:
+    """Measure and fit this machine's step time for the space's full-fidelity model (default
+    resolutions: those its full runs use, and half and 3/4 of the largest), `processes` at once
+    as emulated GPUs; written as JSON that a space's `cluster: {device: measured, throughput: ...}`
+    reads. Returns the measurement with its `path`. As `tianfeng calibrate --throughput`."""
+    import functools
+
+    from tianfeng.hpo.materialize import build_config, sample_active
+    from tianfeng.hpo.space import corner_value, load_space, round_resolution
+    from tianfeng.shipped_spaces import resolve_space
+    from tianfeng.throughput_measure import measure_throughput as measure
+    from tianfeng.throughput_measure import write_throughput
+    from tianfeng.trainers.data.sources import default_cache_dir, open_source
+
+    if threads is not None and threads < 1:
+        raise ConfigError("--threads", "", f"must be >= 1, got {threads}")
+    if processes < 1:
+        raise ConfigError("--processes", "", f"must be >= 1, got {processes}")
+    loaded = load_space(resolve_space(space), data=data)
+    targets = [build_config(loaded, sample_active(loaded, functools.partial(corner_value, low=low)), "target")
+               for low in (True, False)]
+    if not resolutions:
+        used = {p.resolution for t in targets for p in t.phases}
+        resolutions = sorted(used | {round_resolution(max(used) * f) for f in (0.5, 0.75)})
+    cfg = targets[0]
+    d = cfg.data
+    source = open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes)
+    result = measure(cfg, list(resolutions), list(batches), in_channels=source.channels, classes=source.num_classes,
+                     processes=processes, threads=threads)
+    path = Path(output) if output else default_cache_dir() / "throughput" / f"{loaded.name}-{result['host']}.json"
+    write_throughput(result, path)
+    return {**result, "path": str(path)}
 
 
 def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial:
@@ -180,18 +276,37 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batc
 
 
 def scale(space: str | Path, batch_sizes: Sequence[int], *, resume: bool = False, mlflow: str | None = None,
-          **options: Any) -> list:
+          output: str | Path | None = None, **options: Any) -> list:
     """Best accuracy against batch size: a search per batch size, warm-started from the previous
     size's best, beside the naive linear-scaling baseline. Give one budget per batch size
     (trials_per_batch, timeout_s_per_batch or epochs_per_batch); the other options are
-    plan_scale's. Returns the curve's points. As `tianfeng scale`."""
-    from tianfeng.scaling.study import run_scale
-
+    plan_scale's. Returns the curve's points. As `tianfeng scale` (which also writes the report:
+    `scale_report`)."""
     plan, steps, _ = plan_scale(space, batch_sizes, **options)
-    points = run_scale(plan, resume=resume, steps_per_epoch=steps)
+    return run_scale_plan(plan, steps, resume=resume, mlflow=mlflow, output=output)
+
+
+def run_scale_plan(plan, steps_per_epoch: dict[int, int], *, resume: bool = False, mlflow: str | None = None,
+                   output: str | Path | None = None) -> list:
+    """Run a scale study planned by `plan_scale`; refuses, before any trial, a report path that
+    belongs to another study (`output`, default reports/<name>.html)."""
+    from tianfeng.ownership import check_report_of, default_report_path
+    from tianfeng.scaling.study import run_scale, search_study
+
+    storage = plan.search.storage
+    check_report_of(storage, search_study(plan.name, plan.batch_sizes[0]),
+                    Path(output) if output else default_report_path(plan.name))
+    points = run_scale(plan, resume=resume, steps_per_epoch=steps_per_epoch)
     if mlflow:
-        export_scale(mlflow, plan.search.storage, plan.name, plan.batch_sizes)
+        export_scale(mlflow, storage, plan.name, plan.batch_sizes)
     return points
+
+
+def scale_report(name: str, *, storage: str = DEFAULT_STORAGE, output: str | Path | None = None) -> Path:
+    """Write a scale study's HTML report (default reports/<name>.html) and return its path."""
+    from tianfeng.reporting.scale import build_scale_report
+
+    return build_scale_report(storage, name, Path(output) if output else None)
 
 
 def export_scale(uri: str, storage: str, name: str, batch_sizes: Sequence[int]) -> None:
@@ -207,8 +322,6 @@ def export_scale(uri: str, storage: str, name: str, batch_sizes: Sequence[int]) 
 
 def report(study: str, *, storage: str = DEFAULT_STORAGE) -> Path:
     """Write the study's HTML report (reports/<study>.html) and return its path."""
-    import logging
-
     from tianfeng.reporting.build import build_report
 
     path = build_report(storage, study)

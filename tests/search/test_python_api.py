@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import torch  # noqa: F401  before the test forbids subprocesses: importing torch runs ldconfig once
 
 import tianfeng
 from tests.search.conftest import write_space
@@ -25,6 +26,16 @@ def test_search_promote_report_from_python(tmp_path: Path, tiny_space: dict, mon
     best = max((t for t in study.get_trials() if t.value is not None), key=lambda t: t.value)
     run = tianfeng.promote(best.number, study="api", storage=storage, runs_dir=tmp_path / "runs")
     assert run["status"] == "completed" and run["trial"] == best.number and run["full_val_top1"] is not None
+    from tianfeng import api
+
+    # what `status` and `runs` print, from Python: the same trials and the promoted run
+    assert [r["study"] for r in api.studies(storage)] == ["api"]
+    rows = api.trials("api", storage=storage)
+    assert [r["trial"] for r in rows] == [t.number for t in study.get_trials()]
+    assert [r["value"] for r in rows] == [t.value for t in study.get_trials()]
+    [promoted] = api.runs("api", storage=storage)
+    assert promoted["trial_number"] == best.number and promoted["status"] == "completed"
+    assert api.load(storage=storage).study_name == "api"  # the only study
     report = tianfeng.report("api", storage=storage)
     assert report.exists() and "api" in report.read_text()
     result = tianfeng.train(overrides=[f"run_dir={tmp_path / 'train'}", "phases.0.epochs=1", "precision.mode=fp32"])

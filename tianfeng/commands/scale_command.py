@@ -55,35 +55,23 @@ def run_scale_command(args) -> int:
     if not 0 <= args.tolerance < float("inf"):
         raise ConfigError("--tolerance", "", f"must be a finite number >= 0 (points of the metric), got {args.tolerance}")
 
-    from tianfeng.api import plan_scale
-    from tianfeng.scaling.study import run_scale
+    from tianfeng import api
+    from tianfeng.scaling.table import print_curve
 
-    plan, steps, space = plan_scale(
+    plan, steps, space = api.plan_scale(
         args.space, batch_sizes, trials_per_batch=budget["trials"], timeout_s_per_batch=budget["timeout_s"],
         epochs_per_batch=budget["epochs"], data=args.data, name=args.name, storage=args.storage,
         sampler=args.sampler, pruner=args.pruner, fidelity=args.fidelity, workers=args.workers,
         warm_start=args.warm_start, tolerance=args.tolerance, seed=args.seed, runs_dir=args.runs_dir,
         verbose=args.verbose)
-    name = plan.name
-    from tianfeng.ownership import check_report_of, default_report_path
-    from tianfeng.scaling.study import search_study
-
-    check_report_of(args.storage, search_study(name, batch_sizes[0]), args.output or default_report_path(name))
     try:
-        points = run_scale(plan, resume=args.resume, steps_per_epoch=steps)
+        points = api.run_scale_plan(plan, steps, resume=args.resume, mlflow=args.mlflow, output=args.output)
     except KeyboardInterrupt:
         print(f"tianfeng: interrupted; finished trials and batch sizes are saved in {args.storage}. "
               f"Continue with the same command and --resume", file=sys.stderr)
         return 130
-    from tianfeng.reporting.scale import build_scale_report
-    from tianfeng.scaling.table import print_curve
-
     print_curve(points, plan.tolerance, space.objective.metric, space.objective.direction == "maximize")
-    if args.mlflow:
-        from tianfeng.api import export_scale
-
-        export_scale(args.mlflow, args.storage, name, batch_sizes)
-    print(f"report: {build_scale_report(args.storage, name, args.output)}")
+    print(f"report: {api.scale_report(plan.name, storage=args.storage, output=args.output)}")
     return 0
 
 

@@ -5,44 +5,25 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 
 import optuna
 from rich.console import Console
 
+from tianfeng import api
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.front import front_table
-from tianfeng.hpo.outcomes import count_outcomes, outcome, outcomes_text
-from tianfeng.hpo.scores import epochs_reported, score
+from tianfeng.hpo.outcomes import outcomes_text
 from tianfeng.hpo.walltime import format_seconds
 from tianfeng.logs import quiet_optuna
-from tianfeng.promotion.run import load_study
 from tianfeng.tables import add_plain_row, plain_table
-
-
-def _study_row(summary: optuna.study.StudySummary) -> dict:
-    best = summary.best_trial  # None for pareto studies: their best is a front
-    return {"study": summary.study_name, "trials": summary.n_trials,
-            "objective": summary.user_attrs.get("objective_mode", ObjectiveMode.ACCURACY.value),
-            "best_value": score(best) if best else None,
-            "best_trial": best.number if best else None,
-            "created": str(summary.datetime_start or "")}
-
-
-def _trial_row(t: optuna.trial.FrozenTrial) -> dict:
-    predicted = t.user_attrs.get("predicted") or {}
-    return {"trial": t.number, "state": str(outcome(t)), "value": score(t),
-            "predicted_s": predicted.get("seconds"), "gpu_hours": predicted.get("gpu_hours"),
-            "epochs_reported": epochs_reported(t),
-            "prior": t.user_attrs.get("prior", ""), "params": t.params,
-            "seconds": (t.datetime_complete - t.datetime_start).total_seconds()
-            if t.datetime_complete and t.datetime_start else None}
 
 
 def run_status_command(args) -> int:
     quiet_optuna()
     console = Console(width=output_width())
     if args.study is None and len(optuna.get_all_study_names(args.storage)) != 1:
-        rows = [_study_row(s) for s in optuna.get_all_study_summaries(args.storage, include_best_trial=True)]
+        rows = api.studies(args.storage)
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
@@ -53,14 +34,14 @@ def run_status_command(args) -> int:
                           "-" if r["best_trial"] is None else str(r["best_trial"]), r["created"])
         console.print(table)
         return 0
-    study = load_study(args.storage, args.study)
-    trials = study.get_trials(deepcopy=False)
-    rows = [_trial_row(t) for t in trials]
+    study = api.load(args.study, storage=args.storage)
+    rows = api.trials(study.study_name, storage=args.storage)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0
     metric = study.user_attrs.get("metric", "value")
-    table = plain_table(f"study {study.study_name}: {len(trials)} trials ({outcomes_text(count_outcomes(trials))})",
+    counts = Counter(r["state"] for r in rows)
+    table = plain_table(f"study {study.study_name}: {len(rows)} trials ({outcomes_text(counts)})",
                         ("trial", "state", metric, "epochs", "predicted full run", "GPU-h", "prior", "params"))
     for r in rows:
         params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["params"].items())

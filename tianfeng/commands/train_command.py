@@ -8,11 +8,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from tianfeng import api
 from tianfeng.commands.flags import emit
-from tianfeng.recipes import DEFAULT_RECIPE
 from tianfeng.trainers import distributed
-from tianfeng.trainers.config import load_config
-from tianfeng.trainers.engine import RunStatus, train
+from tianfeng.trainers.engine import RunStatus
 from tianfeng.trainers.metrics import summary_lines
 
 
@@ -24,8 +23,7 @@ def run_train(config_path: Path | None, overrides: list[str], *, json_output: bo
 
 
 def _train_and_report(config_path: Path | None, overrides: list[str], json_output: bool) -> int:
-    cfg = load_config(config_path or DEFAULT_RECIPE, overrides)
-    result = train(cfg)
+    result = api.train(config_path, overrides)
     distributed.shutdown()
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 speaks for the job
         return 0 if result.status != RunStatus.DIVERGED else 1
