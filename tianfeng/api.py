@@ -362,3 +362,78 @@ def predict(config: str | Path | None = None, overrides: Sequence[str] = (), *, 
     check_memory(cfg, spec, in_channels=3, classes=classes, source=str(config or "the default config"))
     return predict_wall_time(cfg, spec, train_images=train_images, val_images=val_images, classes=classes,
                              startup=startup)
+
+
+def launch_plan(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = "cuda",
+                master_addr: str = "127.0.0.1", port: int | None = None, via: str = "torchrun",
+                address: str | None = None):
+    """The checked launch plan of a run config on `nodes` x `gpus_per_node` processes: per-node
+    torchrun commands, a Slurm script and a Ray job (a `tianfeng.launch.plan.LaunchPlan`). A CPU
+    plan on this machine gets a free rendezvous port; others 29500 unless `port` is given."""
+    from tianfeng.launch.local import free_port
+    from tianfeng.launch.plan import LaunchPlan, check_fits
+    from tianfeng.trainers.config import load_config
+
+    cfg = load_config(config)
+    check_fits(cfg, nodes, gpus_per_node, str(config))
+    if address and via != "ray":
+        raise ConfigError("--address", "", "is for --via ray (torchrun meets at --master-addr)")
+    local = device == "cpu" and master_addr == "127.0.0.1"
+    return LaunchPlan(config_path=str(config), run_name=cfg.name, nodes=nodes, per_node=gpus_per_node, device=device,
+                      master_addr=master_addr, port=port or (free_port() if local else 29500))
+
+
+def launch(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = "cuda",
+           master_addr: str = "127.0.0.1", port: int | None = None, via: str = "torchrun",
+           address: str | None = None, out: str | Path | None = None) -> dict:
+    """Write a run's launch plan (default into <run_dir>/launch) and, where it can run from here,
+    run it: a CPU plan on this machine as emulated nodes of gloo processes (torchrun, or Ray Train
+    with `via="ray"`), or any plan on the Ray cluster at `address`. Returns the files written and,
+    when it ran, the exit code (torchrun) or the run's final metrics (Ray). As `tianfeng launch`."""
+    from tianfeng.launch.local import run_here
+    from tianfeng.launch.plan import write_plan
+    from tianfeng.trainers.config import load_config
+
+    plan = launch_plan(config, nodes=nodes, gpus_per_node=gpus_per_node, device=device, master_addr=master_addr,
+                       port=port, via=via, address=address)
+    run_dir = load_config(config).resolved_run_dir
+    out_dir = Path(out) if out else run_dir / "launch"
+    done: dict[str, Any] = {"files": [str(p) for p in write_plan(plan, out_dir)], "plan_dir": str(out_dir),
+                            "run_dir": str(run_dir), "exit_code": None, "metrics": None}
+    local = device == "cpu" and master_addr == "127.0.0.1"
+    if via == "ray" and (address or local):
+        from tianfeng.launch.ray_train import run_with_ray_train
+
+        done["metrics"] = run_with_ray_train(plan, run_dir, address)
+    elif local:
+        done["exit_code"] = run_here(plan)
+    return done
+
+
+def plan(config: str | Path, *, gpus: int, gpus_per_node: int = 8, device: str = "v100",
+         train_images: int = 1_281_167, val_images: int = 50_000, classes: int = 1000,
+         compute_ms: float | None = None, **cluster: Any):
+    """A run config's predicted wall time at 1, 8, 16, ... up to `gpus` GPUs for flat, hierarchical
+    and compressed exchange, part by part, and whether each per-GPU batch fits the GPU
+    (`compute_ms`: one measured step of the last phase at `gpus`, instead of the device's
+    figures). `cluster` takes the other keys of a space's `cluster:` section. Returns a
+    `tianfeng.hpo.walltime_grid.WallTimeGrid`. As `tianfeng plan`."""
+    import math
+
+    from tianfeng.hpo.cluster import ClusterSpec
+    from tianfeng.hpo.walltime_grid import wall_time_grid
+    from tianfeng.throughput import DEVICES
+    from tianfeng.trainers.config import load_config
+
+    cfg = load_config(config)
+    if compute_ms is not None:  # the model's throughput at 256 per GPU, from one step's time
+        half = DEVICES[device].half_batch
+        image_s = compute_ms / 1000 / (half + math.ceil(cfg.phases[-1].batch_size / gpus))
+        cluster["images_per_s"] = 256 / ((half + 256) * image_s)
+    try:
+        spec = ClusterSpec(gpus=gpus, gpus_per_node=gpus_per_node, device=device, **cluster)
+    except TypeError as exc:
+        raise ConfigError("plan", "", f"{exc}; the cluster keys are those of a space's cluster: section") from None
+    return wall_time_grid(cfg, spec, train_images=train_images, val_images=val_images, classes=classes,
+                          source=str(config))
+

@@ -4,35 +4,40 @@ with --via ray --address, run it on that Ray cluster."""
 
 from __future__ import annotations
 
+import json
 import sys
 
-from tianfeng.launch.local import free_port, run_here
-from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
-from tianfeng.launch.ray_train import main_ray
-from tianfeng.trainers.config import ConfigError, load_config
+from tianfeng import api
+from tianfeng.trainers.engine import RunStatus
+from tianfeng.trainers.metrics import summary_lines
 
 
 def run_launch_command(args) -> int:
-    cfg = load_config(args.config)
-    check_fits(cfg, args.nodes, args.gpus_per_node, str(args.config))
-    local = args.device == "cpu" and args.master_addr == "127.0.0.1"
-    plan = LaunchPlan(config_path=str(args.config), run_name=cfg.name, nodes=args.nodes,
-                      per_node=args.gpus_per_node, device=args.device, master_addr=args.master_addr,
-                      port=args.port or (free_port() if local else 29500))
-    if args.address and args.via != "ray":
-        raise ConfigError("--address", "", "is for --via ray (torchrun meets at --master-addr)")
     if args.dry_run:
+        plan = api.launch_plan(args.config, nodes=args.nodes, gpus_per_node=args.gpus_per_node, device=args.device,
+                               master_addr=args.master_addr, port=args.port, via=args.via, address=args.address)
         print(f"# on each of the {plan.nodes} nodes\n{plan.node_command()}")
         print(f"# Slurm\n{plan.sbatch()}", end="")
         print(f"# Ray (Ray Train workers, submitted to the head node)\n{plan.ray_job_command()}")
         return 0
-    out_dir = args.out or cfg.resolved_run_dir / "launch"
-    for path in write_plan(plan, out_dir):
+    done = api.launch(args.config, nodes=args.nodes, gpus_per_node=args.gpus_per_node, device=args.device,
+                      master_addr=args.master_addr, port=args.port, via=args.via, address=args.address, out=args.out)
+    for path in done["files"]:
         print(path)
-    if args.via == "ray" and (args.address or local):
-        return main_ray(plan, cfg.resolved_run_dir, args.address, json_output=args.json)
-    if not local:
+    metrics = done["metrics"]
+    if metrics is not None:
+        if args.json:
+            print(json.dumps(metrics, indent=2))
+        else:
+            print("\n".join(summary_lines(metrics.get("status", ""), metrics.get("final"),
+                                          metrics.get("precision", ""), done["run_dir"])))
+        if metrics.get("status") == RunStatus.DIVERGED:
+            print("tianfeng: run diverged", file=sys.stderr)
+            return 1
+        return 0
+    if done["exit_code"] is None:
+        out_dir = done["plan_dir"]
         print(f"tianfeng: plan written; run node-<i>.sh on each node, `sbatch {out_dir}/sbatch.sh`, "
               f"or {out_dir}/ray-job.sh", file=sys.stderr)
         return 0
-    return run_here(plan)
+    return done["exit_code"]

@@ -10,12 +10,12 @@ import sys
 
 from rich.console import Console
 
-from tianfeng.costmodel import PRESETS, VARIANTS
-from tianfeng.hpo.cluster import ClusterSpec, checked
-from tianfeng.hpo.walltime import check_memory, format_seconds, predict_wall_time
+from tianfeng import api
+from tianfeng.costmodel import PRESETS
+from tianfeng.hpo.walltime import format_seconds
 from tianfeng.tables import add_plain_row, plain_table
 from tianfeng.throughput import DEVICES
-from tianfeng.trainers.config import ConfigError, load_config
+from tianfeng.trainers.config import ConfigError
 
 
 def _check_flags(args) -> None:
@@ -44,47 +44,16 @@ def _check_flags(args) -> None:
             raise ConfigError(flag, "", f"must be {rule}, got {value:g}")
 
 
-def _spec(args, gpus: int, variant: str) -> ClusterSpec:
-    return ClusterSpec(gpus=gpus, gpus_per_node=min(args.gpus_per_node, gpus), device=args.preset, exchange=variant,
-                       overlap=args.overlap, images_per_s=args.gpu_images_per_s, intra_gbps=args.intra_gbps,
-                       inter_gbps=args.inter_gbps, intra_latency_us=args.intra_latency_us,
-                       inter_latency_us=args.inter_latency_us, adapters_per_node=args.adapters_per_node,
-                       loader=args.loader, cpu_cores_per_gpu=args.cpu_cores_per_gpu, memory_gib=args.memory_gib)
-
-
-def _images_per_s(cfg, args) -> float | None:
-    """--compute-ms (one step of the last phase at --gpus) as the model's throughput at 256 per GPU."""
-    if args.compute_ms is None:
-        return args.gpu_images_per_s
-    half = DEVICES[args.preset].half_batch
-    per_gpu = math.ceil(cfg.phases[-1].batch_size / args.gpus)
-    image_s = args.compute_ms / 1000 / (half + per_gpu)
-    return 256 / ((half + 256) * image_s)
-
-
 def run_plan_command(args) -> int:
     _check_flags(args)
-    cfg = load_config(args.config)
-    args.gpu_images_per_s = _images_per_s(cfg, args)
-    smallest = min(p.batch_size for p in cfg.phases)
-    counts = sorted({g for g in (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048) if g <= min(args.gpus, smallest)}
-                    | {args.gpus})
-    rows = []
-    for gpus in counts:
-        for variant in VARIANTS:
-            spec = checked(_spec(args, gpus, variant), "command line", prefix="--")
-            try:
-                check_memory(cfg, spec, in_channels=3, classes=args.classes, source=str(args.config))
-                fits = ""
-            except ConfigError as exc:
-                fits = exc.message
-            w = predict_wall_time(cfg, spec, train_images=args.train_images, val_images=args.val_images,
-                                  classes=args.classes)
-            images = sum(p.epochs * (args.train_images // p.batch_size) * p.batch_size for p in cfg.phases)
-            rows.append({"gpus": gpus, "variant": variant, "seconds": w.seconds, "gpu_hours": w.gpu_hours,
-                         "steps": w.steps, "samples_per_s": images / w.train_s, "efficiency": w.efficiency,
-                         "parts": w.parts, "notes": list(w.notes), "memory": fits or "fits"})
-    spec = _spec(args, args.gpus, "flat")
+    grid = api.plan(args.config, gpus=args.gpus, gpus_per_node=args.gpus_per_node, device=args.preset,
+                    train_images=args.train_images, val_images=args.val_images, classes=args.classes,
+                    compute_ms=args.compute_ms, overlap=args.overlap, intra_gbps=args.intra_gbps,
+                    inter_gbps=args.inter_gbps, intra_latency_us=args.intra_latency_us,
+                    inter_latency_us=args.inter_latency_us, adapters_per_node=args.adapters_per_node,
+                    loader=args.loader, cpu_cores_per_gpu=args.cpu_cores_per_gpu, memory_gib=args.memory_gib,
+                    **({} if args.compute_ms is not None else {"images_per_s": args.gpu_images_per_s}))
+    cfg, spec, rows = grid.config, grid.cluster, grid.rows
     print(f"figures: {DEVICES[args.preset].source}; {DEVICES[args.preset].node_source}; "
           f"{PRESETS[args.preset].source}", file=sys.stderr)
     for row in rows:

@@ -8,17 +8,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from tianfeng.launch.plan import LaunchPlan
 from tianfeng.ray_cluster import start_or_join
 from tianfeng.trainers.config import ConfigError
-from tianfeng.trainers.engine import RunStatus
-from tianfeng.trainers.metrics import summary_lines
 
 log = logging.getLogger("tianfeng.launch")
+
 
 def _rank_worker(loop_config: dict[str, Any]) -> None:
     """One rank, inside a Ray Train worker."""
@@ -79,16 +77,3 @@ def run_with_ray_train(plan: LaunchPlan, run_dir: Path, address: str | None) -> 
         if address is None:
             ray.shutdown()
     return json.loads((run_dir / "result.json").read_text())
-
-
-def main_ray(plan: LaunchPlan, run_dir: Path, address: str | None, *, json_output: bool = False) -> int:
-    metrics = run_with_ray_train(plan, run_dir, address)
-    if json_output:
-        print(json.dumps(metrics, indent=2))
-    else:
-        print("\n".join(summary_lines(metrics.get("status", ""), metrics.get("final"), metrics.get("precision", ""),
-                                      str(run_dir))))
-    if metrics.get("status") == RunStatus.DIVERGED:
-        print("tianfeng: run diverged", file=sys.stderr)
-        return 1
-    return 0
