@@ -12,7 +12,8 @@ median of 400 random configurations), where best known is the best of those 400 
 method's finds; 0 is the best known, 1 the median random configuration.
 
 The surrogate runs in an environment of its own (yahpo-gym 1.0.2 pins numpy<2 and
-ConfigSpace<=0.6.1), made on first use in $TIANFENG_CACHE/yahpo-gym-1.0.2 with pip.
+ConfigSpace<=0.6.1), made on first use in $TIANFENG_CACHE/yahpo-gym-1.0.2 with pip; DEHB, the
+model-based multi-fidelity peer, runs there too (dehb 0.1.2 works with that ConfigSpace).
 
     python benchmarks/lcbench.py --tasks 6 --seeds 10                    # ~10 min
     python benchmarks/lcbench.py --methods tianfeng,optuna-tpe --tasks 2 --seeds 2
@@ -52,9 +53,13 @@ def surrogate_python() -> Path:
     venv = cache / "yahpo-gym-1.0.2"
     python = venv / "bin" / "python"
     if not python.exists():
-        print(f"lcbench: making the surrogate's environment in {venv} (yahpo-gym 1.0.2, ~20 s)", file=sys.stderr)
+        print(f"lcbench: making the surrogate's environment in {venv} (yahpo-gym 1.0.2, dehb 0.1.2, ~40 s)",
+              file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "yahpo-gym==1.0.2"], check=True)
+    if not (venv / "dehb-0.1.2").exists():  # DEHB, the model-based multi-fidelity peer, beside it
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "yahpo-gym==1.0.2", "dehb==0.1.2"],
+                       check=True)
+        (venv / "dehb-0.1.2").touch()
     return python
 
 
@@ -80,6 +85,9 @@ class Surrogate:
 
     def curves(self, task: str, configs: list[dict]) -> list[dict]:
         return self._ask({"op": "curves", "task": task, "configs": configs})["curves"]
+
+    def dehb(self, task: str, seed: int, budget: float) -> dict:
+        return self._ask({"op": "dehb", "task": task, "seed": seed, "budget": budget})
 
     def close(self) -> None:
         self._proc.stdin.close()
@@ -195,6 +203,12 @@ def one_epoch_then_best(surrogate: Surrogate, task: str, seed: int, budget: floa
     return run
 
 
+def dehb(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
+    """DEHB, run inside the surrogate's environment (lcbench_surrogate.py says how it is charged)."""
+    trace = surrogate.dehb(task, seed, budget)
+    return Run(trace["spent"], trace["best"])
+
+
 METHODS: dict[str, Callable] = {
     "tianfeng": optuna_method(lambda seed: (optuna.create_study(
         direction="maximize", sampler=make_sampler("tpe", _space("accuracy"), seed),
@@ -205,6 +219,7 @@ METHODS: dict[str, Callable] = {
         optuna.pruners.HyperbandPruner(min_resource=1, max_resource=EPOCHS, reduction_factor=3)), "accuracy", "optuna")),
     "random": optuna_method(lambda seed: (_study(optuna.samplers.RandomSampler(seed=seed)), "accuracy", "optuna")),
     "one-epoch-then-best": one_epoch_then_best,
+    "dehb": dehb,
     # the pareto search (accuracy against the full run's time): how high its front reaches
     "tianfeng-pareto": optuna_method(lambda seed: (_study(make_sampler("tpe", _space("pareto"), seed), pareto=True),
                                                    "pareto", "tianfeng")),
@@ -270,10 +285,10 @@ def main() -> None:
                 rows, headers=("method", *[f"{f:g} B" for f in FRACTIONS]))
     peers = [m for m in methods if not m.startswith("tianfeng")]
     if "tianfeng" in methods and peers:
-        ours = statistics.median(table["tianfeng"][1.0])
-        best_peer_half = min(statistics.median(table[m][0.5]) for m in peers)
-        print(f"\n  aim: tianfeng's final regret {ours:.3f} <= the best peer's at half the budget "
-              f"{best_peer_half:.3f}: {'met' if ours <= best_peer_half else 'not met'}")
+        ours_half = statistics.median(table["tianfeng"][0.5])
+        best_peer, peer_final = min((statistics.median(table[m][1.0]), m) for m in peers)[::-1]
+        print(f"\n  aim: tianfeng's regret at half the budget {ours_half:.3f} <= the best peer's final regret "
+              f"{peer_final:.3f} ({best_peer}): {'met' if ours_half <= peer_final else 'not met'}")
     if args.json:
         args.json.write_text(json.dumps({m: {str(f): v for f, v in by.items()} for m, by in table.items()}, indent=1))
 
