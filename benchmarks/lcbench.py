@@ -285,10 +285,13 @@ def main() -> None:
                 rows, headers=("method", *[f"{f:g} B" for f in FRACTIONS]))
     peers = [m for m in methods if not m.startswith("tianfeng")]
     if "tianfeng" in methods and peers:
-        ours_half = statistics.median(table["tianfeng"][0.5])
-        best_peer, peer_final = min((statistics.median(table[m][1.0]), m) for m in peers)[::-1]
+        ours_half, ours = (statistics.median(table["tianfeng"][f]) for f in (0.5, 1.0))
+        peer_final, best_peer = min((statistics.median(table[m][1.0]), m) for m in peers)
+        peer_half, half_peer = min((statistics.median(table[m][0.5]), m) for m in peers)
         print(f"\n  aim: tianfeng's regret at half the budget {ours_half:.3f} <= the best peer's final regret "
-              f"{peer_final:.3f} ({best_peer}): {'met' if ours_half <= peer_final else 'not met'}")
+              f"{peer_final:.3f} ({best_peer}): {'met' if ours_half <= peer_final else 'not met'}"
+              f"\n  (tianfeng's final regret {ours:.3f} <= the best peer's at half the budget {peer_half:.3f} "
+              f"({half_peer}): {'met' if ours <= peer_half else 'not met'})")
     if args.json:
         args.json.write_text(json.dumps({m: {str(f): v for f, v in by.items()} for m, by in table.items()}, indent=1))
 

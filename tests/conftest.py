@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,28 @@ from tianfeng.trainers.config import RunConfig, config_from_dict, config_to_dict
 
 SHARED_ARCHIVE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar5-dev.tar.gz"
 ARCHIVE_SHA256 = "df41a7f26a209c3bf063f3cbd6d6e5f07be0277c52d6850e1eebe5590e12cf99"
+
+
+MEMORY_FOLDER = Path("/dev/shm")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path plugin reads --basetemp
+def pytest_configure(config: pytest.Config) -> None:
+    """Temporary folders in memory where the machine has room (unless --basetemp is given): the
+    tests commit to SQLite thousands of times, and on a disk every commit waits for it (1.3 ms a
+    commit on the development VM's disk, 0.1 ms in memory)."""
+    if config.option.basetemp is None and MEMORY_FOLDER.is_dir() and os.access(MEMORY_FOLDER, os.W_OK) \
+            and shutil.disk_usage(MEMORY_FOLDER).free > 8 * 2**30:
+        config.option.basetemp = tempfile.mkdtemp(prefix="tianfeng-tests-", dir=MEMORY_FOLDER)
+        config.stash[_IN_MEMORY] = config.option.basetemp
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _IN_MEMORY in config.stash:  # memory is not given back until the folder goes
+        shutil.rmtree(config.stash[_IN_MEMORY], ignore_errors=True)
+
+
+_IN_MEMORY = pytest.StashKey[str]()
 
 
 @pytest.fixture(autouse=True, scope="session")
