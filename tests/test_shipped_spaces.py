@@ -42,6 +42,11 @@ def test_spaces_command_lists_them_and_a_missing_space_exits_2(tmp_path: Path, m
     assert main(["spaces"]) == 0
     out = capsys.readouterr().out
     assert "large_batch.yaml" in out and "imagenet_resnet50.yaml" in out and "pareto" in out
+    from tianfeng import api
+
+    rows = {r["name"]: r for r in api.spaces()}  # what the table shows, from Python
+    assert set(rows) == {p.name for p in SPACES_DIR.glob("*.yaml")}
+    assert all(r["parameters"] > 0 and "GPU" in r["cluster"] for r in rows.values()), rows
     assert main(["search", "--space", "missing.yaml", "--trials", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("tianfeng: error: missing.yaml: no such file")

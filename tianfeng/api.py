@@ -168,6 +168,45 @@ def runs(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[di
     return RunStore(storage).runs(study)
 
 
+def spaces() -> list[dict]:
+    """The shipped search spaces (use a name as `search(name)`): name, description, number of
+    parameters, objective, the cluster and per-GPU batches it searches for (or why it cannot be
+    loaded here), and the file. As `tianfeng spaces`."""
+    from tianfeng.hpo.space import load_space, per_gpu_range
+    from tianfeng.shipped_spaces import shipped_spaces
+    from tianfeng.trainers.yaml_input import read_yaml
+
+    rows = []
+    for path in shipped_spaces():
+        raw = read_yaml(path)
+        try:
+            space = load_space(path)
+            cluster = "; ".join(x for x in (space.cluster.describe(), per_gpu_range(space)) if x)
+        except ConfigError as exc:
+            cluster = f"cannot load here: {exc.message}"
+        rows.append({"name": path.name, "description": str(raw.get("description", "")),
+                     "parameters": len(raw.get("parameters") or {}),
+                     "objective": (raw.get("objective") or {}).get("mode", ObjectiveMode.ACCURACY.value),
+                     "cluster": cluster, "file": str(path)})
+    return rows
+
+
+def publish_curves(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[str]:
+    """Save every trial's per-epoch curves where optuna-dashboard draws them, for one study or
+    (`study` None) all of `storage`'s; returns the studies done. Needs optuna-dashboard."""
+    from tianfeng.hpo.dashboard import publish_curves as publish
+
+    names = optuna.get_all_study_names(storage)
+    if study is not None and study not in names:
+        raise ConfigError("STUDY", study, f"no such study in {storage}; it holds: {', '.join(names) or 'none'}")
+    done = []
+    for name in [study] if study else names:
+        if not publish(optuna.load_study(study_name=name, storage=storage)):
+            raise ConfigError("dashboard", "", "needs optuna-dashboard: pip install 'tianfeng[dashboard]'")
+        done.append(name)
+    return done
+
+
 def calibrate(study: str | None = None, *, storage: str = DEFAULT_STORAGE, top_k: int = 3, n_random: int = 2,
               seed: int = 0, runs_dir: str | Path = "runs") -> dict:
     """How well the proxies rank recipes: promote the `top_k` best trials and `n_random` others to

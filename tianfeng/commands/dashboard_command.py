@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-import optuna
-
-from tianfeng.hpo.dashboard import publish_curves
+from tianfeng import api
 from tianfeng.logs import quiet_optuna
 from tianfeng.trainers.config import ConfigError
 
@@ -20,11 +18,7 @@ def run_dashboard_command(args: argparse.Namespace) -> int:
     except ImportError:
         raise ConfigError("dashboard", "", "needs optuna-dashboard: pip install 'tianfeng[dashboard]'") from None
     quiet_optuna()
-    names = optuna.get_all_study_names(args.storage)
-    if args.study is not None and args.study not in names:
-        raise ConfigError("STUDY", args.study, f"no such study in {args.storage}; it holds: {', '.join(names) or 'none'}")
-    for name in [args.study] if args.study else names:
-        publish_curves(optuna.load_study(study_name=name, storage=args.storage))
+    for name in api.publish_curves(args.study, storage=args.storage):
         log.info("study %s: per-epoch curves saved for the dashboard", name)
     if args.no_serve:
         return 0
