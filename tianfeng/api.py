@@ -195,16 +195,14 @@ def publish_curves(study: str | None = None, *, storage: str = DEFAULT_STORAGE) 
     """Save every trial's per-epoch curves where optuna-dashboard draws them, for one study or
     (`study` None) all of `storage`'s; returns the studies done. Needs optuna-dashboard."""
     from tianfeng.hpo.dashboard import publish_curves as publish
+    from tianfeng.promotion.run import load_study
 
-    names = optuna.get_all_study_names(storage)
-    if study is not None and study not in names:
-        raise ConfigError("STUDY", study, f"no such study in {storage}; it holds: {', '.join(names) or 'none'}")
-    done = []
-    for name in [study] if study else names:
-        if not publish(optuna.load_study(study_name=name, storage=storage)):
+    chosen = [load_study(storage, study, flag="STUDY")] if study else \
+        [optuna.load_study(study_name=name, storage=storage) for name in optuna.get_all_study_names(storage)]
+    for one in chosen:
+        if not publish(one):
             raise ConfigError("dashboard", "", "needs optuna-dashboard: pip install 'tianfeng[dashboard]'")
-        done.append(name)
-    return done
+    return [one.study_name for one in chosen]
 
 
 def calibrate(study: str | None = None, *, storage: str = DEFAULT_STORAGE, top_k: int = 3, n_random: int = 2,
@@ -409,6 +407,11 @@ def launch_plan(config: str | Path, *, nodes: int, gpus_per_node: int, device: s
     """The checked launch plan of a run config on `nodes` x `gpus_per_node` processes: per-node
     torchrun commands, a Slurm script and a Ray job (a `tianfeng.launch.plan.LaunchPlan`). A CPU
     plan on this machine gets a free rendezvous port; others 29500 unless `port` is given."""
+    return _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address)[0]
+
+
+def _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address):
+    """(the plan, its run config, whether it runs on this machine)."""
     from tianfeng.launch.local import free_port
     from tianfeng.launch.plan import LaunchPlan, check_fits
     from tianfeng.trainers.config import load_config
@@ -418,8 +421,9 @@ def launch_plan(config: str | Path, *, nodes: int, gpus_per_node: int, device: s
     if address and via != "ray":
         raise ConfigError("--address", "", "is for --via ray (torchrun meets at --master-addr)")
     local = device == "cpu" and master_addr == "127.0.0.1"
-    return LaunchPlan(config_path=str(config), run_name=cfg.name, nodes=nodes, per_node=gpus_per_node, device=device,
+    plan = LaunchPlan(config_path=str(config), run_name=cfg.name, nodes=nodes, per_node=gpus_per_node, device=device,
                       master_addr=master_addr, port=port or (free_port() if local else 29500))
+    return plan, cfg, local
 
 
 def launch(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = "cuda",
@@ -431,15 +435,12 @@ def launch(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = 
     when it ran, the exit code (torchrun) or the run's final metrics (Ray). As `tianfeng launch`."""
     from tianfeng.launch.local import run_here
     from tianfeng.launch.plan import write_plan
-    from tianfeng.trainers.config import load_config
 
-    plan = launch_plan(config, nodes=nodes, gpus_per_node=gpus_per_node, device=device, master_addr=master_addr,
-                       port=port, via=via, address=address)
-    run_dir = load_config(config).resolved_run_dir
+    plan, cfg, local = _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address)
+    run_dir = cfg.resolved_run_dir
     out_dir = Path(out) if out else run_dir / "launch"
     done: dict[str, Any] = {"files": [str(p) for p in write_plan(plan, out_dir)], "plan_dir": str(out_dir),
                             "run_dir": str(run_dir), "exit_code": None, "metrics": None}
-    local = device == "cpu" and master_addr == "127.0.0.1"
     if via == "ray" and (address or local):
         from tianfeng.launch.ray_train import run_with_ray_train
 
@@ -465,7 +466,7 @@ def plan(config: str | Path, *, gpus: int, gpus_per_node: int = 8, device: str =
     from tianfeng.trainers.config import load_config
 
     cfg = load_config(config)
-    if compute_ms is not None:  # the model's throughput at 256 per GPU, from one step's time
+    if compute_ms is not None:  # the model's throughput at 256 per GPU, from one step's time (it wins)
         half = DEVICES[device].half_batch
         image_s = compute_ms / 1000 / (half + math.ceil(cfg.phases[-1].batch_size / gpus))
         cluster["images_per_s"] = 256 / ((half + 256) * image_s)

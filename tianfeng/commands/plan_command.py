@@ -52,7 +52,7 @@ def run_plan_command(args) -> int:
                     inter_gbps=args.inter_gbps, intra_latency_us=args.intra_latency_us,
                     inter_latency_us=args.inter_latency_us, adapters_per_node=args.adapters_per_node,
                     loader=args.loader, cpu_cores_per_gpu=args.cpu_cores_per_gpu, memory_gib=args.memory_gib,
-                    **({} if args.compute_ms is not None else {"images_per_s": args.gpu_images_per_s}))
+                    images_per_s=args.gpu_images_per_s)
     cfg, spec, rows = grid.config, grid.cluster, grid.rows
     print(f"figures: {DEVICES[args.preset].source}; {DEVICES[args.preset].node_source}; "
           f"{PRESETS[args.preset].source}", file=sys.stderr)
