@@ -46,7 +46,7 @@ def run_case(width: int, resolution: int, batch: int, layout: torch.memory_forma
     for images in groups:
         model = per_gpu_bn.convert(build_model(ModelConfig(width=width, depth=1, stages=3), 3, 10))
         model = model.to(memory_format=layout)
-        per_gpu_bn.set_group_size(model, images)
+        per_gpu_bn.set_groups(model, batch // images)
         variants[f"per GPU, {images} images each ({batch // images} GPUs)"] = step_fn(model, x, y)
     for fn in variants.values():  # warm-up
         fn()

@@ -131,11 +131,12 @@ def test_cache_is_built_once_and_keyed_by_resolution(small_imagefolder: Path, tm
     assert 60 < np.mean(first.images) < 200  # real pixels, not zeros
 
 
-def test_rank_slices_partition_the_global_batch() -> None:
+def test_rank_slices_deal_the_global_batch_in_turn() -> None:
     order = epoch_order(np.arange(100), seed=0, epoch=0)
-    batch = order[:40]
-    parts = [batch[rank_slice(40, r, 4)] for r in range(4)]
-    assert np.array_equal(np.concatenate(parts), batch)
+    batch = order[:42]  # 42 images to 4 ranks: 10 each, the last 2 dropped
+    parts = [batch[rank_slice(42, r, 4)] for r in range(4)]
+    assert [len(p) for p in parts] == [10] * 4
+    assert np.array_equal(np.stack(parts, axis=1).reshape(-1), batch[:40])  # image i to rank i mod 4
 
 
 def test_pad_crop_is_an_exact_pixel_shift() -> None:
@@ -220,9 +221,9 @@ def test_cache_and_torch_loaders_agree_pixel_for_pixel(small_imagefolder: Path) 
 def test_sharded_batches_equal_the_single_process_batch(small_imagefolder: Path) -> None:
     single, _ = _batches("cache", small_imagefolder)
     shards = [_batches("cache", small_imagefolder, rank=r, world=2)[0] for r in range(2)]
-    for step, (x, y) in enumerate(single):
-        torch.testing.assert_close(torch.cat([shards[0][step][0], shards[1][step][0]]), x)
-        assert torch.equal(torch.cat([shards[0][step][1], shards[1][step][1]]), y)
+    for step, (x, y) in enumerate(single):  # dealt in turn: image i to rank i mod 2
+        torch.testing.assert_close(torch.stack([shards[0][step][0], shards[1][step][0]], dim=1).flatten(0, 1), x)
+        assert torch.equal(torch.stack([shards[0][step][1], shards[1][step][1]], dim=1).flatten(), y)
 
 
 def test_chunked_batches_equal_one_batch_at_a_time(small_imagefolder: Path, monkeypatch) -> None:

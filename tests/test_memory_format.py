@@ -87,3 +87,27 @@ def test_a_model_whose_shortcut_the_cpu_kernel_cannot_train_in_channels_last_sta
     assert "memory_format channels_last is not used on this CPU" in caplog.text
     assert memory_format.choose("contiguous", narrow, **common)[0] == "contiguous"
     assert not memory_format.cache_file(tmp_path).exists()  # nothing was timed, nothing cached
+
+
+def test_auto_times_batchnorm_per_emulated_gpu_with_each_gpus_images(tmp_path: Path, monkeypatch) -> None:
+    """A model that deals its batch to 512 GPUs of 2 images each is timed on fewer GPUs of 2 images
+    (the batch is cut for timing), not on 512 GPUs sharing a cut batch of fewer than one image each."""
+    from tianfeng.trainers import per_gpu_bn
+
+    model = per_gpu_bn.convert(build_model(ModelConfig(width=8, stages=2), 3, 5))
+    per_gpu_bn.set_groups(model, 512)
+    seen = []
+    real = memory_format._time_steps
+
+    def recording(probe, fmt, channels, resolution, batch, classes, autocast, bn_groups=0):
+        seen.append((batch, bn_groups))
+        return real(probe, fmt, channels, resolution, batch, classes, autocast, bn_groups)
+
+    monkeypatch.setattr(memory_format, "_time_steps", recording)
+    name, _ = memory_format.choose("auto", model, device=torch.device("cpu"), channels=3, resolution=4, batch=1024,
+                                   classes=5, autocast=contextlib.nullcontext, cache_dir=tmp_path,
+                                   key_parts=("resnet_small", 8, 1, 2, "fp32"), bn_groups=512)
+    assert name in memory_format.FORMATS
+    assert seen == [(memory_format.MAX_TIMED_BATCH, memory_format.MAX_TIMED_BATCH // 2)] * 2
+    assert next(iter(json.loads(memory_format.cache_file(tmp_path).read_text()))).count(":bn2:") == 1
+    assert per_gpu_bn.set_groups(model, 0) > 0  # the run's own model kept its 512 until now

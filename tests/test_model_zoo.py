@@ -76,15 +76,16 @@ def test_batchnorm_with_activation_is_grouped_per_gpu_and_keeps_its_activation()
     layer = BatchNormAct2d(6, act_layer=torch.nn.ReLU).train()
     reference = copy.deepcopy(layer)
     model = per_gpu_bn.convert(torch.nn.Sequential(layer))
-    assert per_gpu_bn.set_group_size(model, 4) == 1 and isinstance(model[0], BatchNormAct2d)
-    x = torch.randn(12, 6, 5, 5)
-    expected, states = [], []
-    for chunk in x.split(4):
+    assert per_gpu_bn.set_groups(model, 3) == 1 and isinstance(model[0], BatchNormAct2d)
+    x = torch.randn(13, 6, 5, 5)
+    shares = [[0, 3, 6, 9], [1, 4, 7, 10], [2, 5, 8, 11, 12]]  # dealt in turn, the rest to the last GPU
+    expected, states = torch.empty_like(x), []
+    for share in shares:
         copy_of = copy.deepcopy(reference)
-        expected.append(copy_of(chunk))
+        expected[share] = copy_of(x[share])
         states.append(copy_of.running_mean.clone())
     y = model(x)
-    assert torch.allclose(y, torch.cat(expected), atol=1e-6) and (y >= 0).all()  # ReLU still applied
+    assert torch.allclose(y, expected, atol=1e-6) and (y >= 0).all()  # ReLU still applied
     assert torch.allclose(model[0].running_mean, states[0])
     assert timm.create_model("mobilenetv3_small_050", pretrained=False).bn1.__class__ is BatchNormAct2d
 

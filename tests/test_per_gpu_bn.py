@@ -12,32 +12,40 @@ from torch import nn
 from tianfeng.trainers import per_gpu_bn
 
 
-def _pair(bn: nn.Module, group: int) -> tuple[nn.Module, nn.Module]:
+def _pair(bn: nn.Module, gpus: int) -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(0)
     with torch.no_grad():
         bn.weight.uniform_(0.5, 1.5)
         bn.bias.uniform_(-0.5, 0.5)
     emulated = per_gpu_bn.convert(nn.Sequential(copy.deepcopy(bn)))
-    per_gpu_bn.set_group_size(emulated, group)
+    per_gpu_bn.set_groups(emulated, gpus)
     return bn, emulated
 
 
-def _chunkwise(bn: nn.Module, x: torch.Tensor, bounds: list[tuple[int, int]]) -> tuple[torch.Tensor, list]:
-    """Plain BatchNorm on each chunk with its own copy (as each GPU has one); running stats of the first."""
-    copies = [copy.deepcopy(bn) for _ in bounds]
-    return torch.cat([c(x[a:b]) for c, (a, b) in zip(copies, bounds, strict=True)]), copies
+def _gpu_by_gpu(bn: nn.Module, x: torch.Tensor, shares: list[list[int]]) -> tuple[torch.Tensor, list]:
+    """Plain BatchNorm on each GPU's images with its own copy (as each GPU has one), put back in
+    the batch's order; running stats of the first."""
+    copies = [copy.deepcopy(bn) for _ in shares]
+    parts = [c(x[idx]) for c, idx in zip(copies, shares, strict=True)]
+    order = [i for idx in shares for i in idx]
+    return torch.cat(parts)[torch.argsort(torch.tensor(order))], copies
+
+
+def _in_turn(n: int, gpus: int) -> list[list[int]]:
+    """Image i to GPU i mod gpus (as ranks are dealt a global batch)."""
+    return [list(range(r, n, gpus)) for r in range(gpus)]
 
 
 @pytest.mark.parametrize(("shape", "layout"), [((24, 6, 5, 5), torch.contiguous_format),
                                                ((24, 6, 5, 5), torch.channels_last), ((24, 6), None)])
 def test_whole_groups_equal_batchnorm_applied_gpu_by_gpu(shape, layout) -> None:
     bn = nn.BatchNorm2d(6) if len(shape) == 4 else nn.BatchNorm1d(6)
-    bn, emulated = _pair(bn, group=4)
+    bn, emulated = _pair(bn, gpus=6)
     x = torch.randn(shape) * 3 + 1
     if layout is not None:
         x = x.contiguous(memory_format=layout)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-    expected, copies = _chunkwise(bn, xa, [(i, i + 4) for i in range(0, 24, 4)])
+    expected, copies = _gpu_by_gpu(bn, xa, _in_turn(24, 6))
     got = emulated(xb)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     weight = torch.randn_like(expected)
@@ -53,15 +61,22 @@ def test_whole_groups_equal_batchnorm_applied_gpu_by_gpu(shape, layout) -> None:
     torch.testing.assert_close(layer.running_var, copies[0].running_var)
 
 
-def test_a_remainder_joins_the_last_group() -> None:
-    bn, emulated = _pair(nn.BatchNorm2d(3), group=5)
+def test_a_remainder_joins_the_last_gpu() -> None:
+    bn, emulated = _pair(nn.BatchNorm2d(3), gpus=3)
     x = torch.randn(17, 3, 4, 4)
-    expected, _ = _chunkwise(bn, x, [(0, 5), (5, 10), (10, 17)])
+    expected, copies = _gpu_by_gpu(bn, x, [[0, 3, 6, 9, 12], [1, 4, 7, 10, 13], [2, 5, 8, 11, 14, 15, 16]])
     torch.testing.assert_close(emulated(x), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(emulated[0].running_var, copies[0].running_var)
 
 
-def test_evaluation_and_a_group_as_large_as_the_batch_are_plain_batchnorm() -> None:
-    bn, emulated = _pair(nn.BatchNorm2d(3), group=8)
+def test_a_batch_smaller_than_the_gpus_is_refused() -> None:
+    _, emulated = _pair(nn.BatchNorm2d(3), gpus=8)
+    with pytest.raises(ValueError, match="a batch of 5 images cannot be shared by 8 GPUs"):
+        emulated(torch.randn(5, 3, 4, 4))
+
+
+def test_evaluation_and_a_single_gpu_are_plain_batchnorm() -> None:
+    bn, emulated = _pair(nn.BatchNorm2d(3), gpus=1)
     x = torch.randn(8, 3, 4, 4)
     torch.testing.assert_close(emulated(x), bn(x))  # both update their running statistics
     emulated.eval()
@@ -70,9 +85,9 @@ def test_evaluation_and_a_group_as_large_as_the_batch_are_plain_batchnorm() -> N
 
 
 def test_autocast_keeps_the_statistics_in_fp32() -> None:
-    bn, emulated = _pair(nn.BatchNorm2d(4), group=2)
+    bn, emulated = _pair(nn.BatchNorm2d(4), gpus=4)
     x = torch.randn(8, 4, 3, 3) * 100 + 50  # bf16 statistics would lose the variance here
-    expected, _ = _chunkwise(bn, x, [(i, i + 2) for i in range(0, 8, 2)])
+    expected, _ = _gpu_by_gpu(bn, x, _in_turn(8, 4))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = emulated(x.bfloat16())
     assert got.dtype == torch.bfloat16
@@ -81,7 +96,7 @@ def test_autocast_keeps_the_statistics_in_fp32() -> None:
 
 def test_a_small_per_gpu_batch_changes_what_the_model_computes() -> None:
     """The point of it: two images per GPU normalise very differently from 32 in one batch."""
-    bn, emulated = _pair(nn.BatchNorm2d(4), group=2)
+    bn, emulated = _pair(nn.BatchNorm2d(4), gpus=16)
     x = torch.randn(32, 4, 3, 3)
     assert not torch.allclose(emulated(x), copy.deepcopy(bn)(x), atol=1e-2)
 

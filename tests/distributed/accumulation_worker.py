@@ -1,7 +1,7 @@
 """Run under torchrun by test_accumulation_ddp.py: DDP ranks each accumulate their share of a fixed
 batch in micro-batches (DDP's no_sync on all but the last, plain BatchNorm over each micro-batch,
 as on a cluster's GPUs); rank 0 then trains the same model in one process on the whole batch,
-micro-batch by micro-batch, with BatchNorm per group of one rank's micro-batch, and writes the
+micro-batch by micro-batch, with BatchNorm per emulated rank (dealt in turn), and writes the
 largest differences of loss, gradients and running statistics to argv[1]."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from torch import nn
 
 from tianfeng.trainers import per_gpu_bn
 from tianfeng.trainers.config import ModelConfig, PrecisionConfig
+from tianfeng.trainers.data.order import rank_slice
 from tianfeng.trainers.distributed import exit_rank
 from tianfeng.trainers.models import build_model
 from tianfeng.trainers.noise_scale import accumulated_backward
@@ -26,7 +27,6 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     per_rank, chunks = int(sys.argv[2]), int(sys.argv[3])
-    micro = per_rank // chunks
     torch.manual_seed(0)
     model = build_model(ModelConfig(width=8, depth=1, stages=2, zero_init_residual=False), 3, 5)
     reference = copy.deepcopy(model)  # identical on every rank: same seed
@@ -36,18 +36,16 @@ def main() -> None:
     precision = build_precision(PrecisionConfig(mode="fp32"), torch.device("cpu"))
 
     ddp = nn.parallel.DistributedDataParallel(model)
-    mine = slice(rank * per_rank, (rank + 1) * per_rank)
+    mine = rank_slice(len(x), rank, world)  # as the loaders deal a global batch
     loss = accumulated_backward(ddp, loss_fn, x[mine], y[mine], precision, chunks)
     losses = [torch.zeros(()) for _ in range(world)]
     dist.all_gather(losses, loss.detach().float())
 
     if rank == 0:
-        # micro-batch j of the one process holds micro-batch j of every rank, rank by rank
-        order = torch.tensor([r * per_rank + j * micro + i for j in range(chunks) for r in range(world)
-                              for i in range(micro)])
+        # dealt in turn, micro-batch j of the one process holds micro-batch j of every rank
         emulated = per_gpu_bn.convert(reference)
-        per_gpu_bn.set_group_size(emulated, micro)
-        whole = accumulated_backward(emulated, loss_fn, x[order], y[order], precision, chunks)
+        per_gpu_bn.set_groups(emulated, world)
+        whole = accumulated_backward(emulated, loss_fn, x, y, precision, chunks)
         grad_diff = max((a.grad - b.grad).abs().max().item()
                         for a, b in zip(model.parameters(), emulated.parameters(), strict=True))
         grad_scale = max(a.grad.abs().max().item() for a in model.parameters())

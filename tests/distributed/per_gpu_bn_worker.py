@@ -15,6 +15,7 @@ from torch import nn
 
 from tianfeng.trainers import per_gpu_bn
 from tianfeng.trainers.config import ModelConfig
+from tianfeng.trainers.data.order import rank_slice
 from tianfeng.trainers.distributed import exit_rank
 from tianfeng.trainers.models import build_model
 
@@ -31,7 +32,7 @@ def main() -> None:
     loss_fn = nn.CrossEntropyLoss()
 
     ddp = nn.parallel.DistributedDataParallel(model)
-    mine = slice(rank * per_rank, (rank + 1) * per_rank)
+    mine = rank_slice(len(x), rank, world)  # as the loaders deal a global batch
     loss = loss_fn(ddp(x[mine]), y[mine])
     loss.backward()  # DDP averages the gradients over the ranks
     losses = [torch.zeros(()) for _ in range(world)]
@@ -39,11 +40,11 @@ def main() -> None:
 
     if rank == 0:
         emulated = per_gpu_bn.convert(reference)
-        assert per_gpu_bn.set_group_size(emulated, per_rank) > 0
+        assert per_gpu_bn.set_groups(emulated, world) > 0
         whole = loss_fn(emulated(x), y)  # equal shares: the mean over all is the mean of the ranks' means
         whole.backward()
         plain = copy.deepcopy(emulated)
-        per_gpu_bn.set_group_size(plain, 0)
+        per_gpu_bn.set_groups(plain, 0)
         plain_loss = loss_fn(plain(x), y)
         grad_diff = max((a.grad - b.grad).abs().max().item()
                         for a, b in zip(model.parameters(), emulated.parameters(), strict=True))

@@ -125,7 +125,7 @@ def _compile_policy(cfg: RunConfig, train_model: nn.Module, device: torch.device
 
 
 def _memory_format(cfg: RunConfig, model: nn.Module, ctx: dist_utils.DistContext, device: torch.device,
-                   plan: PhasePlan, source, precision) -> tuple[str, str]:
+                   plan: PhasePlan, source, precision, bn_groups: int) -> tuple[str, str]:
     """The run's layout; under DDP rank 0 decides for all (a rank's gradient buckets follow its
     parameters' strides, so every rank must use the same one)."""
     heaviest = max(plan.phases, key=lambda p: p.epochs * p.resolution**2)
@@ -134,7 +134,7 @@ def _memory_format(cfg: RunConfig, model: nn.Module, ctx: dist_utils.DistContext
         choice = memory_format.choose(
             cfg.memory_format, model, device=device, channels=source.channels, resolution=heaviest.resolution,
             batch=max(1, heaviest.batch_size // ctx.world), classes=source.num_classes, autocast=precision.autocast,
-            cache_dir=_cache_dir(cfg), key_parts=_model_parts(cfg, precision.mode))
+            cache_dir=_cache_dir(cfg), key_parts=_model_parts(cfg, precision.mode), bn_groups=bn_groups)
     if ctx.enabled:
         shared = [choice]
         torch.distributed.broadcast_object_list(shared, src=0)
@@ -288,7 +288,6 @@ class _Run:
     precision: object
     loss_fn: nn.Module
     layout: str
-    bn_groups: int  # BatchNorm over this many emulated GPUs' (or nodes') shares of the batch; 0: not emulated
     pos: _Position = field(default_factory=_Position)
     history: list[EpochMetrics] = field(default_factory=list)
     noise: EpochNoise | None = None
@@ -367,6 +366,7 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
     groups = per_gpu_bn.emulated_groups(cfg.distributed, ctx.world)
     if groups:
         model = per_gpu_bn.convert(model)
+        per_gpu_bn.set_groups(model, groups)
     elif cfg.distributed.sync_bn and ctx.enabled:  # before the optimizer takes the parameters
         group = (hierarchical.build_state(local_size).node_group
                  if cfg.distributed.sync_bn_scope == "node" else None)
@@ -375,7 +375,7 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
         torch.backends.cudnn.benchmark = True  # shapes are fixed within a phase: tune once per shape
     optimizer = build_optimizer(model, cfg.optimizer)
     precision = build_precision(cfg.precision, device)
-    layout, layout_reason = _memory_format(cfg, model, ctx, device, plan, source, precision)
+    layout, layout_reason = _memory_format(cfg, model, ctx, device, plan, source, precision, groups)
     model = model.to(memory_format=memory_format.FORMATS[layout])
     data.memory_format = memory_format.FORMATS[layout]
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)
@@ -389,13 +389,14 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
                  loader_reason, len(train_indices), len(source.train), source.num_classes,
                  plan.total_steps, plan.total_epochs)
         if groups:
-            whose = (f"node of {groups} ({cfg.distributed.emulate_gpus_per_node} GPUs each, node-scope SyncBatchNorm)"
-                     if groups < cfg.distributed.emulate_gpus else f"GPU of {groups}")
+            total = groups * ctx.world
+            whose = (f"node of {total} ({cfg.distributed.emulate_gpus_per_node} GPUs each, node-scope SyncBatchNorm)"
+                     if total < cfg.distributed.emulate_gpus else f"GPU of {total}")
             log.info("BatchNorm per %s: groups of %s images%s", whose,
-                     "/".join(str(p.batch_size // groups // cfg.accumulate_steps) for p in plan.phases),
+                     "/".join(str(p.batch_size // total // cfg.accumulate_steps) for p in plan.phases),
                      f" (micro-batches of {cfg.accumulate_steps} accumulated)" if cfg.accumulate_steps > 1 else "")
     return _Run(cfg, ctx, device, local_size, run_dir, ckpt_dir, plan, data, model, train_model, comm, optimizer,
-                precision, loss_fn, layout, groups), saved
+                precision, loss_fn, layout), saved
 
 
 def _resume(run: _Run, saved: dict) -> None:
@@ -465,8 +466,6 @@ def _save_checkpoint(run: _Run) -> None:
 def _train_epoch(run: _Run, phase, max_steps: int | None) -> tuple[RunStatus, str, _EpochSums]:
     """The epoch's steps from the current position; the status says how the epoch ended."""
     cfg, pos = run.cfg, run.pos
-    if run.bn_groups:  # what one GPU's (or node's) BatchNorm sees: its share of a micro-batch
-        per_gpu_bn.set_group_size(run.model, phase.batch_size // run.bn_groups // cfg.accumulate_steps)
     sums = _EpochSums(loss=torch.zeros((), device=run.device),  # since the last read
                       skipped=torch.zeros((), dtype=torch.int64, device=run.device),  # fp16 steps skipped
                       started=time.perf_counter())

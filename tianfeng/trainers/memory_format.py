@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tianfeng.trainers import per_gpu_bn
 from tianfeng.trainers.shared_files import read_json, update_json
 
 log = logging.getLogger("tianfeng.engine")
@@ -31,8 +32,9 @@ def cache_file(cache_dir: Path) -> Path:
 
 
 def choose(setting: str, model: nn.Module, *, device: torch.device, channels: int, resolution: int, batch: int,
-           classes: int, autocast, cache_dir: Path, key_parts: tuple) -> tuple[str, str]:
-    """(format name, why) for `setting` auto | channels_last | contiguous."""
+           classes: int, autocast, cache_dir: Path, key_parts: tuple, bn_groups: int = 0) -> tuple[str, str]:
+    """(format name, why) for `setting` auto | channels_last | contiguous. `bn_groups`: the GPUs
+    the model's per-GPU BatchNorm deals `batch` to (its cost differs between the layouts)."""
     if device.type == "cpu" and setting != "contiguous" and (unsafe := unsafe_channels_last_conv(model)):
         if setting == "channels_last":
             log.warning("memory_format channels_last is not used on this CPU: %s", unsafe)
@@ -41,15 +43,21 @@ def choose(setting: str, model: nn.Module, *, device: torch.device, channels: in
         return setting, "as configured"
     if device.type == "cuda":
         return "channels_last", "GPU: channels_last (NHWC) suits its convolution kernels"
-    key = ":".join(map(str, (device.type, *key_parts, resolution, min(batch, MAX_TIMED_BATCH),
+    timed_batch, timed_groups = min(batch, MAX_TIMED_BATCH), 0
+    if bn_groups > 1:  # fewer GPUs, each with the run's images, when the batch is cut for timing
+        per_gpu = max(1, batch // bn_groups)
+        timed_groups = max(1, min(bn_groups, timed_batch // per_gpu))
+        timed_batch = timed_groups * per_gpu
+        key_parts = (*key_parts, f"bn{per_gpu}")
+    key = ":".join(map(str, (device.type, *key_parts, resolution, timed_batch,
                              torch.get_num_threads(), torch.__version__)))
     path = cache_file(cache_dir)
     known = read_json(path)
     if key in known:
         name = known[key]["format"]
         return name, f"measured before on this machine ({known[key]['speedup']:.2f}x for channels_last)"
-    timed = {name: _time_steps(model, FORMATS[name], channels, resolution, min(batch, MAX_TIMED_BATCH), classes,
-                               autocast) for name in ("contiguous", "channels_last")}
+    timed = {name: _time_steps(model, FORMATS[name], channels, resolution, timed_batch, classes, autocast,
+                               timed_groups) for name in ("contiguous", "channels_last")}
     speedup = timed["contiguous"] / timed["channels_last"]
     name = "channels_last" if speedup > 1.0 else "contiguous"
     _write(path, key, {"format": name, "speedup": round(speedup, 3)})
@@ -69,10 +77,12 @@ def unsafe_channels_last_conv(model: nn.Module) -> str:
 
 
 def _time_steps(model: nn.Module, fmt: torch.memory_format, channels: int, resolution: int, batch: int,
-                classes: int, autocast) -> float:
+                classes: int, autocast, bn_groups: int = 0) -> float:
     """Median seconds of a forward and backward pass on a copy of the model (the run's own model
     and its BatchNorm statistics are not touched)."""
     probe = copy.deepcopy(model).to(memory_format=fmt).train()
+    if bn_groups:
+        per_gpu_bn.set_groups(probe, bn_groups)
     x = torch.randn(batch, channels, resolution, resolution).contiguous(memory_format=fmt)
     y = torch.randint(0, classes, (batch,))
     times = []

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import torch
 
 from tianfeng.trainers.config import ConfigError
-from tianfeng.trainers.data.order import rank_slice
 from tianfeng.trainers.data.pipeline import Batch, PipelineBase
 
 
@@ -78,8 +77,7 @@ class DaliPipeline(PipelineBase):
 
     def train_batches(self, epoch: int, resolution: int, global_batch: int,
                       start_step: int = 0) -> Iterator[Batch]:
-        local = rank_slice(global_batch, self.rank, self.world)
-        iterator = self._iterator(resolution, local.stop - local.start)
+        iterator = self._iterator(resolution, global_batch // self.world)
         for step in range(self._steps(global_batch)):
             images, labels = self._next(iterator)
             if step < start_step:

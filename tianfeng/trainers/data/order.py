@@ -1,6 +1,8 @@
 """Which images each rank sees at each step: one seeded permutation per epoch, cut into global
-batches, each split into contiguous per-rank slices. Every loader follows it, so a world of W
-ranks sees exactly the batches that one process with the same global batch would."""
+batches, each dealt to the ranks in turn (image i of a global batch to rank i mod W). Every loader
+follows it, so a world of W ranks sees exactly the batches that one process with the same global
+batch would, and one process that emulates W GPUs' BatchNorm (`per_gpu_bn`, which deals the same
+way) normalises exactly the images each rank would."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ def epoch_order(indices: np.ndarray, seed: int, epoch: int) -> np.ndarray:
 
 
 def rank_slice(global_batch: int, rank: int, world: int) -> slice:
-    local = global_batch // world
-    return slice(rank * local, (rank + 1) * local)
+    """Rank `rank`'s images of a global batch: every `world`-th from its own; a remainder of
+    fewer than `world` images is dropped."""
+    return slice(rank, world * (global_batch // world), world)
 
 
 def prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
