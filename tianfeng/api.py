@@ -17,13 +17,16 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
 from tianfeng.defaults import DEFAULT_STORAGE, ObjectiveMode
 from tianfeng.hpo.options import SearchInterrupted, SearchOptions
 from tianfeng.trainers.config import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def search(space: str | Path, options: SearchOptions | None = None, **changes: Any) -> optuna.Study:
@@ -189,6 +192,22 @@ def spaces() -> list[dict]:
                      "objective": (raw.get("objective") or {}).get("mode", ObjectiveMode.ACCURACY.value),
                      "cluster": cluster, "file": str(path)})
     return rows
+
+
+def export(study: str | None = None, *, storage: str = DEFAULT_STORAGE, output: str | Path | None = None,
+           format: str = "csv") -> tuple[pd.DataFrame, str | None]:
+    """A study's trials as a table (one row per trial: parameters, objective values, state,
+    outcome, predicted full run, promotion result) written to `output` as `format` (csv, parquet
+    or json); with no `output`, the text is returned for printing (parquet needs a file). As
+    `tianfeng export`. Returns (the table, its study's name in `table.attrs["study"]`; the text
+    or None)."""
+    from tianfeng.export import trials_table, write_table
+    from tianfeng.promotion.run import load_study
+
+    chosen = load_study(storage, study, flag="STUDY")
+    table = trials_table(chosen, storage)
+    table.attrs["study"] = chosen.study_name
+    return table, write_table(table, None if output is None else Path(output), format)
 
 
 def publish_curves(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[str]:

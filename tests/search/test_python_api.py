@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import optuna
@@ -36,6 +37,11 @@ def test_search_promote_report_from_python(tmp_path: Path, tiny_space: dict, mon
     [promoted] = api.runs("api", storage=storage)
     assert promoted["trial_number"] == best.number and promoted["status"] == "completed"
     assert api.load(storage=storage).study_name == "api"  # the only study
+    # what `export` writes: a row per trial, the promoted trial's full-run score beside it
+    table, text = api.export(storage=storage, output=tmp_path / "trials.json", format="json")
+    assert text is None and table.attrs["study"] == "api" and list(table["number"]) == [t.number for t in study.get_trials()]
+    assert json.loads((tmp_path / "trials.json").read_text())[best.number]["number"] == best.number
+    assert table.set_index("number").loc[best.number, "promoted_score"] == promoted["final_score"]
     report = tianfeng.report("api", storage=storage)
     assert report.exists() and "api" in report.read_text()
     result = tianfeng.train(overrides=[f"run_dir={tmp_path / 'train'}", "phases.0.epochs=1", "precision.mode=fp32"])
