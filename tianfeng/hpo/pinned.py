@@ -8,7 +8,7 @@ import dataclasses
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.expressions import Expression, ExpressionError
 from tianfeng.hpo.space import Parameter, Prior, SearchSpace
-from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
+from tianfeng.trainers.config import ConfigError, derived
 
 
 def batch_parameter(space: SearchSpace) -> str | None:
@@ -51,11 +51,7 @@ def at_batch(space: SearchSpace, batch: int | None, *, assignments: dict[str, st
     elif phases is not None:
         phases = dataclasses.replace(phases, batch_size=Expression(str(batch)))
     else:  # no template: scale the base phases so the last one has `batch`
-        raw = config_to_dict(base)
-        factor = batch / raw["phases"][-1]["batch_size"]
-        for phase in raw["phases"]:
-            phase["batch_size"] = max(1, round(phase["batch_size"] * factor))
-        base = config_from_dict(raw, space.path)
+        base = derived(base, space.path, last_batch=batch)
     sets = dict(space.assignments)
     for key, text in (assignments or {}).items():
         sets[key] = Expression(text)

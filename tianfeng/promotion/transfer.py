@@ -10,13 +10,7 @@ from typing import Any
 
 from tianfeng.hpo.materialize import build_config
 from tianfeng.hpo.space import SearchSpace
-from tianfeng.trainers.config import (
-    ConfigError,
-    RunConfig,
-    apply_override,
-    config_from_dict,
-    config_to_dict,
-)
+from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, derived
 from tianfeng.trainers.schedules import peak_lr
 
 
@@ -68,20 +62,10 @@ def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, tar
              batch_size: int | None = None, overrides: list[str] = (), name: str | None = None,
              run_dir: str | None = None) -> tuple[RunConfig, list[Change]]:
     proxy = build_config(space, values, proxy_rung)
-    raw = config_to_dict(build_config(space, values, target_rung))
-    if batch_size is not None:
-        if batch_size < 1:
-            raise ConfigError("--batch-size", "", f"must be >= 1, got {batch_size}")
-        factor = batch_size / raw["phases"][-1]["batch_size"]
-        for phase in raw["phases"]:
-            phase["batch_size"] = max(1, round(phase["batch_size"] * factor))
-    for assignment in overrides:
-        apply_override(raw, assignment)
-    if name is not None:
-        raw["name"] = name
-    if run_dir is not None:
-        raw["run_dir"] = run_dir
-    full = config_from_dict(raw, "promoted config")
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError("--batch-size", "", f"must be >= 1, got {batch_size}")
+    full = derived(build_config(space, values, target_rung), "promoted config", last_batch=batch_size,
+                   overrides=overrides, name=name, run_dir=run_dir)
     overridden = {a.split("=", 1)[0] for a in overrides}
     before, after = _flatten(config_to_dict(proxy)), _flatten(config_to_dict(full))
     skip = {"name", "run_dir"}

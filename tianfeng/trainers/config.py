@@ -18,7 +18,7 @@ from tianfeng.trainers.config_error import ConfigError
 from tianfeng.trainers.names import check_name
 from tianfeng.trainers.yaml_input import parse_yaml, read_yaml
 
-__all__ = ["ConfigError", "RunConfig", "config_from_dict", "config_to_dict", "load_config"]
+__all__ = ["ConfigError", "RunConfig", "config_from_dict", "config_to_dict", "derived", "load_config"]
 
 
 def _bounds(*, gt: float | None = None, ge: float | None = None, le: float | None = None,
@@ -419,6 +419,22 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
         for assignment in overrides:
             apply_override(raw, assignment)
         source = f"{source} (with --set)"
+    return config_from_dict(raw, source)
+
+
+def derived(cfg: RunConfig, source: str, *, last_batch: int | None = None, overrides: typing.Sequence[str] = (),
+            **fields: Any) -> RunConfig:
+    """cfg with every phase's batch scaled so the last phase's is `last_batch` (each at least 1),
+    then `a.b.c=value` overrides, then top-level `fields` not None (name, run_dir); validated
+    once, errors naming `source`."""
+    raw = config_to_dict(cfg)
+    if last_batch is not None:
+        factor = last_batch / raw["phases"][-1]["batch_size"]
+        for phase in raw["phases"]:
+            phase["batch_size"] = max(1, round(phase["batch_size"] * factor))
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    raw.update({key: value for key, value in fields.items() if value is not None})
     return config_from_dict(raw, source)
 
 
