@@ -23,6 +23,7 @@ import optuna
 
 from tianfeng.defaults import DEFAULT_STORAGE, ObjectiveMode
 from tianfeng.hpo.options import SearchInterrupted, SearchOptions
+from tianfeng.promotion.options import PromoteOptions
 from tianfeng.trainers.config import ConfigError
 
 if TYPE_CHECKING:
@@ -98,37 +99,32 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
     return study_obj
 
 
-def promote(trial: int | None = None, *, study: str | None = None, storage: str = DEFAULT_STORAGE,
-            fastest_to: float | None = None, batch_size: int | None = None, overrides: Sequence[str] = (),
-            runs_dir: str | Path = "runs", dry_run: bool = False, nodes: int | None = None,
-            gpus_per_node: int | None = None, device: str = "cuda", master_addr: str = "127.0.0.1",
-            mlflow: str | None = None) -> dict:
+def promote(trial: int | None = None, options: PromoteOptions | None = None, **changes: Any) -> dict:
     """Run trial `trial`'s recipe (or, with `fastest_to`, the Pareto-front trial with the least
     predicted time whose proxy metric reaches it) at full fidelity; returns the run's record
-    (status, full-fidelity score, run directory, predicted time). As `tianfeng promote`."""
+    (status, full-fidelity score, run directory, predicted time). `options` (a `PromoteOptions`)
+    holds what `tianfeng promote` takes as flags; keyword arguments change single options:
+    `promote(7, study="large_batch", batch_size=4096)`."""
     from tianfeng.hpo.scores import score
     from tianfeng.promotion.run import Launch, load_study
     from tianfeng.promotion.run import promote as run_promotion
     from tianfeng.store import RunRecordStatus
 
-    if (trial is None) == (fastest_to is None):
-        raise ConfigError("trial", "", "give a trial number or fastest_to (one of them)")
-    if (nodes is None) != (gpus_per_node is None):
-        raise ConfigError("--nodes", "", "give nodes and gpus_per_node together")
-    if fastest_to is not None:
-        loaded = load_study(storage, study)
-        pick = fastest_trial(loaded, fastest_to)
+    o = (options or PromoteOptions()).changed(**changes).checked(trial)
+    if o.fastest_to is not None:
+        loaded = load_study(o.storage, o.study)
+        pick = fastest_trial(loaded, o.fastest_to)
         logging.getLogger("tianfeng.promote").info(
             "trial %d: the fastest front trial with %s >= %g (%.4g, full run predicted %.0f s)", pick.number,
-            loaded.user_attrs.get("metric", "value"), fastest_to, score(pick), pick.user_attrs["predicted"]["seconds"])
+            loaded.user_attrs.get("metric", "value"), o.fastest_to, score(pick), pick.user_attrs["predicted"]["seconds"])
         trial = pick.number
-    launch = Launch(nodes, gpus_per_node, device, master_addr) if nodes else None
-    out = run_promotion(storage, study, trial, batch_size=batch_size, overrides=list(overrides),
-                        runs_dir=Path(runs_dir), dry_run=dry_run, launch=launch)
-    if mlflow and not dry_run and out["status"] != RunRecordStatus.PLANNED:
+    launch = Launch(o.nodes, o.gpus_per_node, o.device, o.master_addr) if o.nodes else None
+    out = run_promotion(o.storage, o.study, trial, batch_size=o.batch_size, overrides=list(o.overrides),
+                        runs_dir=Path(o.runs_dir), dry_run=o.dry_run, launch=launch)
+    if o.mlflow and not o.dry_run and out["status"] != RunRecordStatus.PLANNED:
         from tianfeng.tracking import export_study
 
-        export_study(mlflow, load_study(storage, out["study"]), storage)
+        export_study(o.mlflow, load_study(o.storage, out["study"]), o.storage)
     return out
 
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import optuna
+import pytest
 import torch  # noqa: F401  before the test forbids subprocesses: importing torch runs ldconfig once
 
 import tianfeng
@@ -57,3 +58,21 @@ def test_api_verbs_stay_functions_once_every_subpackage_is_imported() -> None:
 
     assert all(callable(getattr(tianfeng, name)) for name in ("search", "scale", "report", "promote", "train"))
     assert tianfeng.promote is api.promote and tianfeng.train is api.train
+
+
+@pytest.mark.parametrize(("trial", "changes", "message"), [
+    (None, {}, "trial: give a trial number or --fastest-to LEVEL (one of them)"),
+    (3, {"fastest_to": 80.0}, "trial: give a trial number or --fastest-to LEVEL (one of them)"),
+    (3, {"batch_size": 0}, "--batch-size: must be >= 1, got 0"),
+    (3, {"nodes": 2}, "--nodes: give --nodes and --gpus-per-node together"),
+    (3, {"nodes": 2, "gpus_per_node": 2, "device": "tpu"}, "--device: tpu: allowed: cuda, cpu"),
+    (3, {"batchsize": 64}, "promote: batchsize: unknown option; did you mean batch_size?"),
+])
+def test_promote_options_are_checked_before_any_study_is_opened(tmp_path: Path, trial, changes, message) -> None:
+    from tianfeng.trainers.config import ConfigError
+
+    missing = f"sqlite:///{tmp_path / 'never.db'}"
+    with pytest.raises(ConfigError) as caught:
+        tianfeng.promote(trial, storage=missing, **changes)
+    assert str(caught.value) == message
+    assert not (tmp_path / "never.db").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -11,24 +12,20 @@ from rich.console import Console
 from tianfeng import api
 from tianfeng.commands.flags import emit
 from tianfeng.hpo.front import print_front
+from tianfeng.promotion.options import PromoteOptions
 from tianfeng.store import RunRecordStatus
 from tianfeng.tables import add_plain_row, plain_table
 from tianfeng.trainers.config import ConfigError
 
 
 def run_promote_command(args) -> int:
-    picks = sum(x is not None and x is not False for x in (args.trial, args.fastest_to, args.front or None))
-    if picks != 1:
+    if sum(x is not None for x in (args.trial, args.fastest_to, args.front or None)) != 1:
         raise ConfigError("trial", "", "give a trial number, --fastest-to LEVEL or --front (one of them)")
-    if (args.nodes is None) != (args.gpus_per_node is None):
-        raise ConfigError("--nodes", "", "give --nodes and --gpus-per-node together")
     if args.front:
         print_front(api.load(args.study, storage=args.storage))
         return 0
-    out = api.promote(args.trial, study=args.study, storage=args.storage, fastest_to=args.fastest_to,
-                      batch_size=args.batch_size, overrides=args.overrides, runs_dir=args.runs_dir,
-                      dry_run=args.dry_run, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                      device=args.device, master_addr=args.master_addr, mlflow=args.mlflow)
+    options = PromoteOptions().changed(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PromoteOptions)})
+    out = api.promote(args.trial, options)
     if args.dry_run:
         print(yaml.safe_dump(out["config"], sort_keys=False), end="")
         where = f"; launch plan in {out['launch']}" if out["launch"] else ""

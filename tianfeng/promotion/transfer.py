@@ -10,7 +10,7 @@ from typing import Any
 
 from tianfeng.hpo.materialize import build_config
 from tianfeng.hpo.space import SearchSpace
-from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, derived
+from tianfeng.trainers.config import RunConfig, config_to_dict, derived
 from tianfeng.trainers.schedules import peak_lr
 
 
@@ -62,8 +62,6 @@ def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, tar
              batch_size: int | None = None, overrides: list[str] = (), name: str | None = None,
              run_dir: str | None = None) -> tuple[RunConfig, list[Change]]:
     proxy = build_config(space, values, proxy_rung)
-    if batch_size is not None and batch_size < 1:
-        raise ConfigError("--batch-size", "", f"must be >= 1, got {batch_size}")
     full = derived(build_config(space, values, target_rung), "promoted config", last_batch=batch_size,
                    overrides=overrides, name=name, run_dir=run_dir)
     overridden = {a.split("=", 1)[0] for a in overrides}

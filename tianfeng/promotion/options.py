@@ -1,0 +1,55 @@
+"""The options of a promotion, in one typed object: built once (by `tianfeng promote` from its
+flags, by `tianfeng.promote` from keyword arguments), checked once, passed down unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tianfeng.defaults import DEFAULT_STORAGE
+from tianfeng.trainers.config import ConfigError
+
+
+@dataclass(frozen=True)
+class PromoteOptions:
+    """What `tianfeng promote` takes besides the trial; each field is the flag of the same name
+    (`overrides` is `--set`)."""
+    study: str | None = None  # default: the storage's only study
+    storage: str = DEFAULT_STORAGE
+    fastest_to: float | None = None  # instead of a trial: the fastest front trial reaching this
+    batch_size: int | None = None  # the full run's last phase's global batch
+    overrides: tuple[str, ...] = ()  # KEY=VALUE changes of the full run config
+    runs_dir: str | Path = "runs"
+    dry_run: bool = False  # print the full config and the transfer; train nothing
+    nodes: int | None = None  # through a launch plan on this many nodes ...
+    gpus_per_node: int | None = None  # ... of this many processes
+    device: str = "cuda"  # with nodes: cuda writes a cluster's plan; cpu runs it here
+    master_addr: str = "127.0.0.1"
+    mlflow: str | None = None  # a tracking URI: the study exported once the run trained
+
+    def changed(self, **changes: Any) -> PromoteOptions:
+        """A copy with `changes`; an unknown name is one line with the closest known one."""
+        known = [f.name for f in dataclasses.fields(self)]
+        for name in changes:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(known)}"
+                raise ConfigError("promote", name, f"unknown option{hint}")
+        if "overrides" in changes:
+            changes["overrides"] = tuple(changes["overrides"])
+        return dataclasses.replace(self, **changes)
+
+    def checked(self, trial: int | None) -> PromoteOptions:
+        """These options for `trial`, or the first mistake as one line naming the flag."""
+        if (trial is None) == (self.fastest_to is None):
+            raise ConfigError("trial", "", "give a trial number or --fastest-to LEVEL (one of them)")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError("--batch-size", "", f"must be >= 1, got {self.batch_size}")
+        if (self.nodes is None) != (self.gpus_per_node is None):
+            raise ConfigError("--nodes", "", "give --nodes and --gpus-per-node together")
+        if self.device not in ("cuda", "cpu"):
+            raise ConfigError("--device", self.device, "allowed: cuda, cpu")
+        return self
