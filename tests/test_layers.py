@@ -17,7 +17,7 @@ LAYERS = (
     ("core", ("tianfeng.logs", "tianfeng.interrupts", "tianfeng.tables", "tianfeng.storage_url", "tianfeng.ownership",
               "tianfeng.defaults", "tianfeng.costmodel", "tianfeng.throughput", "tianfeng.memory", "tianfeng.store",
               "tianfeng.ray_cluster", "tianfeng.shipped_spaces", "tianfeng.recipes", "tianfeng.spaces",
-              "tianfeng.run_progress")),
+              "tianfeng.run_progress", "tianfeng.options")),
     ("search", ("tianfeng.hpo", "tianfeng.launch")),
     ("studies", ("tianfeng.scaling", "tianfeng.promotion", "tianfeng.throughput_measure", "tianfeng.tracking",
                  "tianfeng.export")),

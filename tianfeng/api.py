@@ -24,6 +24,7 @@ import optuna
 from tianfeng.defaults import DEFAULT_STORAGE, ObjectiveMode
 from tianfeng.hpo.options import SearchInterrupted, SearchOptions
 from tianfeng.promotion.options import PromoteOptions
+from tianfeng.scaling.options import ScaleOptions
 from tianfeng.trainers.config import ConfigError
 
 if TYPE_CHECKING:
@@ -285,28 +286,24 @@ def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial
     return pick
 
 
-def plan_scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batch: int | None = None,
-               timeout_s_per_batch: float | None = None, epochs_per_batch: int | None = None,
-               data: str | None = None, name: str | None = None, storage: str = DEFAULT_STORAGE,
-               sampler: str = "tpe", pruner: str = "asha", fidelity: str | None = None, workers: int = 1,
-               warm_start: int = 3, tolerance: float = 1.0, seed: int = 0, runs_dir: str | Path = "runs",
-               verbose: bool = False):
-    """The checked plan of a scale study: (ScalePlan, steps per epoch by batch size, the space)."""
+def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, options: ScaleOptions | None = None,
+               **changes: Any):
+    """The checked plan of a scale study: (ScalePlan, steps per epoch by batch size, the space).
+    `options` (a `ScaleOptions`) holds what `tianfeng scale` takes as flags; `batch_sizes` and
+    keyword arguments change single options."""
     from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, rung_epochs
     from tianfeng.hpo.space import load_space
     from tianfeng.scaling.sizes import training_set_size
     from tianfeng.scaling.study import ScalePlan
     from tianfeng.shipped_spaces import resolve_space
 
-    budgets = [b for b in (trials_per_batch, timeout_s_per_batch, epochs_per_batch) if b is not None]
-    if len(budgets) != 1 or budgets[0] <= 0:
-        raise ConfigError("--budget-per-batch", "", "give one budget per batch size (> 0): trials, seconds or epochs")
-    sizes = tuple(batch_sizes)
-    if len(sizes) < 2 or any(b < 1 for b in sizes) or list(sizes) != sorted(set(sizes)):
-        raise ConfigError("--batch-sizes", "", f"must be at least two increasing positive sizes; got {list(sizes)}")
+    if batch_sizes is not None:
+        changes["batch_sizes"] = batch_sizes
+    o = (options or ScaleOptions()).changed(**changes).checked()
+    sizes = o.batch_sizes
     path = resolve_space(space)
-    loaded = load_space(path, data=data)
-    rung = fidelity or loaded.search_fidelity
+    loaded = load_space(path, data=o.data)
+    rung = o.fidelity or loaded.search_fidelity
     if rung not in loaded.fidelities:
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
     size, described = training_set_size(loaded, rung)
@@ -314,27 +311,27 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int], *, trials_per_batc
     if too_big:
         raise ConfigError("--batch-sizes", "", f"{too_big[0]} is larger than the training set ({size} images of {described})")
     trial_epochs = rung_epochs(loaded, rung)
-    if epochs_per_batch is not None and epochs_per_batch < trial_epochs:
-        raise ConfigError("--budget-per-batch", "", f"{epochs_per_batch}epochs allows no trial: one trial at rung "
+    if o.epochs_per_batch is not None and o.epochs_per_batch < trial_epochs:
+        raise ConfigError("--budget-per-batch", "", f"{o.epochs_per_batch}epochs allows no trial: one trial at rung "
                           f"{rung} trains {trial_epochs} epochs")
-    study = name or f"{loaded.name}-scale"
-    search_plan = SearchPlan(space_path=str(path), data=data, storage=storage, study=study, sampler=sampler,
-                             pruner=pruner, seed=seed, trials=trials_per_batch or UNLIMITED_TRIALS,
-                             timeout_s=timeout_s_per_batch, epoch_budget=epochs_per_batch, runs_root=str(runs_dir),
-                             rung=rung, verbose=verbose)
-    plan = ScalePlan(search=search_plan, name=study, batch_sizes=sizes, workers=workers, warm_start_k=warm_start,
-                     tolerance=tolerance)
+    study = o.name or f"{loaded.name}-scale"
+    search_plan = SearchPlan(space_path=str(path), data=o.data, storage=o.storage, study=study, sampler=o.sampler,
+                             pruner=o.pruner, seed=o.seed, trials=o.trials_per_batch or UNLIMITED_TRIALS,
+                             timeout_s=o.timeout_s_per_batch, epoch_budget=o.epochs_per_batch,
+                             runs_root=str(o.runs_dir), rung=rung, verbose=o.verbose)
+    plan = ScalePlan(search=search_plan, name=study, batch_sizes=sizes, workers=o.workers, warm_start_k=o.warm_start,
+                     tolerance=o.tolerance)
     return plan, {b: size // b for b in sizes}, loaded
 
 
-def scale(space: str | Path, batch_sizes: Sequence[int], *, resume: bool = False, mlflow: str | None = None,
-          output: str | Path | None = None, **options: Any) -> list:
+def scale(space: str | Path, batch_sizes: Sequence[int] | None = None, options: ScaleOptions | None = None, *,
+          resume: bool = False, mlflow: str | None = None, output: str | Path | None = None, **changes: Any) -> list:
     """Best accuracy against batch size: a search per batch size, warm-started from the previous
     size's best, beside the naive linear-scaling baseline. Give one budget per batch size
     (trials_per_batch, timeout_s_per_batch or epochs_per_batch); the other options are
-    plan_scale's. Returns the curve's points. As `tianfeng scale` (which also writes the report:
-    `scale_report`)."""
-    plan, steps, _ = plan_scale(space, batch_sizes, **options)
+    `ScaleOptions`'. Returns the curve's points. As `tianfeng scale` (which also writes the
+    report: `scale_report`)."""
+    plan, steps, _ = plan_scale(space, batch_sizes, options, **changes)
     return run_scale_plan(plan, steps, resume=resume, mlflow=mlflow, output=output)
 
 

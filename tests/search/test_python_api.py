@@ -76,3 +76,21 @@ def test_promote_options_are_checked_before_any_study_is_opened(tmp_path: Path, 
         tianfeng.promote(trial, storage=missing, **changes)
     assert str(caught.value) == message
     assert not (tmp_path / "never.db").exists()
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"batch_sizes": [64, 128]}, "--budget-per-batch: give one budget per batch size (> 0): trials, seconds or epochs"),
+    ({"batch_sizes": [128, 64], "trials_per_batch": 4}, "--batch-sizes: must be at least two increasing positive sizes; got [128, 64]"),
+    ({"batch_sizes": [64, 128], "trials_per_batch": 4, "warm_start": -1}, "--warm-start: must be >= 0, got -1"),
+    ({"batch_sizes": [64, 128], "trials_per_batch": 4, "tolerance": float("nan")},
+     "--tolerance: must be a finite number >= 0 (points of the metric), got nan"),
+    ({"batch_sizes": [64, 128], "trials_per_batch": 4, "pruner": "median!"},
+     "--pruner: must be one of " + ", ".join(__import__("tianfeng.defaults").defaults.PRUNER_NAMES) + "; got 'median!'"),
+])
+def test_scale_options_are_checked_before_the_space_is_read(tmp_path: Path, changes, message) -> None:
+    from tianfeng.trainers.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        tianfeng.scale(tmp_path / "no-such-space.yaml", storage=f"sqlite:///{tmp_path / 'never.db'}", **changes)
+    assert str(caught.value) == message
+    assert not (tmp_path / "never.db").exists()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
 
 from tianfeng.commands.flags import add_storage
+from tianfeng.scaling.options import ScaleOptions
 from tianfeng.trainers.config import ConfigError
 
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|trials?|epochs?)$")
@@ -46,24 +48,16 @@ def parse_budget(text: str) -> dict[str, float | int | None]:
 
 
 def run_scale_command(args) -> int:
-    batch_sizes = parse_batch_sizes(args.batch_sizes)
     budget = parse_budget(args.budget_per_batch)
-    if args.workers < 1:
-        raise ConfigError("--workers", "", f"must be >= 1, got {args.workers}")
-    if args.warm_start < 0:
-        raise ConfigError("--warm-start", "", f"must be >= 0, got {args.warm_start}")
-    if not 0 <= args.tolerance < float("inf"):
-        raise ConfigError("--tolerance", "", f"must be a finite number >= 0 (points of the metric), got {args.tolerance}")
+    given = {"batch_sizes": parse_batch_sizes(args.batch_sizes), "trials_per_batch": budget["trials"],
+             "timeout_s_per_batch": budget["timeout_s"], "epochs_per_batch": budget["epochs"]}
+    options = ScaleOptions().changed(**{f.name: given[f.name] if f.name in given else getattr(args, f.name)
+                                        for f in dataclasses.fields(ScaleOptions)}).checked()
 
     from tianfeng import api
     from tianfeng.scaling.table import print_curve
 
-    plan, steps, space = api.plan_scale(
-        args.space, batch_sizes, trials_per_batch=budget["trials"], timeout_s_per_batch=budget["timeout_s"],
-        epochs_per_batch=budget["epochs"], data=args.data, name=args.name, storage=args.storage,
-        sampler=args.sampler, pruner=args.pruner, fidelity=args.fidelity, workers=args.workers,
-        warm_start=args.warm_start, tolerance=args.tolerance, seed=args.seed, runs_dir=args.runs_dir,
-        verbose=args.verbose)
+    plan, steps, space = api.plan_scale(args.space, options=options)
     try:
         points = api.run_scale_plan(plan, steps, resume=args.resume, mlflow=args.mlflow, output=args.output)
     except KeyboardInterrupt:

@@ -4,7 +4,6 @@ by `tianfeng.search` from keyword arguments), checked once, passed down unchange
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from tianfeng.defaults import (
     PRUNER_NAMES,
     SAMPLER_NAMES,
 )
+from tianfeng.options import with_changes
 from tianfeng.trainers.config import ConfigError
 
 BACKENDS = ("optuna", "ray")
@@ -56,13 +56,7 @@ class SearchOptions:
 
     def changed(self, **changes: Any) -> SearchOptions:
         """A copy with `changes`; an unknown name is one line with the closest known one."""
-        known = [f.name for f in dataclasses.fields(self)]
-        for name in changes:
-            if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(known)}"
-                raise ConfigError("search", name, f"unknown option{hint}")
-        return dataclasses.replace(self, **changes)
+        return with_changes(self, "search", changes)
 
     def checked(self) -> SearchOptions:
         """These options, or the first mistake as one line naming the flag. What needs the space

@@ -3,13 +3,12 @@ flags, by `tianfeng.promote` from keyword arguments), checked once, passed down 
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tianfeng.defaults import DEFAULT_STORAGE
+from tianfeng.options import with_changes
 from tianfeng.trainers.config import ConfigError
 
 
@@ -32,15 +31,7 @@ class PromoteOptions:
 
     def changed(self, **changes: Any) -> PromoteOptions:
         """A copy with `changes`; an unknown name is one line with the closest known one."""
-        known = [f.name for f in dataclasses.fields(self)]
-        for name in changes:
-            if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(known)}"
-                raise ConfigError("promote", name, f"unknown option{hint}")
-        if "overrides" in changes:
-            changes["overrides"] = tuple(changes["overrides"])
-        return dataclasses.replace(self, **changes)
+        return with_changes(self, "promote", changes)
 
     def checked(self, trial: int | None) -> PromoteOptions:
         """These options for `trial`, or the first mistake as one line naming the flag."""

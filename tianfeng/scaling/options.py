@@ -1,0 +1,60 @@
+"""The options of a scale study, in one typed object: built once (by `tianfeng scale` from its
+flags, by `tianfeng.scale` from keyword arguments), checked once, passed down unchanged."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tianfeng.defaults import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES
+from tianfeng.options import with_changes
+from tianfeng.trainers.config import ConfigError
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    """What `tianfeng scale` takes besides the space; each field is the flag of the same name
+    (the three budgets are `--budget-per-batch` as trials, seconds or epochs: give one)."""
+    batch_sizes: tuple[int, ...] = ()  # at least two, increasing
+    trials_per_batch: int | None = None
+    timeout_s_per_batch: float | None = None
+    epochs_per_batch: int | None = None
+    data: str | None = None  # replaces the space's data source
+    name: str | None = None  # default: <space name>-scale
+    storage: str = DEFAULT_STORAGE
+    sampler: str = "tpe"
+    pruner: str = "asha"
+    fidelity: str | None = None  # the rung trials run at; default: the space's search_fidelity
+    workers: int = 1  # local worker processes per search
+    warm_start: int = 3  # best trials of the previous batch size enqueued first
+    tolerance: float = 1.0  # how far below the smallest batch's value still counts as kept
+    seed: int = 0
+    runs_dir: str | Path = "runs"
+    verbose: bool = False
+
+    def changed(self, **changes: Any) -> ScaleOptions:
+        """A copy with `changes`; an unknown name is one line with the closest known one."""
+        return with_changes(self, "scale", changes)
+
+    def checked(self) -> ScaleOptions:
+        """These options, or the first mistake as one line naming the flag. What needs the space
+        (its rungs, the training set's size) is checked when the space is read."""
+        budgets = [b for b in (self.trials_per_batch, self.timeout_s_per_batch, self.epochs_per_batch)
+                   if b is not None]
+        if len(budgets) != 1 or not budgets[0] > 0:
+            raise ConfigError("--budget-per-batch", "", "give one budget per batch size (> 0): trials, seconds or epochs")
+        sizes = list(self.batch_sizes)
+        if len(sizes) < 2 or any(b < 1 for b in sizes) or sizes != sorted(set(sizes)):
+            raise ConfigError("--batch-sizes", "", f"must be at least two increasing positive sizes; got {sizes}")
+        for flag, value, names in (("--sampler", self.sampler, SAMPLER_NAMES), ("--pruner", self.pruner, PRUNER_NAMES)):
+            if value not in names:
+                raise ConfigError(flag, "", f"must be one of {', '.join(names)}; got {value!r}")
+        if self.workers < 1:
+            raise ConfigError("--workers", "", f"must be >= 1, got {self.workers}")
+        if self.warm_start < 0:
+            raise ConfigError("--warm-start", "", f"must be >= 0, got {self.warm_start}")
+        if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
+            raise ConfigError("--tolerance", "", f"must be a finite number >= 0 (points of the metric), got {self.tolerance}")
+        return self
