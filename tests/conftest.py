@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import tarfile
 import tempfile
 from pathlib import Path
@@ -29,6 +30,21 @@ def pytest_configure(config: pytest.Config) -> None:
             and shutil.disk_usage(MEMORY_FOLDER).free > 8 * 2**30:
         config.option.basetemp = tempfile.mkdtemp(prefix="tianfeng-tests-", dir=MEMORY_FOLDER)
         config.stash[_IN_MEMORY] = config.option.basetemp
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Ctrl-C reaches the commands the tests start, however the suite was launched (a shell starts
+    a background job with SIGINT ignored, and its children would inherit that). In one of several
+    parallel test processes (pytest-xdist), torch takes its share of the cores: two processes each
+    spinning two OpenMP threads on two cores slow each other many times."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -38,6 +38,7 @@ def test_a_compiled_run_still_stops_on_divergence(tmp_path: Path) -> None:
     assert "stopped instead of training on garbage" in result.message
 
 
+@pytest.mark.alone
 def test_auto_stays_eager_when_the_run_is_too_short_to_pay(tmp_path: Path, caplog) -> None:
     cfg = make_config(tmp_path, data={"source": "digits", "cache_dir": str(tmp_path / "cache")})
     with caplog.at_level("INFO", logger="tianfeng.engine"):
@@ -48,6 +49,7 @@ def test_auto_stays_eager_when_the_run_is_too_short_to_pay(tmp_path: Path, caplo
     assert not (tmp_path / "cache" / "compile.json").exists()  # nothing compiled, nothing measured
 
 
+@pytest.mark.alone
 def test_auto_compiles_when_it_pays_and_records_what_it_measured(tmp_path: Path, caplog,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"

@@ -90,9 +90,10 @@ def test_the_wheel_runs_the_mission_command_from_an_empty_folder(tmp_path: Path)
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    where = subprocess.run([str(python), "-c", "import tianfeng; print(tianfeng.__file__)"], cwd=empty, env=env,
-                           check=True, capture_output=True, text=True).stdout
-    assert str(fresh_site) in where and str(REPO) not in where
+    imported = subprocess.run([str(python), "-c", "import tianfeng; print(tianfeng.__file__)"], cwd=empty, env=env,
+                              capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    assert str(fresh_site) in imported.stdout and str(REPO) not in imported.stdout
     bare = subprocess.run([str(python), "-c", "import trainers"], cwd=empty, env=env, capture_output=True, text=True)
     assert "No module named 'trainers'" in bare.stderr
     done = subprocess.run([str(env_dir / "bin" / "tianfeng"), "search", "--space", "large_batch.yaml", "--trials", "2"],

@@ -36,6 +36,7 @@ def test_the_summary_gives_median_and_range_over_seeds_and_says_when_a_seed_miss
                        "72.00 [71.00, 73.00]")
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--data", "digits",

@@ -72,6 +72,7 @@ def test_two_emulated_nodes_of_two_gloo_processes_train(tmp_path: Path) -> None:
     assert metrics[1]["train_loss"] < 0.99 * metrics[0]["train_loss"] and metrics[1]["val_top1"] > 15
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_ray_train_runs_two_emulated_nodes_of_two_workers(tmp_path: Path) -> None:
     out = launch("--config", str(config(tmp_path)), "--nodes", "2", "--gpus-per-node", "2", "--device", "cpu",

@@ -104,6 +104,7 @@ def test_generated_scripts_pass_a_hostile_config_path_through_as_one_argument(tm
     assert ray[ray.index("--") + 1:ray.index("--") + 3] == ["tianfeng", "launch"]
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_ctrl_c_with_two_workers_requeues_every_cut_trial_and_resume_finishes(tmp_path: Path, tiny_space: dict) -> None:
     tiny_space["fidelities"]["proxy"] = {"epochs": 60}  # a few seconds a trial: long enough to be cut
@@ -156,6 +157,7 @@ def test_ctrl_c_with_two_workers_requeues_every_cut_trial_and_resume_finishes(tm
         assert retry.state == TrialState.COMPLETE and retry.user_attrs["run_dir"].endswith(f"trial-{number}")
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_two_processes_and_a_resume_on_one_study_sample_no_parameters_twice(tmp_path: Path, tiny_space: dict) -> None:
     tiny_space["priors"] = []
@@ -177,6 +179,7 @@ def test_two_processes_and_a_resume_on_one_study_sample_no_parameters_twice(tmp_
     assert len(set(seen)) == len(seen), seen
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_a_search_whose_trials_all_fail_stops_after_three_and_resumes(tmp_path: Path, tiny_space: dict) -> None:
     tiny_space["parameters"]["batch_size"]["choices"] = [4096]  # more than digits' 1,438 training images
@@ -228,6 +231,7 @@ def test_markup_in_a_study_name_or_a_parameter_value_is_printed_as_text(tmp_path
                                                                          capsys: pytest.CaptureFixture,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "250")  # room for the whole name beside a long temporary path
     tiny_space["parameters"]["tag"] = {"type": "categorical", "choices": ["[/red]", "[bold]x"]}
     tiny_space["priors"] = []
     space_file = write_space(tmp_path, tiny_space)
@@ -246,6 +250,7 @@ def test_markup_in_a_study_name_or_a_parameter_value_is_printed_as_text(tmp_path
     assert "STUDY: must be letters" in capsys.readouterr().err
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_ctrl_c_at_any_moment_of_a_start_ends_in_one_message_and_a_study_that_resumes(
         tmp_path: Path, tiny_space: dict) -> None:

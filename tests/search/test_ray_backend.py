@@ -15,6 +15,8 @@ from optuna.trial import TrialState
 
 from tests.search.conftest import write_space
 
+pytestmark = pytest.mark.alone  # Ray sizes its local cluster by the machine's cores
+
 
 def tianfeng(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tianfeng.cli", *args], capture_output=True, text=True,

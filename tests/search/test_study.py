@@ -94,6 +94,7 @@ def test_existing_study_needs_resume_and_resume_extends_budget(tmp_path: Path, t
     assert len(trials_of(plan)) == 4
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_four_workers_share_a_sqlite_study(tmp_path: Path, tiny_space_file: Path) -> None:
     plan = plan_for(tmp_path, tiny_space_file, trials=8)
@@ -112,6 +113,7 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "tianfeng.cli", "search", *args]
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_killed_worker_loses_no_trial_and_the_stale_trial_is_retried(tmp_path: Path, tiny_space: dict) -> None:
     tiny_space["fidelities"]["proxy"] = {"epochs": 6}  # long enough to be killed mid-trial
@@ -154,6 +156,7 @@ def test_killed_worker_loses_no_trial_and_the_stale_trial_is_retried(tmp_path: P
     assert retries[0].user_attrs["run_dir"] == victim.user_attrs["run_dir"]  # resumed its checkpoint
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_four_workers_share_a_postgresql_study(tiny_space_file: Path, tmp_path: Path) -> None:
     from tests.postgres import postgres_server
@@ -168,6 +171,7 @@ def test_four_workers_share_a_postgresql_study(tiny_space_file: Path, tmp_path: 
         assert all(t.user_attrs.get("run_dir") for t in trials)
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_ctrl_c_saves_everything_and_resume_continues_the_cut_trial(tmp_path: Path, tiny_space: dict) -> None:
     tiny_space["fidelities"]["proxy"] = {"epochs": 6}
