@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 
@@ -10,7 +9,7 @@ import yaml
 from rich.console import Console
 
 from tianfeng import api
-from tianfeng.commands.flags import emit
+from tianfeng.commands.flags import emit, options_from_flags
 from tianfeng.hpo.front import print_front
 from tianfeng.promotion.options import PromoteOptions
 from tianfeng.store import RunRecordStatus
@@ -24,8 +23,7 @@ def run_promote_command(args) -> int:
     if args.front:
         print_front(api.load(args.study, storage=args.storage))
         return 0
-    options = PromoteOptions().changed(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PromoteOptions)})
-    out = api.promote(args.trial, options)
+    out = api.promote(args.trial, options_from_flags(args, PromoteOptions))
     if args.dry_run:
         print(yaml.safe_dump(out["config"], sort_keys=False), end="")
         where = f"; launch plan in {out['launch']}" if out["launch"] else ""

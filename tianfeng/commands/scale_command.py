@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import sys
 from pathlib import Path
 
-from tianfeng.commands.flags import add_storage
+from tianfeng.commands.flags import add_storage, options_from_flags
 from tianfeng.scaling.options import ScaleOptions
 from tianfeng.trainers.config import ConfigError
 
@@ -49,10 +48,9 @@ def parse_budget(text: str) -> dict[str, float | int | None]:
 
 def run_scale_command(args) -> int:
     budget = parse_budget(args.budget_per_batch)
-    given = {"batch_sizes": parse_batch_sizes(args.batch_sizes), "trials_per_batch": budget["trials"],
-             "timeout_s_per_batch": budget["timeout_s"], "epochs_per_batch": budget["epochs"]}
-    options = ScaleOptions().changed(**{f.name: given[f.name] if f.name in given else getattr(args, f.name)
-                                        for f in dataclasses.fields(ScaleOptions)}).checked()
+    options = options_from_flags(args, ScaleOptions, batch_sizes=parse_batch_sizes(args.batch_sizes),
+                                 trials_per_batch=budget["trials"], timeout_s_per_batch=budget["timeout_s"],
+                                 epochs_per_batch=budget["epochs"])
 
     from tianfeng import api
     from tianfeng.scaling.table import print_curve

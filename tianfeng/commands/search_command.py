@@ -50,13 +50,10 @@ def _interrupted(args, cut: KeyboardInterrupt) -> int:
 
 def search_options(args):
     """The command's flags as the API's `SearchOptions` (a flag per field, same name)."""
-    import dataclasses
-
+    from tianfeng.commands.flags import options_from_flags
     from tianfeng.hpo.options import SearchOptions
 
-    given = {"timeout_s": parse_duration(args.timeout), "ray_address": args.address}
-    return SearchOptions(**{f.name: given[f.name] if f.name in given else getattr(args, f.name)
-                            for f in dataclasses.fields(SearchOptions) if f.name in given or hasattr(args, f.name)})
+    return options_from_flags(args, SearchOptions, timeout_s=parse_duration(args.timeout), ray_address=args.address)
 
 
 def _search(args) -> int:

@@ -38,6 +38,8 @@ def dealt(n: int, groups: int) -> list[torch.Tensor]:
 
 def _gpu_by_gpu(x: torch.Tensor, groups: int, normalise: Callable[[torch.Tensor, bool], torch.Tensor]) -> torch.Tensor:
     """`normalise(images, first)` on each GPU's share, reassembled in the batch's order."""
+    if len(x) % groups == 0:  # GPU r's images are every groups-th from r: views, interleaved back
+        return torch.stack([normalise(x[r::groups], r == 0) for r in range(groups)], dim=1).flatten(0, 1)
     shares = dealt(len(x), groups)
     out = torch.cat([normalise(x[idx], r == 0) for r, idx in enumerate(shares)])
     return out[torch.argsort(torch.cat(shares))]
