@@ -23,6 +23,7 @@ import optuna
 
 from tianfeng.defaults import DEFAULT_STORAGE, ObjectiveMode
 from tianfeng.hpo.options import SearchInterrupted, SearchOptions
+from tianfeng.hpo.plan_options import PlanOptions
 from tianfeng.promotion.options import PromoteOptions
 from tianfeng.scaling.options import ScaleOptions
 from tianfeng.trainers.config import ConfigError
@@ -462,30 +463,25 @@ def launch(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = 
     return done
 
 
-def plan(config: str | Path, *, gpus: int, gpus_per_node: int = 8, device: str = "v100",
-         train_images: int = 1_281_167, val_images: int = 50_000, classes: int = 1000,
-         compute_ms: float | None = None, **cluster: Any):
+def plan(config: str | Path, options: PlanOptions | None = None, **changes: Any):
     """A run config's predicted wall time at 1, 8, 16, ... up to `gpus` GPUs for flat, hierarchical
-    and compressed exchange, part by part, and whether each per-GPU batch fits the GPU
-    (`compute_ms`: one measured step of the last phase at `gpus`, instead of the device's
-    figures). `cluster` takes the other keys of a space's `cluster:` section. Returns a
+    and compressed exchange, part by part, and whether each per-GPU batch fits the GPU. `options`
+    (a `PlanOptions`) holds what `tianfeng plan` takes as flags; keyword arguments change single
+    options: `plan("run.yaml", gpus=128, preset="a100")`. Returns a
     `tianfeng.hpo.walltime_grid.WallTimeGrid`. As `tianfeng plan`."""
     import math
 
-    from tianfeng.hpo.cluster import ClusterSpec
     from tianfeng.hpo.walltime_grid import wall_time_grid
     from tianfeng.throughput import DEVICES
     from tianfeng.trainers.config import load_config
 
+    o = (options or PlanOptions()).changed(**changes).checked()
     cfg = load_config(config)
-    if compute_ms is not None:  # the model's throughput at 256 per GPU, from one step's time (it wins)
-        half = DEVICES[device].half_batch
-        image_s = compute_ms / 1000 / (half + math.ceil(cfg.phases[-1].batch_size / gpus))
-        cluster["images_per_s"] = 256 / ((half + 256) * image_s)
-    try:
-        spec = ClusterSpec(gpus=gpus, gpus_per_node=gpus_per_node, device=device, **cluster)
-    except TypeError as exc:
-        raise ConfigError("plan", "", f"{exc}; the cluster keys are those of a space's cluster: section") from None
-    return wall_time_grid(cfg, spec, train_images=train_images, val_images=val_images, classes=classes,
-                          source=str(config))
+    images_per_s = o.gpu_images_per_s
+    if o.compute_ms is not None:  # the model's throughput at 256 per GPU, from one step's time (it wins)
+        half = DEVICES[o.preset].half_batch
+        image_s = o.compute_ms / 1000 / (half + math.ceil(cfg.phases[-1].batch_size / o.gpus))
+        images_per_s = 256 / ((half + 256) * image_s)
+    return wall_time_grid(cfg, o.cluster(images_per_s), train_images=o.train_images, val_images=o.val_images,
+                          classes=o.classes, source=str(config))
 
