@@ -46,17 +46,24 @@ def run_one(method: str, seed: int, root: Path, budget_s: float, data: str) -> d
     child = subprocess.Popen(command, start_new_session=True)
     try:
         child.wait(timeout=budget_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGINT)  # Ctrl-C to the method and every process it started
-        try:
-            child.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+    except (subprocess.TimeoutExpired, KeyboardInterrupt) as stopped:
+        _stop(child)
+        if isinstance(stopped, KeyboardInterrupt):  # the user's Ctrl-C: the method's own session got none
+            raise
     result = {"method": method, "seed": seed, "budget_s": budget_s, **read_back(method, directory, t0)}
     result["events"] = [(t, v) for t, v in result["events"] if t <= budget_s]  # nothing after the budget counts
     (root / f"{method}-s{seed}.json").write_text(json.dumps(result))
     return result
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """Ctrl-C to the method and every process it started; killed if it has not ended in 2 min."""
+    os.killpg(child.pid, signal.SIGINT)
+    try:
+        child.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
 
 
 def time_to(events: list[tuple[float, float]], target: float) -> float | None:
