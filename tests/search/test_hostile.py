@@ -112,7 +112,7 @@ def test_ctrl_c_with_two_workers_requeues_every_cut_trial_and_resume_finishes(tm
     space_file = write_space(tmp_path, tiny_space)
     db = f"sqlite:///{tmp_path / 'study.db'}"
     common = ["--space", str(space_file), "--storage", db, "--study", "w", "--sampler", "random",
-              "--pruner", "none", "--trials", "5", "--runs-dir", str(tmp_path / "runs"), "--workers", "2"]
+              "--pruner", "none", "--trials", "3", "--runs-dir", str(tmp_path / "runs"), "--workers", "2"]
     # its own session: the signal reaches the parent alone, as `kill -INT` would send it; the
     # parent must pass it on to its workers (a terminal's Ctrl-C would reach them all at once)
     proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
@@ -150,7 +150,7 @@ def test_ctrl_c_with_two_workers_requeues_every_cut_trial_and_resume_finishes(tm
     assert counts["failed"] == 0, out.stdout
     trials = optuna.load_study(study_name="w", storage=db).get_trials()
     # two workers checking the budget at once may start one trial too many (documented in the README)
-    assert 5 <= sum(t.state == TrialState.COMPLETE for t in trials) <= 6
+    assert 3 <= sum(t.state == TrialState.COMPLETE for t in trials) <= 4
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     for number in cut:  # each cut trial went on from its checkpoint under a new number
         retry = next(t for t in trials if t.system_attrs.get("failed_trial") == number)
@@ -259,7 +259,7 @@ def test_ctrl_c_at_any_moment_of_a_start_ends_in_one_message_and_a_study_that_re
     # None: during the imports; a number: that many seconds after the database file appears, the
     # study being created, its priors enqueued, the workers starting, the first trials running
     resumed = 0
-    for after_db in (None, 0.0, 0.8, 1.6, 2.4, 3.5):
+    for after_db in (None, 0.0, 1.2, 2.8):
         here = tmp_path / f"at-{after_db}"  # its own reports/ and runs/
         here.mkdir()
         db_file = here / "study.db"

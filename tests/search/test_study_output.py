@@ -13,12 +13,13 @@ import pandas as pd
 
 from tests.search.conftest import write_space
 from tests.search.test_study import plan_for
+from tianfeng.cli import main
 from tianfeng.hpo.runner import run_search
 
 CLI = [sys.executable, "-m", "tianfeng.cli", "export"]
 
 
-def test_export_writes_every_trial_in_three_formats(tmp_path: Path, tiny_space: dict) -> None:
+def test_export_writes_every_trial_in_three_formats(tmp_path: Path, tiny_space: dict, capsys) -> None:
     tiny_space["objective"]["mode"] = "pareto"
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=3, pruner="none")
     run_search(plan, workers=1, resume=False)
@@ -33,20 +34,20 @@ def test_export_writes_every_trial_in_three_formats(tmp_path: Path, tiny_space: 
     assert set(table["outcome"]) == {"complete"} and "params_base_lr" in table
     assert table["params_base_lr"][1] == study.trials[1].params["base_lr"]
 
-    as_json = subprocess.run([*CLI, "--storage", plan.storage, "--format", "json"], capture_output=True, text=True)
-    rows = json.loads(as_json.stdout)
+    # the rest in this process (the command's own code path, without a new interpreter each time)
+    assert main(["export", "--storage", plan.storage, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
     assert [r["number"] for r in rows] == [0, 1, 2] and rows[0]["promoted_score"] is None
 
     out = tmp_path / "t.parquet"
-    done = subprocess.run([*CLI, "s", "--storage", plan.storage, "--format", "parquet", "-o", str(out)],
-                          capture_output=True, text=True)
-    assert done.returncode == 0 and "3 trials of study s written" in done.stderr
+    assert main(["export", "s", "--storage", plan.storage, "--format", "parquet", "-o", str(out)]) == 0
+    assert "3 trials of study s written" in capsys.readouterr().err
     assert pd.read_parquet(out)["val_top1"].tolist() == table["val_top1"].tolist()
 
-    refused = subprocess.run([*CLI, "s", "--storage", plan.storage, "--format", "parquet"], capture_output=True, text=True)
-    assert refused.returncode == 2 and "--output: parquet is binary" in refused.stderr
-    missing = subprocess.run([*CLI, "nope", "--storage", plan.storage], capture_output=True, text=True)
-    assert missing.returncode == 2 and "STUDY: nope: no such study" in missing.stderr
+    assert main(["export", "s", "--storage", plan.storage, "--format", "parquet"]) == 2
+    assert "--output: parquet is binary" in capsys.readouterr().err
+    assert main(["export", "nope", "--storage", plan.storage]) == 2
+    assert "STUDY: nope: no such study" in capsys.readouterr().err
 
 
 def test_trials_dataframe_works_on_a_tianfeng_study(tmp_path: Path, tiny_space: dict) -> None:
