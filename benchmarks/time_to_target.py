@@ -168,4 +168,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("time_to_target: interrupted; the runs finished so far are kept where --keep put them", file=sys.stderr)
+        sys.exit(130)
