@@ -12,7 +12,7 @@ method, median [min, max] over seeds: the time until a full-fidelity score first
 target, the best full-fidelity score found by each fraction of the budget (the any-time curve,
 also drawn to an HTML file), and the compute used.
 
-    python benchmarks/time_to_target.py --budget 6m --seeds 0,1,2 --keep /tmp/ttt --plot ttt.html
+    python benchmarks/time_to_target.py --budget 12m --seeds 0,1,2 --keep /tmp/ttt --plot ttt.html
     python benchmarks/time_to_target.py --report /tmp/ttt --targets 70,75,80   # the kept runs again
 """
 
@@ -133,8 +133,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default=",".join(METHODS), help=f"some of {', '.join(METHODS)}")
     parser.add_argument("--seeds", default="0,1,2", help="seeds, each a different random stream (default 0,1,2)")
-    parser.add_argument("--budget", default="6m", help="wall-clock budget of each method and seed: 90s, 6m, 1h "
-                        "(default 6m: on a 2-core CPU a full-fidelity run takes ~100 s)")
+    parser.add_argument("--budget", default="12m", help="wall-clock budget of each method and seed: 90s, 12m, 1h "
+                        "(default 12m: on a 2-core CPU one full-fidelity run takes 2-5 min)")
     parser.add_argument("--targets", default="70,75,80", help="full-fidelity val top-1 levels to time")
     parser.add_argument("--data", default="cifar5", help="cifar5 (default) or digits (a quick smoke run)")
     parser.add_argument("--keep", type=Path, help="keep every run's database, runs and result here")
