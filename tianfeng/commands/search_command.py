@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from tianfeng.commands.flags import add_storage
+from tianfeng.commands.flags import add_storage, options_from_flags
 from tianfeng.defaults import OBJECTIVE_MODES, PRUNER_NAMES, SAMPLER_NAMES
 from tianfeng.trainers.config import ConfigError
 
@@ -50,7 +50,6 @@ def _interrupted(args, cut: KeyboardInterrupt) -> int:
 
 def search_options(args):
     """The command's flags as the API's `SearchOptions` (a flag per field, same name)."""
-    from tianfeng.commands.flags import options_from_flags
     from tianfeng.hpo.options import SearchOptions
 
     return options_from_flags(args, SearchOptions, timeout_s=parse_duration(args.timeout), ray_address=args.address)
