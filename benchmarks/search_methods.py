@@ -28,8 +28,10 @@ from tianfeng.logs import quiet_optuna
 from tianfeng.store import RunRecordStatus, RunStore
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
-METHODS = ("tianfeng", "optuna-tpe", "tpe-hyperband", "ray-asha", "one-epoch")
+METHODS = ("tianfeng", "tianfeng-async", "optuna-tpe", "tpe-hyperband", "ray-asha", "one-epoch")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
+PROMOTE_ETA = 3  # tianfeng-async: ASHA's reduction factor, as in tianfeng's default pruner
+RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1}  # threads each promoted run trains with
 
 
 def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
@@ -56,6 +58,51 @@ def _promote_best(storage: str, study: str, directory: Path) -> None:
         promote(storage, study, t.number, batch_size=None, overrides=[], runs_dir=directory / "runs", dry_run=False)
 
 
+def next_promotion(trials: list[optuna.trial.FrozenTrial], promoted: set[int],
+                   eta: int = PROMOTE_ETA) -> optuna.trial.FrozenTrial | None:
+    """ASHA's rule with full fidelity as the top rung: once `eta` proxy trials are complete, the
+    best one not yet promoted, if it ranks in the top 1/eta of them."""
+    done = sorted((t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
+                  key=lambda t: t.value, reverse=True)
+    return next((t for t in done[:len(done) // eta] if t.number not in promoted), None)
+
+
+def _search_and_promote(plan: SearchPlan, directory: Path) -> None:
+    """tianfeng-async: one worker process searches the proxies; this process, at one thread too,
+    promotes by `next_promotion` whenever a trial qualifies and searches in between, until stopped."""
+    import multiprocessing
+    import pickle
+
+    import torch
+
+    from tianfeng.hpo.objective import ProxyObjective
+    from tianfeng.hpo.registry import make_sampler
+    from tianfeng.hpo.runner import sampler_seed
+    from tianfeng.hpo.study_setup import make_pruner, open_study
+    from tianfeng.hpo.trial_log import TrialLogger
+    from tianfeng.interrupts import run_quietly
+    from tianfeng.promotion.run import promote
+
+    space = plan_space(plan)
+    open_study(plan, space, resume=False)  # created whole, the priors queued, before either worker starts
+    searcher = multiprocessing.get_context("spawn").Process(
+        target=run_quietly, args=("tianfeng.hpo.runner", "_worker_process", pickle.dumps((plan, 1, 1, 0))), daemon=True)
+    searcher.start()
+    torch.set_num_threads(1)
+    study = optuna.load_study(study_name=plan.study, storage=plan.storage, pruner=make_pruner(space, plan),
+                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, 2, 0)))
+    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
+    promoted: set[int] = set()
+    while True:
+        pick = next_promotion(study.get_trials(deepcopy=False), promoted)
+        if pick is None:
+            study.optimize(objective, n_trials=1, callbacks=[TrialLogger(space.objective.metric)], catch=(Exception,))
+            continue
+        promoted.add(pick.number)
+        promote(plan.storage, plan.study, pick.number, batch_size=None, overrides=[], runs_dir=directory / "runs",
+                dry_run=False)
+
+
 def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
     """One-epoch's second half: the recipes with the best first epoch trained whole (from the
     start, as new trials), best first, until stopped."""
@@ -72,6 +119,8 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         plan = _plan(directory, method, seed, data, timeout_s=budget_s * SEARCH_SHARE)
         run_search(plan, "auto", resume=False, progress=False)
         _promote_best(plan.storage, plan.study, directory)
+    elif method == "tianfeng-async":  # the same search, its full-fidelity rung run as trials qualify
+        _search_and_promote(_plan(directory, method, seed, data), directory)
     elif method in ("optuna-tpe", "tpe-hyperband"):
         pruner = "none" if method == "optuna-tpe" else "hyperband"
         run_search(_plan(directory, method, seed, data, rung="target", priors=False, pruner=pruner), 2, resume=False,
@@ -103,7 +152,7 @@ def _utc(text: str) -> float:
 
 def read_back(method: str, directory: Path, t0: float) -> dict:
     """The run's full-fidelity scores as (seconds since `t0`, score), in time order, and its
-    compute in core-seconds (trials' wall time x the cores each had, promoted runs' x 2)."""
+    compute in core-seconds (trials' wall time x the cores each had, promoted runs' x their threads)."""
     storage = f"sqlite:///{directory}/{method}.db"
     if method not in optuna.get_all_study_names(storage):
         return {"events": [], "core_s": 0.0, "trials": 0}
@@ -111,10 +160,10 @@ def read_back(method: str, directory: Path, t0: float) -> dict:
     ended = [t for t in trials if t.datetime_start and t.datetime_complete]
     core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get("cores", 1))
                  for t in ended)
-    if method == "tianfeng":
+    if method in RUN_CORES:
         runs = [r for r in RunStore(storage).runs(method) if r["status"] == RunRecordStatus.COMPLETED]
         events = [(_utc(r["updated"]) - t0, r["final_score"]) for r in runs]
-        core_s += sum((_utc(r["updated"]) - _utc(r["created"])) * 2 for r in runs)
+        core_s += sum((_utc(r["updated"]) - _utc(r["created"])) * RUN_CORES[method] for r in runs)
     else:
         events = [(t.datetime_complete.timestamp() - t0, t.value) for t in ended
                   if t.state == TrialState.COMPLETE and t.value is not None]

@@ -14,6 +14,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+import optuna  # noqa: E402
+from optuna.distributions import FloatDistribution  # noqa: E402
+from optuna.trial import TrialState  # noqa: E402
+from search_methods import next_promotion  # noqa: E402
 from time_to_target import best_by, spread, summarise, time_to  # noqa: E402
 
 
@@ -34,6 +38,27 @@ def test_the_summary_gives_median_and_range_over_seeds_and_says_when_a_seed_miss
     assert row[-1] == "2.00 [1.00, 3.00]"
     assert row[3:7] == ("71.00 (1/3 seeds)", "71.50 [71.00, 72.00] (2/3 seeds)", "72.00 [71.00, 73.00]",
                        "72.00 [71.00, 73.00]")
+
+
+def _trials(values: list[float | None]) -> list[optuna.trial.FrozenTrial]:
+    """Trials numbered in order: a value is a complete trial, None a pruned one."""
+    trials = []
+    for number, value in enumerate(values):
+        t = optuna.create_trial(state=TrialState.COMPLETE if value is not None else TrialState.PRUNED, value=value,
+                                params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)})
+        t.number = number
+        trials.append(t)
+    return trials
+
+
+def test_async_promotion_takes_the_best_unpromoted_trial_of_the_top_third_of_complete_ones() -> None:
+    assert next_promotion(_trials([60.0, 70.0]), set()) is None  # fewer complete trials than eta
+    assert next_promotion(_trials([60.0, None, None, 70.0, 65.0]), set()).number == 3  # pruned ones do not count
+    trials = _trials([60.0, 70.0, 65.0, 50.0, 68.0, 55.0])
+    assert next_promotion(trials, set()).number == 1
+    assert next_promotion(trials, {1}).number == 4  # the second of the top two
+    assert next_promotion(trials, {1, 4}) is None  # #2 is third of six: not in the top third
+    assert next_promotion(trials, {1}, eta=2).number == 4 and next_promotion(trials, {1, 4}, eta=2).number == 2
 
 
 @pytest.mark.alone
