@@ -28,10 +28,10 @@ from tianfeng.logs import quiet_optuna
 from tianfeng.store import RunRecordStatus, RunStore
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
-METHODS = ("tianfeng", "tianfeng-async", "optuna-tpe", "tpe-hyperband", "ray-asha", "one-epoch")
+METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "optuna-tpe", "tpe-hyperband", "ray-asha", "one-epoch")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
 PROMOTE_ETA = 3  # tianfeng-async: ASHA's reduction factor, as in tianfeng's default pruner
-RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1}  # threads each promoted run trains with
+RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2}  # threads each promoted run trains with
 
 
 def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
@@ -67,9 +67,11 @@ def next_promotion(trials: list[optuna.trial.FrozenTrial], promoted: set[int],
     return next((t for t in done[:len(done) // eta] if t.number not in promoted), None)
 
 
-def _search_and_promote(plan: SearchPlan, directory: Path) -> None:
+def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) -> None:
     """tianfeng-async: one worker process searches the proxies; this process, at one thread too,
-    promotes by `next_promotion` whenever a trial qualifies and searches in between, until stopped."""
+    promotes by `next_promotion` whenever a trial qualifies and searches in between, until stopped.
+    tianfeng-pause: the same, but the other worker starts no trial while a promoted run trains,
+    and that run has both cores."""
     import multiprocessing
     import pickle
 
@@ -85,8 +87,13 @@ def _search_and_promote(plan: SearchPlan, directory: Path) -> None:
 
     space = plan_space(plan)
     open_study(plan, space, resume=False)  # created whole, the priors queued, before either worker starts
-    searcher = multiprocessing.get_context("spawn").Process(
-        target=run_quietly, args=("tianfeng.hpo.runner", "_worker_process", pickle.dumps((plan, 1, 1, 0))), daemon=True)
+    paused = directory / "search-paused"
+    ctx = multiprocessing.get_context("spawn")
+    if pause:
+        searcher = ctx.Process(target=_pausable_searcher, args=(plan, paused), daemon=True)
+    else:
+        searcher = ctx.Process(target=run_quietly, daemon=True,
+                               args=("tianfeng.hpo.runner", "_worker_process", pickle.dumps((plan, 1, 1, 0))))
     searcher.start()
     torch.set_num_threads(1)
     study = optuna.load_study(study_name=plan.study, storage=plan.storage, pruner=make_pruner(space, plan),
@@ -99,8 +106,40 @@ def _search_and_promote(plan: SearchPlan, directory: Path) -> None:
             study.optimize(objective, n_trials=1, callbacks=[TrialLogger(space.objective.metric)], catch=(Exception,))
             continue
         promoted.add(pick.number)
+        if pause:  # the other worker's running trial finishes first; it then waits
+            paused.touch()
+            torch.set_num_threads(2)
         promote(plan.storage, plan.study, pick.number, batch_size=None, overrides=[], runs_dir=directory / "runs",
                 dry_run=False)
+        if pause:
+            paused.unlink()
+            torch.set_num_threads(1)
+
+
+def _pausable_searcher(plan: SearchPlan, paused: Path) -> None:
+    """tianfeng-pause's other worker: proxy trials at one thread, none started while `paused` exists."""
+    import torch
+
+    from tianfeng.hpo.objective import ProxyObjective
+    from tianfeng.hpo.registry import make_sampler
+    from tianfeng.hpo.runner import sampler_seed
+    from tianfeng.hpo.study_setup import make_pruner
+    from tianfeng.hpo.trial_log import TrialLogger
+
+    torch.set_num_threads(1)
+    quiet_optuna()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
+    space = plan_space(plan)
+    study = optuna.load_study(study_name=plan.study, storage=plan.storage, pruner=make_pruner(space, plan),
+                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, 1, 0)))
+    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            while paused.exists():
+                time.sleep(1.0)
+            study.optimize(objective, n_trials=1, callbacks=[TrialLogger(space.objective.metric)],
+                           catch=(Exception,))
 
 
 def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
@@ -119,8 +158,8 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         plan = _plan(directory, method, seed, data, timeout_s=budget_s * SEARCH_SHARE)
         run_search(plan, "auto", resume=False, progress=False)
         _promote_best(plan.storage, plan.study, directory)
-    elif method == "tianfeng-async":  # the same search, its full-fidelity rung run as trials qualify
-        _search_and_promote(_plan(directory, method, seed, data), directory)
+    elif method in ("tianfeng-async", "tianfeng-pause"):  # the same search; full-fidelity runs as trials qualify
+        _search_and_promote(_plan(directory, method, seed, data), directory, pause=method == "tianfeng-pause")
     elif method in ("optuna-tpe", "tpe-hyperband"):
         pruner = "none" if method == "optuna-tpe" else "hyperband"
         run_search(_plan(directory, method, seed, data, rung="target", priors=False, pruner=pruner), 2, resume=False,

@@ -1,13 +1,13 @@
 """Search methods x seeds on cifar5-dev, each method given the same wall-clock budget, so that no
 single lucky or unlucky draw decides the comparison. Methods (benchmarks/search_methods.py):
 tianfeng's default (proxies with TPE, ASHA and priors for half the budget, then its best trials
-promoted to full fidelity one after another); tianfeng-async (the same search, with full
-fidelity as the top rung of ASHA's ladder: from the start, a proxy trial in the top third of the
-complete ones is promoted by one of the two workers while the other searches); plain Optuna TPE at
-full fidelity; Optuna TPE +
-HyperbandPruner at full fidelity; Ray Tune ASHA at full fidelity (random sampling); and one
-epoch of random recipes for half the budget, then the best of them trained whole (Egele et al.
-2023). Full fidelity is `large_batch.yaml`'s `target` rung.
+promoted to full fidelity one after another); tianfeng-async (the same search with full fidelity
+as the top rung of ASHA's ladder: from the start, a proxy trial in the top third of the complete
+ones is promoted by one of the two workers, at one thread, while the other searches);
+tianfeng-pause (the same, but the search pauses while a promoted run trains on both cores); plain
+Optuna TPE at full fidelity; Optuna TPE + HyperbandPruner at full fidelity; Ray Tune ASHA at full
+fidelity (random sampling); and one epoch of random recipes for half the budget, then the best of
+them trained whole (Egele et al. 2023). Full fidelity is `large_batch.yaml`'s `target` rung.
 
 Each method and seed runs in a fresh process that is stopped (Ctrl-C) when its budget is up;
 the time counts from that process's start, so start-up is paid by every method. Reported per
