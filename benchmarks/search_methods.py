@@ -28,10 +28,10 @@ from tianfeng.logs import quiet_optuna
 from tianfeng.store import RunRecordStatus, RunStore
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
-METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "optuna-tpe", "tpe-hyperband", "ray-asha", "one-epoch")
+METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe", "tpe-hyperband", "ray-asha", "one-epoch")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
 PROMOTE_ETA = 3  # tianfeng-async: ASHA's reduction factor, as in tianfeng's default pruner
-RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2}  # threads each promoted run trains with
+RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": 2}  # threads each promoted run trains with
 
 
 def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
@@ -58,20 +58,22 @@ def _promote_best(storage: str, study: str, directory: Path) -> None:
         promote(storage, study, t.number, batch_size=None, overrides=[], runs_dir=directory / "runs", dry_run=False)
 
 
-def next_promotion(trials: list[optuna.trial.FrozenTrial], promoted: set[int],
-                   eta: int = PROMOTE_ETA) -> optuna.trial.FrozenTrial | None:
+def next_promotion(trials: list[optuna.trial.FrozenTrial], promoted: set[int], eta: int = PROMOTE_ETA,
+                   leaders_only: bool = False) -> optuna.trial.FrozenTrial | None:
     """ASHA's rule with full fidelity as the top rung: once `eta` proxy trials are complete, the
-    best one not yet promoted, if it ranks in the top 1/eta of them."""
+    best one not yet promoted, if it ranks in the top 1/eta of them. `leaders_only`: only the best
+    proxy trial, so nothing ranked below a promoted trial is promoted."""
     done = sorted((t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
                   key=lambda t: t.value, reverse=True)
-    return next((t for t in done[:len(done) // eta] if t.number not in promoted), None)
+    top = done[:min(1, len(done) // eta)] if leaders_only else done[:len(done) // eta]
+    return next((t for t in top if t.number not in promoted), None)
 
 
-def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) -> None:
+def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False, leaders_only: bool = False) -> None:
     """tianfeng-async: one worker process searches the proxies; this process, at one thread too,
     promotes by `next_promotion` whenever a trial qualifies and searches in between, until stopped.
     tianfeng-pause: the same, but the other worker starts no trial while a promoted run trains,
-    and that run has both cores."""
+    and that run has both cores. tianfeng-leader: tianfeng-pause promoting only the proxy leader."""
     import multiprocessing
     import pickle
 
@@ -101,7 +103,7 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) 
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
     promoted: set[int] = set()
     while True:
-        pick = next_promotion(study.get_trials(deepcopy=False), promoted)
+        pick = next_promotion(study.get_trials(deepcopy=False), promoted, leaders_only=leaders_only)
         if pick is None:
             study.optimize(objective, n_trials=1, callbacks=[TrialLogger(space.objective.metric)], catch=(Exception,))
             continue
@@ -158,8 +160,9 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         plan = _plan(directory, method, seed, data, timeout_s=budget_s * SEARCH_SHARE)
         run_search(plan, "auto", resume=False, progress=False)
         _promote_best(plan.storage, plan.study, directory)
-    elif method in ("tianfeng-async", "tianfeng-pause"):  # the same search; full-fidelity runs as trials qualify
-        _search_and_promote(_plan(directory, method, seed, data), directory, pause=method == "tianfeng-pause")
+    elif method in ("tianfeng-async", "tianfeng-pause", "tianfeng-leader"):  # full-fidelity runs as trials qualify
+        _search_and_promote(_plan(directory, method, seed, data), directory, pause=method != "tianfeng-async",
+                            leaders_only=method == "tianfeng-leader")
     elif method in ("optuna-tpe", "tpe-hyperband"):
         pruner = "none" if method == "optuna-tpe" else "hyperband"
         run_search(_plan(directory, method, seed, data, rung="target", priors=False, pruner=pruner), 2, resume=False,
