@@ -28,10 +28,11 @@ from tianfeng.logs import quiet_optuna
 from tianfeng.store import RunRecordStatus, RunStore
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
-METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe", "tpe-hyperband", "ray-asha", "one-epoch")
+METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe", "tpe-hyperband", "ray-asha",
+           "one-epoch")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
-PROMOTE_ETA = 3  # tianfeng-async: ASHA's reduction factor, as in tianfeng's default pruner
-RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": 2}  # threads each promoted run trains with
+PROMOTE_ETA = 3  # the tianfeng-* methods that promote as trials qualify: ASHA's factor, as in the default pruner
+RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": 2}  # a promoted run's threads
 
 
 def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
