@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from optuna.trial import TrialState
 
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space
 from tianfeng.hpo.runner import run_search
+from tianfeng.hpo.space import SearchSpace
 from tianfeng.logs import quiet_optuna
 from tianfeng.store import RunRecordStatus, RunStore
 
@@ -52,11 +54,32 @@ class AfterFirstEpoch(optuna.pruners.BasePruner):
 def _promote_best(storage: str, study: str, directory: Path) -> None:
     """tianfeng's second half: promote the best proxy trials to full fidelity, best first, until
     stopped."""
-    from tianfeng.promotion.run import promote
-
     trials = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
     for t in sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.value, reverse=True):
-        promote(storage, study, t.number, batch_size=None, overrides=[], runs_dir=directory / "runs", dry_run=False)
+        _promote(storage, study, t.number, directory)
+
+
+def _promote(storage: str, study: str, number: int, directory: Path) -> None:
+    """Trial `number` at full fidelity, as `tianfeng promote` runs it here."""
+    from tianfeng.promotion.run import promote
+
+    promote(storage, study, number, batch_size=None, overrides=[], runs_dir=directory / "runs", dry_run=False)
+
+
+def _proxy_worker(plan: SearchPlan, space: SearchSpace, worker: int) -> tuple[optuna.Study, Callable[[], None]]:
+    """The study as worker `worker` sees it (its own sampler stream) and a call that runs one
+    proxy trial, logged as the search logs it."""
+    from tianfeng.hpo.objective import ProxyObjective
+    from tianfeng.hpo.registry import make_sampler
+    from tianfeng.hpo.runner import sampler_seed
+    from tianfeng.hpo.study_setup import make_pruner
+    from tianfeng.hpo.trial_log import TrialLogger
+
+    study = optuna.load_study(study_name=plan.study, storage=plan.storage, pruner=make_pruner(space, plan),
+                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, 0)))
+    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
+    callbacks = [TrialLogger(space.objective.metric)]
+    return study, lambda: study.optimize(objective, n_trials=1, callbacks=callbacks, catch=(Exception,))
 
 
 def next_promotion(trials: list[optuna.trial.FrozenTrial], promoted: set[int], eta: int = PROMOTE_ETA,
@@ -80,13 +103,8 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False, 
 
     import torch
 
-    from tianfeng.hpo.objective import ProxyObjective
-    from tianfeng.hpo.registry import make_sampler
-    from tianfeng.hpo.runner import sampler_seed
-    from tianfeng.hpo.study_setup import make_pruner, open_study
-    from tianfeng.hpo.trial_log import TrialLogger
+    from tianfeng.hpo.study_setup import open_study
     from tianfeng.interrupts import run_quietly
-    from tianfeng.promotion.run import promote
 
     space = plan_space(plan)
     open_study(plan, space, resume=False)  # created whole, the priors queued, before either worker starts
@@ -99,21 +117,18 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False, 
                                args=("tianfeng.hpo.runner", "_worker_process", pickle.dumps((plan, 1, 1, 0))))
     searcher.start()
     torch.set_num_threads(1)
-    study = optuna.load_study(study_name=plan.study, storage=plan.storage, pruner=make_pruner(space, plan),
-                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, 2, 0)))
-    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
+    study, one_trial = _proxy_worker(plan, space, 2)
     promoted: set[int] = set()
     while True:
         pick = next_promotion(study.get_trials(deepcopy=False), promoted, leaders_only=leaders_only)
         if pick is None:
-            study.optimize(objective, n_trials=1, callbacks=[TrialLogger(space.objective.metric)], catch=(Exception,))
+            one_trial()
             continue
         promoted.add(pick.number)
         if pause:  # the other worker's running trial finishes first; it then waits
             paused.touch()
             torch.set_num_threads(2)
-        promote(plan.storage, plan.study, pick.number, batch_size=None, overrides=[], runs_dir=directory / "runs",
-                dry_run=False)
+        _promote(plan.storage, plan.study, pick.number, directory)
         if pause:
             paused.unlink()
             torch.set_num_threads(1)
@@ -123,26 +138,16 @@ def _pausable_searcher(plan: SearchPlan, paused: Path) -> None:
     """tianfeng-pause's other worker: proxy trials at one thread, none started while `paused` exists."""
     import torch
 
-    from tianfeng.hpo.objective import ProxyObjective
-    from tianfeng.hpo.registry import make_sampler
-    from tianfeng.hpo.runner import sampler_seed
-    from tianfeng.hpo.study_setup import make_pruner
-    from tianfeng.hpo.trial_log import TrialLogger
-
     torch.set_num_threads(1)
     quiet_optuna()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
-    space = plan_space(plan)
-    study = optuna.load_study(study_name=plan.study, storage=plan.storage, pruner=make_pruner(space, plan),
-                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, 1, 0)))
-    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
+    _, one_trial = _proxy_worker(plan, plan_space(plan), 1)
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             while paused.exists():
                 time.sleep(1.0)
-            study.optimize(objective, n_trials=1, callbacks=[TrialLogger(space.objective.metric)],
-                           catch=(Exception,))
+            one_trial()
 
 
 def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
