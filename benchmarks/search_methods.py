@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -34,7 +35,8 @@ METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "o
            "one-epoch")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
 PROMOTE_ETA = 3  # the tianfeng-* methods that promote as trials qualify: ASHA's factor, as in the default pruner
-RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": 2}  # a promoted run's threads
+# a promoted run's threads (tianfeng-leader: `tianfeng search --promote leader` gives it every core)
+RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": os.cpu_count() or 1}
 
 
 def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
@@ -82,22 +84,20 @@ def _proxy_worker(plan: SearchPlan, space: SearchSpace, worker: int) -> tuple[op
     return study, lambda: study.optimize(objective, n_trials=1, callbacks=callbacks, catch=(Exception,))
 
 
-def next_promotion(trials: list[optuna.trial.FrozenTrial], promoted: set[int], eta: int = PROMOTE_ETA,
-                   leaders_only: bool = False) -> optuna.trial.FrozenTrial | None:
+def next_promotion(trials: list[optuna.trial.FrozenTrial], promoted: set[int],
+                   eta: int = PROMOTE_ETA) -> optuna.trial.FrozenTrial | None:
     """ASHA's rule with full fidelity as the top rung: once `eta` proxy trials are complete, the
-    best one not yet promoted, if it ranks in the top 1/eta of them. `leaders_only`: only the best
-    proxy trial, so nothing ranked below a promoted trial is promoted."""
+    best one not yet promoted, if it ranks in the top 1/eta of them."""
     done = sorted((t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
                   key=lambda t: t.value, reverse=True)
-    top = done[:min(1, len(done) // eta)] if leaders_only else done[:len(done) // eta]
-    return next((t for t in top if t.number not in promoted), None)
+    return next((t for t in done[:len(done) // eta] if t.number not in promoted), None)
 
 
-def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False, leaders_only: bool = False) -> None:
+def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) -> None:
     """tianfeng-async: one worker process searches the proxies; this process, at one thread too,
     promotes by `next_promotion` whenever a trial qualifies and searches in between, until stopped.
     tianfeng-pause: the same, but the other worker starts no trial while a promoted run trains,
-    and that run has both cores. tianfeng-leader: tianfeng-pause promoting only the proxy leader."""
+    and that run has both cores."""
     import multiprocessing
     import pickle
 
@@ -120,7 +120,7 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False, 
     study, one_trial = _proxy_worker(plan, space, 2)
     promoted: set[int] = set()
     while True:
-        pick = next_promotion(study.get_trials(deepcopy=False), promoted, leaders_only=leaders_only)
+        pick = next_promotion(study.get_trials(deepcopy=False), promoted)
         if pick is None:
             one_trial()
             continue
@@ -166,9 +166,14 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         plan = _plan(directory, method, seed, data, timeout_s=budget_s * SEARCH_SHARE)
         run_search(plan, "auto", resume=False, progress=False)
         _promote_best(plan.storage, plan.study, directory)
-    elif method in ("tianfeng-async", "tianfeng-pause", "tianfeng-leader"):  # full-fidelity runs as trials qualify
-        _search_and_promote(_plan(directory, method, seed, data), directory, pause=method != "tianfeng-async",
-                            leaders_only=method == "tianfeng-leader")
+    elif method in ("tianfeng-async", "tianfeng-pause"):  # full-fidelity runs as trials qualify
+        _search_and_promote(_plan(directory, method, seed, data), directory, pause=method == "tianfeng-pause")
+    elif method == "tianfeng-leader":  # the product's own: tianfeng search --promote leader
+        import tianfeng
+
+        plan = _plan(directory, method, seed, data)
+        tianfeng.search(SPACE, storage=plan.storage, study=method, data=data, objective="accuracy", seed=seed,
+                        trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", promote="leader", progress=False)
     elif method in ("optuna-tpe", "tpe-hyperband"):
         pruner = "none" if method == "optuna-tpe" else "hyperband"
         run_search(_plan(directory, method, seed, data, rung="target", priors=False, pruner=pruner), 2, resume=False,

@@ -5,7 +5,8 @@ promoted to full fidelity one after another); tianfeng-async (the same search wi
 as the top rung of ASHA's ladder: from the start, a proxy trial in the top third of the complete
 ones is promoted by one of the two workers, at one thread, while the other searches);
 tianfeng-pause (the same, but the search pauses while a promoted run trains on both cores);
-tianfeng-leader (tianfeng-pause promoting only the best proxy trial); plain Optuna TPE at full
+tianfeng-leader (`tianfeng search --promote leader`: each new proxy leader trained at full
+fidelity while the search waits); plain Optuna TPE at full
 fidelity; Optuna TPE + HyperbandPruner at full fidelity; Ray Tune ASHA at full
 fidelity (random sampling); and one epoch of random recipes for half the budget, then the best of
 them trained whole (Egele et al. 2023). Full fidelity is `large_batch.yaml`'s `target` rung.

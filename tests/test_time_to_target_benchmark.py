@@ -59,9 +59,6 @@ def test_async_promotion_takes_the_best_unpromoted_trial_of_the_top_third_of_com
     assert next_promotion(trials, {1}).number == 4  # the second of the top two
     assert next_promotion(trials, {1, 4}) is None  # #2 is third of six: not in the top third
     assert next_promotion(trials, {1}, eta=2).number == 4 and next_promotion(trials, {1, 4}, eta=2).number == 2
-    assert next_promotion(trials, set(), leaders_only=True).number == 1
-    assert next_promotion(trials, {1}, leaders_only=True) is None  # #4 ranks below the promoted #1
-    assert next_promotion(_trials([60.0, 70.0]), set(), leaders_only=True) is None
 
 
 @pytest.mark.alone

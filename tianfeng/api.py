@@ -31,6 +31,10 @@ from tianfeng.trainers.config import ConfigError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tianfeng.hpo.plan import SearchPlan
+    from tianfeng.hpo.runner import ExclusiveWork
+    from tianfeng.hpo.space import SearchSpace
+
 
 def search(space: str | Path, options: SearchOptions | None = None, **changes: Any) -> optuna.Study:
     """Search `space` (a file, or a shipped space's bare name) with proxy runs; the study is kept
@@ -91,7 +95,8 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
         run_ray_search(plan, RayOptions(address=o.ray_address, cpus_per_trial=cpus, gpus_per_trial=o.gpus_per_trial),
                        resume=o.resume)
     else:
-        run_search(plan, o.workers, resume=o.resume, space=loaded, progress=o.progress)
+        run_search(plan, o.workers, resume=o.resume, space=loaded, progress=o.progress,
+                   between_trials=_leader_promotion(plan, loaded, o))
     study_obj = optuna.load_study(study_name=plan.study, storage=plan.storage)
     publish_curves(study_obj)  # for optuna-dashboard, when installed
     if o.mlflow:
@@ -99,6 +104,19 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
 
         export_study(o.mlflow, study_obj, o.storage)
     return study_obj
+
+
+def _leader_promotion(plan: SearchPlan, space: SearchSpace, o: SearchOptions) -> ExclusiveWork | None:
+    """`--promote leader`'s work between trials, or None."""
+    if o.promote == "none":
+        return None
+    if space.objective.mode == ObjectiveMode.PARETO:
+        raise ConfigError("--promote", o.promote, "needs one best trial: use it with --objective accuracy or "
+                                                  "time-to-target, not pareto (promote front trials with "
+                                                  "tianfeng promote --fastest-to)")
+    from tianfeng.promotion.leaders import LeaderPromotion
+
+    return LeaderPromotion(plan.storage, plan.study, Path(o.runs_dir))
 
 
 def promote(trial: int | None = None, options: PromoteOptions | None = None, **changes: Any) -> dict:

@@ -5,6 +5,7 @@ from enum import StrEnum
 
 SAMPLER_NAMES = ("tpe", "cmaes", "random", "grid", "qmc")
 PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
+PROMOTION_MODES = ("none", "leader")  # search --promote: none, or each new proxy leader at full fidelity
 DEFAULT_STORAGE = "sqlite:///tianfeng.db"
 FAILURE_LIMIT = 3  # consecutive failures with one error that stop a search
 

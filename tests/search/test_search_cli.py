@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,11 +34,16 @@ def test_shipped_space_runs_and_prints_the_promote_command(tmp_path: Path) -> No
     (["--workers", "0"], "--workers: must be auto or a number >= 1, got 0"),
     (["--timeout", "ten minutes"], "--timeout: must look like 90s, 10m or 1h"),
     (["--fidelity", "huge"], "--fidelity: must be one of lowres_half, quick, proxy, medium, long, lowres_long, lowres_40, lowres_80, target"),
+    (["--promote", "leader", "--backend", "ray"], "--promote: needs --backend optuna"),
+    (["--promote", "leader"], "--promote: leader: needs one best trial: use it with --objective accuracy or "
+                              "time-to-target, not pareto"),  # the space's objective is pareto
 ])
 def test_bad_search_arguments(tmp_path: Path, args: list[str], expected: str) -> None:
     out = search("--space", str(REPO / "search_spaces" / "large_batch.yaml"), *args, cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
     assert expected in out.stderr
+    db = tmp_path / "tianfeng.db"
+    assert not db.exists() or optuna.get_all_study_names(f"sqlite:///{db}") == []  # refused before any trial
 
 
 def test_missing_space_file(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tianfeng.commands.flags import add_storage, options_from_flags
-from tianfeng.defaults import OBJECTIVE_MODES, PRUNER_NAMES, SAMPLER_NAMES
+from tianfeng.defaults import OBJECTIVE_MODES, PROMOTION_MODES, PRUNER_NAMES, SAMPLER_NAMES
 from tianfeng.trainers.config import ConfigError
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
@@ -42,8 +42,9 @@ def _interrupted(args, cut: KeyboardInterrupt) -> int:
               file=sys.stderr)
         return 130
     again = f"; trial(s) {', '.join(map(str, requeued))} will continue from their checkpoints" if requeued else ""
+    promoting = f" --promote {args.promote}" if args.promote != "none" else ""
     print(f"tianfeng: interrupted; finished trials are saved in {args.storage}{again}. Continue with:\n"
-          f"  tianfeng search --space {args.space} --study {study_name} --storage {args.storage} --resume",
+          f"  tianfeng search --space {args.space} --study {study_name} --storage {args.storage}{promoting} --resume",
           file=sys.stderr)
     return 130
 
@@ -108,6 +109,10 @@ def add_search_arguments(parser) -> None:
     parser.add_argument("--gpus", type=int, default=None, help="GPUs of the cluster the full run is for "
                         "(replaces the space's cluster.gpus)")
     parser.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node of that cluster")
+    parser.add_argument("--promote", choices=PROMOTION_MODES, default="none",
+                        help="leader: once 3 trials are complete, train each new leader at full fidelity (as "
+                             "tianfeng promote does) while the other workers wait, so the search ends with its "
+                             "best trial's full run; none (default): proxy trials only")
     parser.add_argument("--resume", action="store_true", help="continue an existing study")
     parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (with --workers 1 a search repeats exactly)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where trial run directories go (default runs/)")

@@ -13,6 +13,7 @@ from tianfeng.defaults import (
     DEFAULT_STORAGE,
     FAILURE_LIMIT,
     OBJECTIVE_MODES,
+    PROMOTION_MODES,
     PRUNER_NAMES,
     SAMPLER_NAMES,
 )
@@ -52,6 +53,7 @@ class SearchOptions:
     cpus_per_trial: float | None = None  # with ray (default 1)
     gpus_per_trial: float | None = None  # with ray (default 1 on a cluster with GPUs, else 0)
     mlflow: str | None = None  # a tracking URI: every trial also logged as an MLflow run
+    promote: str = "none"  # leader: each new proxy leader trained at full fidelity while the search waits
     progress: bool = True  # the live progress bar, on a terminal
 
     def changed(self, **changes: Any) -> SearchOptions:
@@ -67,7 +69,7 @@ class SearchOptions:
             return ConfigError(flag, "", what)
 
         for flag, value, names in (("--sampler", self.sampler, SAMPLER_NAMES), ("--pruner", self.pruner, PRUNER_NAMES),
-                                   ("--backend", self.backend, BACKENDS)):
+                                   ("--backend", self.backend, BACKENDS), ("--promote", self.promote, PROMOTION_MODES)):
             if value not in names:
                 raise fail(flag, f"must be one of {', '.join(names)}; got {value!r}")
         if self.objective is not None and self.objective not in OBJECTIVE_MODES:
@@ -88,6 +90,8 @@ class SearchOptions:
         if self.backend == "ray" and workers != "auto":
             raise fail("--workers", "is for the optuna backend; with --backend ray, Ray runs as many trials at once "
                                     "as --cpus-per-trial and --gpus-per-trial allow")
+        if self.backend == "ray" and self.promote != "none":
+            raise fail("--promote", "needs --backend optuna (its workers pause while a promoted run trains)")
         if self.backend == "optuna" and any(v is not None for v in (self.ray_address, self.cpus_per_trial,
                                                                      self.gpus_per_trial)):
             raise fail("--backend", "--address, --cpus-per-trial and --gpus-per-trial need --backend ray")

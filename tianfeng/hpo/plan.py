@@ -53,6 +53,7 @@ class SearchPlan:
     objective: str | None = None  # objective mode, replacing the space's
     target: float | None = None  # time-to-target's target, replacing the space's
     min_accuracy: float | None = None  # pareto's accuracy floor, replacing the space's
+    pause_file: str | None = None  # while this file exists the worker starts no trial (a promoted run has the cores)
 
     def __post_init__(self) -> None:
         check_name(self.study, "--study", "", max_length=STUDY_MAX_LENGTH)  # runs/<study>/trial-N

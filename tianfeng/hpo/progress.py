@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+from collections.abc import Iterator
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -49,6 +50,15 @@ class StudyProgress:
 
         self._thread = threading.Thread(target=refresh, name="tianfeng-progress", daemon=True)
         self._thread.start()
+
+    @contextlib.contextmanager
+    def hidden(self) -> Iterator[None]:
+        """The bar off the terminal while another live view (a promoted run's) has it."""
+        self._progress.stop()
+        try:
+            yield
+        finally:
+            self._progress.start()
 
     def update(self, study: optuna.Study, *_: object) -> None:
         """Also usable as an Optuna callback: `(study, trial)`."""

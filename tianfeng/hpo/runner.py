@@ -4,13 +4,16 @@ it cut, and the result."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import os
 import pickle
 import signal
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -40,9 +43,11 @@ log = logging.getLogger("tianfeng.search")
 
 
 def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
-               progress: StudyProgress | None = None, stream: int = 0, space: SearchSpace | None = None) -> None:
+               progress: StudyProgress | None = None, stream: int = 0, space: SearchSpace | None = None,
+               after_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None) -> None:
     """One worker: run trials of the study until the budget or the timeout is reached. `space`:
-    the plan's space when this process has already read it."""
+    the plan's space when this process has already read it; `after_trial`: called after each of
+    its trials, after the budget and the progress bar have seen it."""
     from tianfeng.logs import setup_logging
 
     if worker > 0:  # a spawned process: set up logging and the worker's share of the cores
@@ -68,10 +73,29 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     peers = PeerPruner() if space.objective.mode != ObjectiveMode.ACCURACY and plan.pruner != "none" else None
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, peers=peers)
     callbacks = [budget, StopOnRepeatedFailure(plan.failure_limit), TrialLogger(space.objective.metric)] + (
-        [progress.update] if progress else []) + [lambda study, trial: raise_if_interrupted()]
+        [progress.update] if progress else []) + [lambda study, trial: raise_if_interrupted()] + (
+        [after_trial] if after_trial else [])
+    if plan.pause_file:  # before the first trial too: a worker may start while a promoted run trains
+        callbacks.append(WaitWhilePaused(Path(plan.pause_file)))
+        callbacks[-1].wait()
     # any error fails the trial, not the search; repeated_failure stops a search that cannot work
     with contextlib.suppress(BudgetReached):
         study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(Exception,))
+
+
+class WaitWhilePaused:
+    """An Optuna callback: after a trial, start no other while the file exists."""
+
+    def __init__(self, path: Path, every_s: float = 0.5) -> None:
+        self.path, self.every_s = path, every_s
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.wait()
+
+    def wait(self) -> None:
+        while self.path.exists():
+            time.sleep(self.every_s)
+            raise_if_interrupted()
 
 
 def sampler_seed(plan: SearchPlan, worker: int, stream: int) -> int:
@@ -86,11 +110,16 @@ def sampler_seed(plan: SearchPlan, worker: int, stream: int) -> int:
     return int(np.random.SeedSequence((plan.seed, worker, stream)).generate_state(1)[0])
 
 
+ExclusiveWork = Callable[[optuna.Study], Callable[[], None] | None]
+
+
 def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: SearchSpace | None = None,
-               progress: bool = True) -> optuna.Study:
+               progress: bool = True, between_trials: ExclusiveWork | None = None) -> optuna.Study:
     """Run the plan's study with `workers` local processes (a count, or auto: see hpo/workers.py).
     `space`: the plan's space when the caller has read it (each worker process reads its own);
-    `progress`: the live bar on a terminal."""
+    `progress`: the live bar on a terminal. `between_trials(study)`: asked after each trial of
+    this process and, once it has none left, until the others end; the work it returns (or None)
+    runs here with every core while the other workers start no trial (see `_run_with_exclusive`)."""
     from tianfeng.hpo.workers import resolve_workers
 
     quiet_optuna()
@@ -106,7 +135,9 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: Sea
     with StudyProgress(total, space.objective.metric, enabled=progress) as bar:
         bar.update(study)
         bar.follow(study)
-        if workers <= 1:
+        if between_trials is not None:
+            _run_with_exclusive(plan, workers, study, space, bar, stream, between_trials)
+        elif workers <= 1:
             try:
                 run_worker(plan, progress=bar, stream=stream, space=space)
             except KeyboardInterrupt:  # this process was the worker: none of its trials still runs
@@ -125,19 +156,10 @@ def new_stream() -> int:
 
 def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress: StudyProgress,
                    stream: int = 0) -> None:
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    gpus = worker_gpus(workers)
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=run_quietly, args=(__name__, "_worker_process",
-                                                   pickle.dumps((plan, i + 1, threads, stream, gpus[i]))),
-                         name=f"tianfeng-worker-{i + 1}") for i in range(workers)]
+    procs = _worker_processes(plan, range(1, workers + 1), max(1, (os.cpu_count() or 1) // workers), stream,
+                              worker_gpus(workers))
     try:
-        from multiprocessing import resource_tracker
-
-        resource_tracker.ensure_running()  # its own start unblocks Ctrl-C: start it before holding it
-        for p in procs:
-            with held_for_children():
-                p.start()
+        _start(procs)
         while any(p.is_alive() for p in procs):
             raise_if_interrupted()
             progress.update(study)
@@ -147,6 +169,77 @@ def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress
         _interrupt(procs)
         requeue_interrupted(plan.storage, plan.study, dead_workers={worker_id(p.pid) for p in procs})
         raise
+    _warn_abnormal(procs)
+
+
+def _worker_processes(plan: SearchPlan, numbers: range, threads: int, stream: int,
+                      gpus: list[str | None]) -> list[multiprocessing.Process]:
+    """Worker `n` of `numbers` as a spawned process (not started), on `gpus[n - 1]`."""
+    ctx = multiprocessing.get_context("spawn")
+    return [ctx.Process(target=run_quietly, args=(__name__, "_worker_process",
+                                                  pickle.dumps((plan, n, threads, stream, gpus[n - 1]))),
+                        name=f"tianfeng-worker-{n}") for n in numbers]
+
+
+def _start(procs: list[multiprocessing.Process]) -> None:
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # its own start unblocks Ctrl-C: start it before holding it
+    for p in procs:
+        with held_for_children():
+            p.start()
+
+
+def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, space: SearchSpace,
+                        progress: StudyProgress, stream: int, between_trials: ExclusiveWork) -> None:
+    """This process is worker 0 of `workers` (its trials on the first GPU, if any), the others are
+    spawned. After each of its trials, and every second once it has none left until the others
+    end, it asks `between_trials`; work it returns runs here with every core while a pause file
+    keeps the others from starting a trial (each finishes the one it runs first)."""
+    import torch
+
+    cores, before = os.cpu_count() or 1, torch.get_num_threads()
+    threads = max(1, cores // workers)
+    with tempfile.TemporaryDirectory(prefix="tianfeng-search-") as folder:
+        paused = Path(folder) / "paused"
+
+        def run_due(study: optuna.Study, *_: object) -> None:
+            work = between_trials(study)
+            if work is None:
+                return
+            paused.touch()
+            torch.set_num_threads(cores)
+            try:
+                with progress.hidden():
+                    work()
+            finally:
+                torch.set_num_threads(threads)
+                paused.unlink(missing_ok=True)
+
+        gpus = worker_gpus(workers)  # worker n on gpus[n]: this process has the first
+        procs = _worker_processes(dataclasses.replace(plan, pause_file=str(paused)), range(1, workers), threads,
+                                  stream, gpus[1:] + gpus[:1])
+        try:
+            _start(procs)
+            run_worker(plan, 0, threads, progress=progress, stream=stream, space=space, after_trial=run_due)
+            while any(p.is_alive() for p in procs):
+                raise_if_interrupted()
+                progress.update(study)
+                for p in procs:
+                    p.join(timeout=1.0 / len(procs))
+                run_due(study)
+            run_due(study)
+        except KeyboardInterrupt:
+            _interrupt(procs)
+            requeue_interrupted(plan.storage, plan.study,
+                                dead_workers={worker_id()} | {worker_id(p.pid) for p in procs})
+            raise
+        finally:
+            torch.set_num_threads(before)
+    _warn_abnormal(procs)
+
+
+def _warn_abnormal(procs: list[multiprocessing.Process]) -> None:
     failed = [f"{p.name} ({exit_text(p.exitcode)})" for p in procs if p.exitcode not in (0, None)]
     if failed:
         log.warning("worker(s) %s exited abnormally; their running trials will be retried on --resume",

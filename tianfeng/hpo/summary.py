@@ -33,7 +33,7 @@ def print_summary(study, storage: str) -> int:
         print("no trial completed: nothing to promote", file=sys.stderr)
         return 1
     metric = study.user_attrs.get("metric", "value")
-    storage = storage_flag(storage)
+    storage_url, storage = storage, storage_flag(storage)
     if mode == ObjectiveMode.PARETO:
         from tianfeng.hpo.scores import pareto_front
 
@@ -54,5 +54,19 @@ def print_summary(study, storage: str) -> int:
           + (f"  (prior: {best.user_attrs['prior']})" if "prior" in best.user_attrs else ""))
     for key, value in best.params.items():
         print(f"  {key}: {value:.6g}" if isinstance(value, float) else f"  {key}: {value}")
-    print(f"promote it with:\n  tianfeng promote {best.number} --study {study.study_name}{storage}")
+    runs = promoted_runs(study, storage_url)
+    for run in runs:
+        full = run["final_score"]
+        print(f"full-fidelity run of #{run['trial_number']}: {metric} "
+              f"{'-' if full is None else f'{full:.4f}'} ({run['status']}; proxy {run['proxy_score']:.4f}) "
+              f"in {run['run_dir']}")
+    if best.number not in {run["trial_number"] for run in runs}:
+        print(f"promote it with:\n  tianfeng promote {best.number} --study {study.study_name}{storage}")
     return 0
+
+
+def promoted_runs(study, storage: str) -> list[dict]:
+    """The study's promoted runs (`tianfeng promote`, `search --promote leader`), oldest first."""
+    from tianfeng.store import RunStore
+
+    return [r for r in RunStore(storage).runs(study.study_name) if r["kind"] == "promote"]

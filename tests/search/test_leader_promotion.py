@@ -1,0 +1,141 @@
+"""`tianfeng search --promote leader`: each new proxy leader trained at full fidelity while the
+search waits, the search ending with its leader's full run; Ctrl-C in a promoted run and --resume."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+import tianfeng
+from tests.search.conftest import write_space
+from tianfeng.hpo.locked_storage import worker_id
+from tianfeng.promotion.leaders import FIRST_AFTER, proxy_leader
+from tianfeng.store import RunRecordStatus, RunStore
+
+
+def _trial(state: TrialState, value: float | None = None) -> optuna.trial.FrozenTrial:
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    return optuna.create_trial(state=state, value=value, params={"x": 0.5}, distributions=dist)
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_leader_is_the_best_complete_trial_once_three_are_complete(direction: str) -> None:
+    study = optuna.create_study(direction=direction)
+    study.set_user_attr("objective_mode", "accuracy")
+    for state, value in ((TrialState.COMPLETE, 50.0), (TrialState.PRUNED, None), (TrialState.FAIL, None),
+                         (TrialState.COMPLETE, 70.0)):
+        study.add_trial(_trial(state, value))
+    assert FIRST_AFTER == 3 and proxy_leader(study) is None  # two complete: pruned and failed do not count
+    study.add_trial(_trial(TrialState.COMPLETE, 60.0))
+    leader = proxy_leader(study)
+    assert leader is not None and leader.value == (70.0 if direction == "maximize" else 50.0)
+
+
+def _leaders_in_order(trials: list[optuna.trial.FrozenTrial]) -> list[int]:
+    """Each trial that took the lead, in the order the trials ended, once three were complete."""
+    leaders, complete = [], []
+    for t in sorted((t for t in trials if t.datetime_complete), key=lambda t: (t.datetime_complete, t.number)):
+        if t.state == TrialState.COMPLETE:
+            complete.append(t)
+        if len(complete) >= FIRST_AFTER:
+            best = max(complete, key=lambda c: (c.value, -c.number))  # a tie: the first
+            if not leaders or leaders[-1] != best.number:
+                leaders.append(best.number)
+    return leaders
+
+
+def _utc(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+
+
+def _second(when: datetime) -> datetime:
+    """A trial's time to the whole second, as the run records keep theirs."""
+    return when.astimezone(UTC).replace(microsecond=0)
+
+
+def _search(tmp_path: Path, tiny_space: dict, workers: int, trials: int) -> tuple[optuna.Study, list[dict]]:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = tianfeng.search(write_space(tmp_path, tiny_space), storage=storage, study="lead", sampler="random",
+                            pruner="none", trials=trials, workers=workers, seed=3, runs_dir=tmp_path / "runs",
+                            promote="leader", progress=False)
+    return study, RunStore(storage).runs("lead")
+
+
+@pytest.mark.slow
+def test_one_worker_promotes_every_new_leader_once_and_ends_with_the_best_trials_full_run(
+        tmp_path: Path, tiny_space: dict) -> None:
+    study, runs = _search(tmp_path, tiny_space, workers=1, trials=7)
+    trials = study.get_trials()
+    assert [r["trial_number"] for r in runs] == _leaders_in_order(trials)
+    assert runs[-1]["trial_number"] == study.best_trial.number
+    assert all(r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED and r["final_score"] is not None
+               for r in runs)
+    for run in runs:  # the search waits: no trial runs while a promoted run trains
+        start, end = _utc(run["created"]), _utc(run["updated"])
+        assert not [t.number for t in trials
+                    if start < _second(t.datetime_start) < end or start < _second(t.datetime_complete) < end]
+
+
+@pytest.mark.slow
+def test_other_workers_start_no_trial_while_a_promoted_run_trains(tmp_path: Path, tiny_space: dict) -> None:
+    tiny_space["fidelities"]["target"] = {"epochs": 8}  # a promoted run long enough to see the others wait
+    study, runs = _search(tmp_path, tiny_space, workers=2, trials=8)
+    trials = study.get_trials()
+    assert runs and runs[-1]["trial_number"] == study.best_trial.number
+    history = _leaders_in_order(trials)
+    promoted = [r["trial_number"] for r in runs]
+    assert all(n in history for n in promoted)  # each promoted trial led, in the order they led
+    assert promoted == sorted(promoted, key=history.index)
+    workers = {t.user_attrs["worker"] for t in trials}
+    assert len(workers) == 2 and worker_id() in workers  # this process and one spawned worker
+    for run in runs:
+        start, end = _utc(run["created"]), _utc(run["updated"])
+        assert not [t.number for t in trials if start < _second(t.datetime_start) < end]
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tianfeng.cli", "search", *args]
+
+
+@pytest.mark.alone
+@pytest.mark.slow
+def test_ctrl_c_in_a_promoted_run_then_resume_continues_it_from_its_checkpoint(tmp_path: Path,
+                                                                              tiny_space: dict) -> None:
+    tiny_space["fidelities"]["target"] = {"epochs": 12}
+    tiny_space["base"]["checkpoint"] = {"every_steps": 2}
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    common = ["--space", str(write_space(tmp_path, tiny_space)), "--storage", storage, "--study", "cut",
+              "--sampler", "random", "--pruner", "none", "--trials", "4", "--runs-dir", str(tmp_path / "runs"),
+              "--workers", "1", "--promote", "leader"]
+    proc = subprocess.Popen(_cli(*common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    deadline, cut = time.time() + 240, None
+    while time.time() < deadline and cut is None and proc.poll() is None:
+        time.sleep(0.2)
+        try:
+            runs = RunStore(storage).runs("cut")
+        except Exception:  # noqa: BLE001 - the database is not made yet
+            continue
+        if runs and (Path(runs[0]["run_dir"]) / "checkpoints" / "last.pt").exists():
+            proc.send_signal(signal.SIGINT)
+            cut = runs[0]
+    assert cut is not None, proc.communicate()[1].decode()[-2000:]
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert "--promote leader --resume" in err.decode()
+    assert RunStore(storage).runs("cut")[0]["status"] == RunRecordStatus.FAILED
+    out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = RunStore(storage).runs("cut")
+    again = next(r for r in runs if r["trial_number"] == cut["trial_number"])
+    assert again["id"] == cut["id"] and again["status"] == RunRecordStatus.COMPLETED  # the same run, finished
+    assert f"resuming trial {cut['trial_number']} of cut as run {cut['id']}" in out.stderr
+    assert len(again["epochs"]) == 12
+    assert f"full-fidelity run of #{cut['trial_number']}: val_top1" in out.stdout
