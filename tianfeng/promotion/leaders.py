@@ -40,7 +40,6 @@ class LeaderPromotion:
         self.storage, self.study_name, self.runs_dir = storage, study_name, runs_dir
         self.promoted: set[int] = {r["trial_number"] for r in RunStore(storage).runs(study_name)
                                    if r["kind"] == "promote" and r["status"] in DONE}
-        self.results: list[dict] = []
 
     def __call__(self, study: optuna.Study) -> Callable[[], None] | None:
         leader = proxy_leader(study)
@@ -51,11 +50,9 @@ class LeaderPromotion:
 
     def _promote(self, number: int) -> None:
         log.info("trial %d leads the search: training it at full fidelity while the search waits", number)
-        try:
-            out = promote(self.storage, self.study_name, number, batch_size=None, overrides=[],
-                          runs_dir=self.runs_dir, dry_run=False)
+        try:  # the run's record in the store is its result
+            promote(self.storage, self.study_name, number, batch_size=None, overrides=[], runs_dir=self.runs_dir,
+                    dry_run=False)
         except Exception as error:  # noqa: BLE001 - one failed full run does not end the search
             log.warning("promotion of trial %d failed: %s: %s; the search goes on", number, type(error).__name__,
                         str(error).strip().splitlines()[0] if str(error).strip() else "")
-            out = {"trial": number, "status": RunRecordStatus.FAILED}
-        self.results.append(out)
