@@ -84,14 +84,47 @@ def test_evaluation_and_a_single_gpu_are_plain_batchnorm() -> None:
     torch.testing.assert_close(emulated(x), bn(x))
 
 
-def test_autocast_keeps_the_statistics_in_fp32() -> None:
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_autocast_keeps_the_statistics_in_fp32(layout) -> None:
     bn, emulated = _pair(nn.BatchNorm2d(4), gpus=4)
     x = torch.randn(8, 4, 3, 3) * 100 + 50  # bf16 statistics would lose the variance here
     expected, _ = _gpu_by_gpu(bn, x, _in_turn(8, 4))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        got = emulated(x.bfloat16())
+        got = emulated(x.bfloat16().contiguous(memory_format=layout))
     assert got.dtype == torch.bfloat16
+    assert got.is_contiguous(memory_format=layout)
     torch.testing.assert_close(got.float(), expected, rtol=0.02, atol=0.05)
+
+
+def test_channels_last_without_affine_parameters_and_with_a_large_mean() -> None:
+    """The channels_last path computes its own statistics: centred before squaring, so a mean
+    far from zero does not swamp the variance; no weight and bias is weight 1 and bias 0."""
+    bn = nn.BatchNorm2d(5, affine=False)
+    emulated = per_gpu_bn.convert(nn.Sequential(copy.deepcopy(bn)))
+    per_gpu_bn.set_groups(emulated, 4)
+    x = (torch.randn(16, 5, 4, 4) * 0.5 + 300).contiguous(memory_format=torch.channels_last)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected, copies = _gpu_by_gpu(bn, xa, _in_turn(16, 4))
+    got = emulated(xb)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    weight = torch.randn_like(expected)
+    (expected * weight).sum().backward()
+    (got * weight).sum().backward()
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(emulated[0].running_var, copies[0].running_var)
+
+
+def test_channels_last_gradients_match_finite_differences() -> None:
+    bn, emulated = _pair(nn.BatchNorm2d(3), gpus=2)
+    layer = emulated[0].double()
+    x = torch.randn(4, 3, 2, 3, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+
+    def normalise(x, weight, bias):
+        return torch.func.functional_call(layer, {"weight": weight, "bias": bias}, (x,))
+
+    inputs = (x.requires_grad_(), layer.weight.detach().clone().requires_grad_(),
+              layer.bias.detach().clone().requires_grad_())
+    assert torch.autograd.gradcheck(normalise, inputs)
 
 
 def test_a_small_per_gpu_batch_changes_what_the_model_computes() -> None:
