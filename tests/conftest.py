@@ -37,14 +37,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Ctrl-C reaches the commands the tests start, however the suite was launched (a shell starts
     a background job with SIGINT ignored, and its children would inherit that). In one of several
     parallel test processes (pytest-xdist), torch takes its share of the cores: two processes each
-    spinning two OpenMP threads on two cores slow each other many times."""
+    spinning two OpenMP threads on two cores slow each other many times. The commands a test
+    starts inherit the same share (OMP_NUM_THREADS), unless they set their own."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch
 
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+        share = max(1, len(os.sched_getaffinity(0)) // workers)
+        torch.set_num_threads(share)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
