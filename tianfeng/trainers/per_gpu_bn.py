@@ -13,8 +13,8 @@ gives its last images to the last GPU (the cluster would drop them).
 Dealt in turn, a contiguous batch of `groups` x g images is, without a copy, a batch of g images
 with `groups` x channels channels: one BatchNorm call computes every GPU's statistics. In
 channels_last the GPU index is not next to the channel in memory, so no view makes it one
-BatchNorm call; `_ChannelsLastGroups` normalises in place in that layout instead (a copy to
-contiguous and back cost 1.2-1.4x a plain step).
+BatchNorm call; `_ChannelsLastGroups` normalises in that layout instead, with no copy to
+contiguous and back.
 
 BatchNorm subclasses that do more than normalise (timm's BatchNormAct2d adds the activation)
 keep their class: their own forward runs GPU by GPU instead, slower but the same result."""
