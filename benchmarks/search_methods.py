@@ -32,7 +32,7 @@ from tianfeng.store import RunRecordStatus, RunStore
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
 METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe", "tpe-hyperband", "ray-asha",
-           "one-epoch")
+           "one-epoch", "one-epoch-leader")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
 PROMOTE_ETA = 3  # the tianfeng-* methods that promote as trials qualify: ASHA's factor, as in the default pruner
 # a promoted run's threads (tianfeng-leader: `tianfeng search --promote leader` gives it every core)
@@ -150,6 +150,28 @@ def _pausable_searcher(plan: SearchPlan, paused: Path) -> None:
             one_trial()
 
 
+def _screen_and_finish_leaders(study: optuna.Study, objective, first_after: int = 3) -> None:
+    """one-epoch-leader: random recipes screened by their first full-fidelity epoch, as one-epoch
+    screens them; once `first_after` are screened, each new leader by that epoch is trained whole
+    at once (a new trial with its parameters), as `--promote leader` promotes a new proxy leader."""
+    screen, finish = AfterFirstEpoch(), optuna.pruners.NopPruner()
+    finished: set[int] = set()
+    while True:
+        study.pruner = screen
+        study.optimize(objective, n_trials=1, catch=(Exception,))
+        screened = [t for t in study.get_trials(deepcopy=False) if t.intermediate_values and "screened" not in t.user_attrs
+                    and t.state == TrialState.PRUNED]
+        if len(screened) < first_after:
+            continue
+        leader = max(screened, key=lambda t: t.intermediate_values[min(t.intermediate_values)])
+        if leader.number in finished:
+            continue
+        finished.add(leader.number)
+        study.pruner = finish
+        study.enqueue_trial(leader.params, user_attrs={"screened": leader.number})
+        study.optimize(objective, n_trials=1, catch=(Exception,))
+
+
 def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
     """One-epoch's second half: the recipes with the best first epoch trained whole (from the
     start, as new trials), best first, until stopped."""
@@ -195,6 +217,15 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         objective = ProxyObjective(space, plan.study, Path(plan.runs_root), "target")
         study.optimize(objective, timeout=max(1.0, left), catch=(Exception,))
         _finish_best_first_epochs(study, objective)
+    elif method == "one-epoch-leader":  # one-epoch's screening, --promote leader's timing
+        from tianfeng.hpo.objective import ProxyObjective
+        from tianfeng.hpo.study_setup import open_study
+
+        plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
+        space = plan_space(plan)
+        study = open_study(plan, space, resume=False)
+        study.sampler = optuna.samplers.RandomSampler(seed=seed)
+        _screen_and_finish_leaders(study, ProxyObjective(space, plan.study, Path(plan.runs_root), "target"))
     else:
         raise SystemExit(f"unknown method {method!r}; one of {', '.join(METHODS)}")
 
