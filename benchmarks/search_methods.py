@@ -163,7 +163,7 @@ def _screen_and_finish_leaders(study: optuna.Study, objective, first_after: int 
                     and t.state == TrialState.PRUNED]
         if len(screened) < first_after:
             continue
-        leader = max(screened, key=lambda t: t.intermediate_values[min(t.intermediate_values)])
+        leader = max(screened, key=_first_epoch)
         if leader.number in finished:
             continue
         finished.add(leader.number)
@@ -172,12 +172,29 @@ def _screen_and_finish_leaders(study: optuna.Study, objective, first_after: int 
         study.optimize(objective, n_trials=1, catch=(Exception,))
 
 
+def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: str | None):
+    """The one-epoch methods' study (random recipes at the space's target rung, no priors) and the
+    objective that trains its trials."""
+    from tianfeng.hpo.objective import ProxyObjective
+    from tianfeng.hpo.study_setup import open_study
+
+    plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
+    space = plan_space(plan)
+    study = open_study(plan, space, resume=False)
+    study.sampler = optuna.samplers.RandomSampler(seed=seed)
+    return study, ProxyObjective(space, plan.study, Path(plan.runs_root), "target")
+
+
+def _first_epoch(trial: optuna.trial.FrozenTrial) -> float:
+    return trial.intermediate_values[min(trial.intermediate_values)]
+
+
 def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
     """One-epoch's second half: the recipes with the best first epoch trained whole (from the
     start, as new trials), best first, until stopped."""
     tried = [t for t in study.get_trials(deepcopy=False) if t.intermediate_values]
     study.pruner = optuna.pruners.NopPruner()
-    for t in sorted(tried, key=lambda t: t.intermediate_values[min(t.intermediate_values)], reverse=True):
+    for t in sorted(tried, key=_first_epoch, reverse=True):
         study.enqueue_trial(t.params)
         study.optimize(objective, n_trials=1, catch=(Exception,))
 
@@ -206,26 +223,13 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         run_ray_search(_plan(directory, method, seed, data, rung="target", priors=False, sampler="random"),
                        RayOptions(cpus_per_trial=1), resume=False)
     elif method == "one-epoch":  # random recipes for one epoch each, then the best finished
-        from tianfeng.hpo.objective import ProxyObjective
-        from tianfeng.hpo.study_setup import open_study
-
-        plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
-        space = plan_space(plan)
-        study = open_study(plan, space, resume=False)
-        study.sampler, study.pruner = optuna.samplers.RandomSampler(seed=seed), AfterFirstEpoch()
+        study, objective = _full_fidelity_random_study(directory, method, seed, data)
+        study.pruner = AfterFirstEpoch()
         left = budget_s * SEARCH_SHARE - (time.monotonic() - started)
-        objective = ProxyObjective(space, plan.study, Path(plan.runs_root), "target")
         study.optimize(objective, timeout=max(1.0, left), catch=(Exception,))
         _finish_best_first_epochs(study, objective)
     elif method == "one-epoch-leader":  # one-epoch's screening, --promote leader's timing
-        from tianfeng.hpo.objective import ProxyObjective
-        from tianfeng.hpo.study_setup import open_study
-
-        plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
-        space = plan_space(plan)
-        study = open_study(plan, space, resume=False)
-        study.sampler = optuna.samplers.RandomSampler(seed=seed)
-        _screen_and_finish_leaders(study, ProxyObjective(space, plan.study, Path(plan.runs_root), "target"))
+        _screen_and_finish_leaders(*_full_fidelity_random_study(directory, method, seed, data))
     else:
         raise SystemExit(f"unknown method {method!r}; one of {', '.join(METHODS)}")
 
