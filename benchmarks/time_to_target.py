@@ -8,8 +8,11 @@ tianfeng-pause (the same, but the search pauses while a promoted run trains on b
 tianfeng-leader (`tianfeng search --promote leader`: each new proxy leader trained at full
 fidelity while the search waits); plain Optuna TPE at full
 fidelity; Optuna TPE + HyperbandPruner at full fidelity; Ray Tune ASHA at full
-fidelity (random sampling); and one epoch of random recipes for half the budget, then the best of
-them trained whole (Egele et al. 2023). Full fidelity is `large_batch.yaml`'s `target` rung.
+fidelity (random sampling); one epoch of random recipes for half the budget, then the best of
+them trained whole (Egele et al. 2023); one-epoch-leader (the same screening, each new leader by
+its first epoch trained whole at once); and tianfeng-screen (`tianfeng search --fidelity screen
+--promote leader`: the product's TPE and priors on the full run's first epoch, each new leader
+trained whole). Full fidelity is `large_batch.yaml`'s `target` rung.
 
 Each method and seed runs in a fresh process that is stopped (Ctrl-C) when its budget is up;
 the time counts from that process's start, so start-up is paid by every method. Reported per

@@ -256,13 +256,16 @@ def _raw_config(space: SearchSpace, values: dict[str, Any], rung: str, name: str
 
 def max_rung_epochs(space: SearchSpace, rung: str) -> int:
     """The most epochs a trial at `rung` trains: the rung's own count, or with an epoch fraction
-    the larger of the space's two corners (epochs grow with the searched epoch budget)."""
+    the larger of the space's two corners (epochs grow with the searched epoch budget); a
+    screening rung's `stop_after_epochs` at most."""
     import functools
 
     f = space.fidelities[rung]
     if f.epoch_fraction is None and not space.min_steps:
-        return f.epochs or space.base.total_epochs
-    from tianfeng.hpo.space_types import corner_value
+        most = f.epochs or space.base.total_epochs
+    else:
+        from tianfeng.hpo.space_types import corner_value
 
-    return max(build_config(space, sample_active(space, functools.partial(corner_value, low=low)), rung).total_epochs
-               for low in (True, False))
+        most = max(build_config(space, sample_active(space, functools.partial(corner_value, low=low)), rung).total_epochs
+                   for low in (True, False))
+    return min(most, f.stop_after_epochs or most)

@@ -17,7 +17,7 @@ from tianfeng.hpo.locked_storage import worker_id
 from tianfeng.hpo.materialize import build_config, sample_active
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.peer_pruning import PeerPruner, rung_passed
-from tianfeng.hpo.space import Parameter, SearchSpace
+from tianfeng.hpo.space import Fidelity, Parameter, SearchSpace
 from tianfeng.hpo.walltime import predict_trial
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
 from tianfeng.trainers.engine import EpochMetrics, RunResult, RunStatus, StopTraining, train
@@ -92,6 +92,11 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     return cfg
 
 
+def screened_epochs(rung: Fidelity, total_epochs: int) -> int:
+    """The epochs a trial at `rung` trains: all of its run's, or a screening rung's first few."""
+    return min(total_epochs, rung.stop_after_epochs or total_epochs)
+
+
 def record_final(trial: optuna.Trial, space: SearchSpace, final: dict[str, Any]) -> None:
     """The last epoch's metrics and the objective's constraints (0 = satisfied)."""
     trial.set_user_attr("final", final)
@@ -157,15 +162,18 @@ class ProxyObjective:
             raise
         objective = self.space.objective
         metric = objective.metric
+        last = screened_epochs(self.space.fidelities[self.rung], cfg.total_epochs)
 
         def report(m: EpochMetrics) -> None:
             # called only for epochs this process trained: a resumed trial reports no epoch twice
             if m.noise_scale is not None:
                 trial.set_user_attr("noise_curve", {**trial.user_attrs.get("noise_curve", {}),
                                                     str(m.epoch): m.noise_scale})
-            why = judge_epoch(trial, objective, self.peers, m.epoch, cfg.total_epochs, getattr(m, metric))
+            why = judge_epoch(trial, objective, self.peers, m.epoch, last, getattr(m, metric))
             if why:
                 raise StopTraining(RunStatus.PRUNED, why)
+            if m.epoch >= last < cfg.total_epochs:
+                raise StopTraining(RunStatus.STOPPED, f"screened: stopped after epoch {m.epoch} of {cfg.total_epochs}")
 
         tag = TrialTag(trial.number)
         engine_log = logging.getLogger("tianfeng.engine")

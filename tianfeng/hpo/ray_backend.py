@@ -24,7 +24,13 @@ from ray.tune.search import Searcher
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import Budget, counted, raise_if_failing, repeated_failure
 from tianfeng.hpo.locked_storage import worker_id
-from tianfeng.hpo.objective import objective_value, objective_values, prepare_trial, record_final
+from tianfeng.hpo.objective import (
+    objective_value,
+    objective_values,
+    prepare_trial,
+    record_final,
+    screened_epochs,
+)
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.progress import StudyProgress
@@ -60,6 +66,7 @@ def ray_trial(config: dict[str, Any]) -> None:
     from ray import tune
 
     from tianfeng.trainers.config import config_from_dict
+    from tianfeng.trainers.engine import RunStatus, StopTraining
 
     module, function = config["trainer"].split(":")
     train = getattr(importlib.import_module(module), function)
@@ -70,9 +77,11 @@ def ray_trial(config: dict[str, Any]) -> None:
     def report(m) -> None:
         last.update(asdict(m), status=TrialStatus.RUNNING)
         tune.report(dict(last))
+        if m.epoch >= config.get("last_epoch", cfg.total_epochs) < cfg.total_epochs:  # a screening rung's last epoch
+            raise StopTraining(RunStatus.STOPPED, f"screened: stopped after epoch {m.epoch}")
 
     result = train(cfg, report)
-    if result.status != TrialStatus.COMPLETED:  # diverged: one last report says so
+    if result.status not in (TrialStatus.COMPLETED, TrialStatus.STOPPED):  # diverged: one last report says so
         worst = -math.inf if config["maximize"] else math.inf
         epoch = last.get("epoch", 0)
         tune.report({**last, config["metric"]: worst, "epoch": epoch, "status": result.status,
@@ -116,8 +125,9 @@ class StudySearcher(Searcher):
                             cores=self.cores, worker="ray (waiting for a worker)")
         trial.set_user_attr("backend", "ray")
         self.trials[trial_id], self.values[trial_id] = trial, {}
-        self.epochs[trial_id] = cfg.total_epochs
+        self.epochs[trial_id] = screened_epochs(self.space.fidelities[self.plan.rung], cfg.total_epochs)
         return {"run_config": config_to_dict(cfg), "trial_number": trial.number, "threads": self.threads,
+                "last_epoch": self.epochs[trial_id],
                 "trainer": self.trainer,
                 "metric": self.space.objective.metric,
                 "maximize": self.space.objective.direction == "maximize"}

@@ -1,0 +1,105 @@
+"""A screening rung (`stop_after_epochs`): each trial trains the full run's own schedule, stops
+after its first epochs and is scored there, as that many epochs of the full run would score it;
+with `--promote leader` each new leader is then trained whole."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+import tianfeng
+from tests.search.conftest import write_space
+from tianfeng.hpo.materialize import max_rung_epochs
+from tianfeng.hpo.space import load_space
+from tianfeng.store import RunRecordStatus, RunStore
+from tianfeng.trainers.config import config_from_dict, with_changes
+from tianfeng.trainers.engine import train
+
+FULL_EPOCHS = 3  # the tiny space's target run
+
+
+def _screening_space(tiny_space: dict, epochs: int = 1) -> dict:
+    tiny_space["fidelities"]["screen"] = {"stop_after_epochs": epochs}
+    return tiny_space
+
+
+def test_a_screening_rung_trains_at_most_its_epochs(tmp_path: Path, tiny_space: dict) -> None:
+    space = load_space(write_space(tmp_path, _screening_space(tiny_space, 2)))
+    assert space.fidelities["screen"].stop_after_epochs == 2
+    assert max_rung_epochs(space, "screen") == 2 and max_rung_epochs(space, "target") == FULL_EPOCHS
+    tiny_space["fidelities"]["screen"] = {"stop_after_epochs": 10}  # longer than the run: the whole run
+    assert max_rung_epochs(load_space(write_space(tmp_path, tiny_space)), "screen") == FULL_EPOCHS
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, "one"])
+def test_a_bad_stop_after_epochs_is_one_line_naming_the_key(tmp_path: Path, tiny_space: dict, bad) -> None:
+    tiny_space["fidelities"]["screen"] = {"stop_after_epochs": bad}
+    path = write_space(tmp_path, tiny_space)
+    out = subprocess.run([sys.executable, "-m", "tianfeng.cli", "search", "--space", str(path), "--fidelity", "screen"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert str(path) in out.stderr and "fidelities.screen.stop_after_epochs" in out.stderr
+    assert out.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "tianfeng.db").exists()
+
+
+@pytest.mark.slow
+def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole(
+        tmp_path: Path, tiny_space: dict) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = tianfeng.search(write_space(tmp_path, _screening_space(tiny_space)), storage=storage, study="screen",
+                            fidelity="screen", sampler="random", trials=5, workers=1, seed=1,
+                            runs_dir=tmp_path / "runs", promote="leader", progress=False)
+    trials = study.get_trials()
+    assert len(trials) == 5 and all(t.state == TrialState.COMPLETE for t in trials)
+    for t in trials:
+        run_dir = Path(t.user_attrs["run_dir"])
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        result = json.loads((run_dir / "result.json").read_text())
+        # the full run's schedule (not compressed into one epoch), stopped after its first epoch
+        assert sum(p["epochs"] for p in config["phases"]) == FULL_EPOCHS
+        assert result["status"] == "stopped" and result["epochs_completed"] == 1
+        assert list(t.intermediate_values) == [1] and t.value == t.intermediate_values[1]
+        assert t.user_attrs["status"] == "stopped" and t.user_attrs["fidelity"] == "screen"
+
+    # an independent oracle: the same run trained whole, read at its first epoch
+    first = trials[0]
+    cfg = config_from_dict(yaml.safe_load((Path(first.user_attrs["run_dir"]) / "config.yaml").read_text()))
+    assert not cfg.checkpoint.dir  # so the oracle cannot resume the trial's checkpoint
+    whole = train(with_changes(cfg, run_dir=str(tmp_path / "oracle")))
+    assert len(whole.epochs) == FULL_EPOCHS
+    assert whole.epochs[0].val_top1 == pytest.approx(first.value, abs=1e-9)
+
+    runs = RunStore(storage).runs("screen")
+    assert runs and all(r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED for r in runs)
+    assert runs[-1]["trial_number"] == study.best_trial.number  # the search ends with its leader's full run
+    for r in runs:
+        assert json.loads((Path(r["run_dir"]) / "result.json").read_text())["epochs_completed"] == FULL_EPOCHS
+
+
+def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(
+        tmp_path: Path, tiny_space: dict) -> None:
+    from tianfeng.hpo.plan import SearchPlan, plan_space
+    from tianfeng.hpo.ray_backend import RayOptions, StudySearcher
+    from tianfeng.hpo.study_setup import open_study
+
+    plan = SearchPlan(space_path=str(write_space(tmp_path, _screening_space(tiny_space))), data=None,
+                      storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="asha", seed=0,
+                      trials=2, timeout_s=None, runs_root=str(tmp_path / "runs"), rung="screen")
+    space = plan_space(plan)
+    study = open_study(plan, space, resume=False)
+    searcher = StudySearcher(study, space, plan, RayOptions())
+    config = searcher.suggest("ray-0")
+    assert config["last_epoch"] == 1 and sum(p["epochs"] for p in config["run_config"]["phases"]) == FULL_EPOCHS
+    searcher.on_trial_result("ray-0", {"status": "running", "epoch": 1, "val_top1": 55.0})
+    searcher.on_trial_complete("ray-0", {"status": "running", "epoch": 1, "val_top1": 55.0})
+    trial = study.get_trials()[0]
+    assert trial.state == TrialState.COMPLETE and trial.value == 55.0
+    assert optuna.load_study(study_name="r", storage=plan.storage).best_trial.number == trial.number
