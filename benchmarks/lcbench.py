@@ -203,6 +203,33 @@ def one_epoch_then_best(surrogate: Surrogate, task: str, seed: int, budget: floa
     return run
 
 
+def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.BaseSampler]) -> Callable:
+    """Each configuration scored by its first epoch (the sampler learns from that score); once
+    three are scored, each new leader by it is trained whole from the start, charged its full
+    time, as `tianfeng search --fidelity screen --promote leader` trains it."""
+    def run(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
+        study = optuna.create_study(direction="maximize", sampler=make_sampler_for(seed))
+        out, spent, best, promoted = Run([], []), 0.0, float("-inf"), set()
+        scored: list[tuple[float, int, dict]] = []
+        while spent < budget:
+            trial = study.ask()
+            curve = surrogate.curves(task, [suggest(trial, surrogate.space)])[0]
+            spent += curve["time"][0]
+            study.tell(trial, curve["val_accuracy"][0])
+            scored.append((curve["val_accuracy"][0], trial.number, curve))
+            out.spent.append(spent)
+            out.best.append(best)
+            _, number, leader = max(scored, key=lambda s: (s[0], -s[1]))
+            if len(scored) >= 3 and number not in promoted:
+                promoted.add(number)
+                spent += leader["time"][-1]
+                best = max(best, leader["val_accuracy"][-1])
+                out.spent.append(spent)
+                out.best.append(best)
+        return out
+    return run
+
+
 def dehb(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
     """DEHB, run inside the surrogate's environment (lcbench_surrogate.py says how it is charged)."""
     trace = surrogate.dehb(task, seed, budget)
@@ -219,6 +246,8 @@ METHODS: dict[str, Callable] = {
         optuna.pruners.HyperbandPruner(min_resource=1, max_resource=EPOCHS, reduction_factor=3)), "accuracy", "optuna")),
     "random": optuna_method(lambda seed: (_study(optuna.samplers.RandomSampler(seed=seed)), "accuracy", "optuna")),
     "one-epoch-then-best": one_epoch_then_best,
+    "one-epoch-leader": screen_and_finish_leaders(lambda seed: optuna.samplers.RandomSampler(seed=seed)),
+    "tianfeng-screen": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed)),
     "dehb": dehb,
     # the pareto search (accuracy against the full run's time): how high its front reaches
     "tianfeng-pareto": optuna_method(lambda seed: (_study(make_sampler("tpe", _space("pareto"), seed), pareto=True),
