@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
@@ -93,6 +94,20 @@ def spread(values: list[float | None], fmt: str = "{:.0f}") -> str:
     return text if len(there) == len(values) else f"{text} ({len(there)}/{len(values)} seeds)"
 
 
+def time_spread(times: list[float | None], budget_s: float) -> str:
+    """Times to a target over seeds: the median with a seed that never reached it counted as
+    later than the budget (so a method that misses in some seeds is not flattered by the seeds
+    that reached it), `not reached` when the median seed did not, and [min, max]."""
+    there = [t for t in times if t is not None]
+    if not there:
+        return "-"
+    middle = statistics.median([math.inf if t is None else t for t in times])
+    top = f"{max(there):.0f} s" if len(there) == len(times) else f">{budget_s:.0f} s"
+    text = "not reached" if math.isinf(middle) else f"{middle:.0f} s"
+    text += f" [{min(there):.0f} s, {top}]" if len(times) > 1 else ""
+    return text if len(there) == len(times) else f"{text} ({len(there)}/{len(times)} seeds)"
+
+
 def _methods(results: list[dict]) -> list[str]:
     """The methods of `results` in the protocol's order (a kept run's files come in name order)."""
     order = {m: i for i, m in enumerate(METHODS)}
@@ -105,7 +120,7 @@ def summarise(results: list[dict], targets: list[float]) -> list[tuple[str, ...]
         runs = [r for r in results if r["method"] == method]
         budget = runs[0]["budget_s"]
         row = [method, str(len(runs))]
-        row += [spread([time_to(r["events"], target) for r in runs], "{:.0f} s") for target in targets]
+        row += [time_spread([time_to(r["events"], target) for r in runs], budget) for target in targets]
         row += [spread([best_by(r["events"], f * budget) for r in runs], "{:.2f}") for f in FRACTIONS]
         row.append(spread([r["core_s"] / 3600 for r in runs], "{:.2f}"))
         rows.append(tuple(row))

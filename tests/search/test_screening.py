@@ -4,6 +4,7 @@ with `--promote leader` each new leader is then trained whole."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -16,8 +17,10 @@ from optuna.trial import TrialState
 
 import tianfeng
 from tests.search.conftest import write_space
-from tianfeng.hpo.materialize import max_rung_epochs
+from tianfeng.hpo.materialize import max_rung_epochs, sample_active
 from tianfeng.hpo.space import load_space
+from tianfeng.hpo.space_types import corner_value
+from tianfeng.promotion.transfer import transfer
 from tianfeng.store import RunRecordStatus, RunStore
 from tianfeng.trainers.config import config_from_dict, with_changes
 from tianfeng.trainers.engine import train
@@ -36,6 +39,15 @@ def test_a_screening_rung_trains_at_most_its_epochs(tmp_path: Path, tiny_space: 
     assert max_rung_epochs(space, "screen") == 2 and max_rung_epochs(space, "target") == FULL_EPOCHS
     tiny_space["fidelities"]["screen"] = {"stop_after_epochs": 10}  # longer than the run: the whole run
     assert max_rung_epochs(load_space(write_space(tmp_path, tiny_space)), "screen") == FULL_EPOCHS
+
+
+def test_promotion_shows_the_epochs_a_screened_trial_did_not_train(tmp_path: Path, tiny_space: dict) -> None:
+    space = load_space(write_space(tmp_path, _screening_space(tiny_space)))
+    values = sample_active(space, functools.partial(corner_value, low=True))
+    full, changes = transfer(space, values, "screen")
+    assert full.total_epochs == FULL_EPOCHS
+    assert [(c.proxy, c.full) for c in changes if c.key == "epochs trained"] == [(1, FULL_EPOCHS)]
+    assert not [c for c in transfer(space, values, "proxy")[1] if c.key == "epochs trained"]
 
 
 @pytest.mark.parametrize("bad", [0, 1.5, "one"])

@@ -135,6 +135,11 @@ def rung_epochs_of(f: Fidelity, target_epochs: int) -> int:
     return f.epochs if f.epochs is not None else target_epochs
 
 
+def screened_epochs(rung: Fidelity, total_epochs: int) -> int:
+    """The epochs a trial at `rung` trains: all of its run's, or a screening rung's first few."""
+    return min(total_epochs, rung.stop_after_epochs or total_epochs)
+
+
 DEFAULT_MIN_STEPS = 50
 
 

@@ -14,10 +14,10 @@ import optuna
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.locked_storage import worker_id
-from tianfeng.hpo.materialize import build_config, sample_active
+from tianfeng.hpo.materialize import build_config, sample_active, screened_epochs
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.peer_pruning import PeerPruner, rung_passed
-from tianfeng.hpo.space import Fidelity, Parameter, SearchSpace
+from tianfeng.hpo.space import Parameter, SearchSpace
 from tianfeng.hpo.walltime import predict_trial
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
 from tianfeng.trainers.engine import EpochMetrics, RunResult, RunStatus, StopTraining, train
@@ -90,11 +90,6 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     trial.set_user_attr("run_dir", str(run_dir))
     trial.set_user_attr("config", config_to_dict(cfg))
     return cfg
-
-
-def screened_epochs(rung: Fidelity, total_epochs: int) -> int:
-    """The epochs a trial at `rung` trains: all of its run's, or a screening rung's first few."""
-    return min(total_epochs, rung.stop_after_epochs or total_epochs)
 
 
 def record_final(trial: optuna.Trial, space: SearchSpace, final: dict[str, Any]) -> None:

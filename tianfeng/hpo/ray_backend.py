@@ -24,13 +24,8 @@ from ray.tune.search import Searcher
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import Budget, counted, raise_if_failing, repeated_failure
 from tianfeng.hpo.locked_storage import worker_id
-from tianfeng.hpo.objective import (
-    objective_value,
-    objective_values,
-    prepare_trial,
-    record_final,
-    screened_epochs,
-)
+from tianfeng.hpo.materialize import screened_epochs
+from tianfeng.hpo.objective import objective_value, objective_values, prepare_trial, record_final
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.progress import StudyProgress

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tianfeng.hpo.materialize import build_config
+from tianfeng.hpo.materialize import build_config, screened_epochs
 from tianfeng.hpo.space import SearchSpace
 from tianfeng.trainers.config import RunConfig, config_to_dict, derived
 from tianfeng.trainers.schedules import peak_lr
@@ -71,6 +71,10 @@ def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, tar
     changes = [Change(k, before.get(k), after.get(k), _rule_for(k, overridden, stretch))
                for k in sorted(set(before) | set(after))
                if k not in skip and before.get(k) != after.get(k)]
+    trained = screened_epochs(space.fidelities[proxy_rung], proxy.total_epochs)
+    if trained < proxy.total_epochs:
+        changes.append(Change("epochs trained", trained, full.total_epochs,
+                              f"rung {proxy_rung} stops this same run after epoch {trained} (screening)"))
     # every phase's peak LR, each following its own phase's batch (phases pair up by position)
     for i in range(max(len(proxy.phases), len(full.phases))):
         lr_proxy = peak_lr(proxy, i) if i < len(proxy.phases) else None
