@@ -12,6 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 import yaml
 from optuna.trial import TrialState
 
@@ -85,7 +86,12 @@ def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole
     first = trials[0]
     cfg = config_from_dict(yaml.safe_load((Path(first.user_attrs["run_dir"]) / "config.yaml").read_text()))
     assert not cfg.checkpoint.dir  # so the oracle cannot resume the trial's checkpoint
-    whole = train(with_changes(cfg, run_dir=str(tmp_path / "oracle")))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(first.user_attrs["cores"]))  # the trial's threads: the same float sums on any CPU
+    try:
+        whole = train(with_changes(cfg, run_dir=str(tmp_path / "oracle")))
+    finally:
+        torch.set_num_threads(threads)
     assert len(whole.epochs) == FULL_EPOCHS
     assert whole.epochs[0].val_top1 == pytest.approx(first.value, abs=1e-9)
 
