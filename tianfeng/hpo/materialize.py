@@ -273,4 +273,4 @@ def max_rung_epochs(space: SearchSpace, rung: str) -> int:
 
         most = max(build_config(space, sample_active(space, functools.partial(corner_value, low=low)), rung).total_epochs
                    for low in (True, False))
-    return min(most, f.stop_after_epochs or most)
+    return screened_epochs(f, most)

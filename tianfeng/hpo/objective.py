@@ -92,6 +92,12 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     return cfg
 
 
+def stop_if_screened(epoch: int, last: int, total: int) -> None:
+    """End a screening rung's run after its `last` epoch (status stopped; the trial completes)."""
+    if epoch >= last < total:
+        raise StopTraining(RunStatus.STOPPED, f"screened: stopped after epoch {epoch} of {total}")
+
+
 def record_final(trial: optuna.Trial, space: SearchSpace, final: dict[str, Any]) -> None:
     """The last epoch's metrics and the objective's constraints (0 = satisfied)."""
     trial.set_user_attr("final", final)
@@ -167,8 +173,7 @@ class ProxyObjective:
             why = judge_epoch(trial, objective, self.peers, m.epoch, last, getattr(m, metric))
             if why:
                 raise StopTraining(RunStatus.PRUNED, why)
-            if m.epoch >= last < cfg.total_epochs:
-                raise StopTraining(RunStatus.STOPPED, f"screened: stopped after epoch {m.epoch} of {cfg.total_epochs}")
+            stop_if_screened(m.epoch, last, cfg.total_epochs)
 
         tag = TrialTag(trial.number)
         engine_log = logging.getLogger("tianfeng.engine")

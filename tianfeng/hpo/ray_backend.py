@@ -25,7 +25,13 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import Budget, counted, raise_if_failing, repeated_failure
 from tianfeng.hpo.locked_storage import worker_id
 from tianfeng.hpo.materialize import screened_epochs
-from tianfeng.hpo.objective import objective_value, objective_values, prepare_trial, record_final
+from tianfeng.hpo.objective import (
+    objective_value,
+    objective_values,
+    prepare_trial,
+    record_final,
+    stop_if_screened,
+)
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.progress import StudyProgress
@@ -61,7 +67,6 @@ def ray_trial(config: dict[str, Any]) -> None:
     from ray import tune
 
     from tianfeng.trainers.config import config_from_dict
-    from tianfeng.trainers.engine import RunStatus, StopTraining
 
     module, function = config["trainer"].split(":")
     train = getattr(importlib.import_module(module), function)
@@ -72,8 +77,7 @@ def ray_trial(config: dict[str, Any]) -> None:
     def report(m) -> None:
         last.update(asdict(m), status=TrialStatus.RUNNING)
         tune.report(dict(last))
-        if m.epoch >= config.get("last_epoch", cfg.total_epochs) < cfg.total_epochs:  # a screening rung's last epoch
-            raise StopTraining(RunStatus.STOPPED, f"screened: stopped after epoch {m.epoch}")
+        stop_if_screened(m.epoch, config.get("last_epoch", cfg.total_epochs), cfg.total_epochs)
 
     result = train(cfg, report)
     if result.status not in (TrialStatus.COMPLETED, TrialStatus.STOPPED):  # diverged: one last report says so
