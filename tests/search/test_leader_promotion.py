@@ -135,11 +135,17 @@ def test_ctrl_c_in_a_promoted_run_then_resume_continues_it_from_its_checkpoint(t
     assert proc.returncode == 130, err.decode()[-2000:]
     assert "--promote leader --resume" in err.decode()
     assert next(r for r in RunStore(storage).runs("cut") if r["id"] == cut["id"])["status"] == RunRecordStatus.FAILED
+    resumed = datetime.now(UTC).replace(microsecond=0)
     out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     runs = RunStore(storage).runs("cut")
     again = next(r for r in runs if r["trial_number"] == cut["trial_number"])
     assert again["id"] == cut["id"] and again["status"] == RunRecordStatus.COMPLETED  # the same run, finished
+    # the search was waiting for it: the resume finishes it before it starts a trial
+    started = [t for t in optuna.load_study(study_name="cut", storage=storage).get_trials()
+               if t.datetime_start and _second(t.datetime_start) >= resumed]
+    assert all(_second(t.datetime_start) >= _utc(again["updated"]) for t in started), \
+        ([t.number for t in started], again["updated"])
     assert f"resuming trial {cut['trial_number']} of cut as run {cut['id']}" in out.stderr
     assert len(again["epochs"]) == 12
     assert f"full-fidelity run of #{cut['trial_number']}: val_top1" in out.stdout

@@ -193,9 +193,10 @@ def _start(procs: list[multiprocessing.Process]) -> None:
 def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, space: SearchSpace,
                         progress: StudyProgress, stream: int, between_trials: ExclusiveWork) -> None:
     """This process is worker 0 of `workers` (its trials on the first GPU, if any), the others are
-    spawned. After each of its trials, and every second once it has none left until the others
-    end, it asks `between_trials`; work it returns runs here with every core while a pause file
-    keeps the others from starting a trial (each finishes the one it runs first)."""
+    spawned. Before any trial (a resumed search first finishes the work it was cut in), after
+    each of its trials, and every second once it has none left until the others end, it asks
+    `between_trials`; work it returns runs here with every core while a pause file keeps the
+    others from starting a trial (each finishes the one it runs first)."""
     import torch
 
     cores, before = os.cpu_count() or 1, torch.get_num_threads()
@@ -220,6 +221,7 @@ def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, spa
         procs = _worker_processes(dataclasses.replace(plan, pause_file=str(paused)), range(1, workers), threads,
                                   stream, gpus[1:] + gpus[:1])
         try:
+            run_due(study)
             _start(procs)
             run_worker(plan, 0, threads, progress=progress, stream=stream, space=space, after_trial=run_due)
             while any(p.is_alive() for p in procs):
