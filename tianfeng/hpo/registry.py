@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 import optuna
@@ -42,16 +43,31 @@ SAMPLERS: dict[str, Callable[[SearchSpace, int], optuna.samplers.BaseSampler]] =
     "cmaes": lambda space, seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
     "random": lambda space, seed: optuna.samplers.RandomSampler(seed=seed),
     "grid": lambda space, seed: optuna.samplers.GridSampler(_grid(space), seed=seed),
-    "qmc": lambda space, seed: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False),
+    "qmc": lambda space, seed: _qmc(seed, seed),
 }
 
 
+def _qmc(study_seed: int, seed: int) -> optuna.samplers.QMCSampler:
+    """A scrambled Sobol sequence: without scrambling every seed draws the same points, the first
+    at the low end of every range. One scramble per study (its seed), so the workers share one
+    sequence (Optuna keeps its position in the study); each worker's own seed draws what the
+    sequence does not (the first trial, before the space is known)."""
+    with warnings.catch_warnings():  # experimental since Optuna 3.0: a user who chose it needs no warning
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.QMCSampler(seed=study_seed, scramble=True, warn_independent_sampling=False,
+                                          warn_asynchronous_seeding=False,
+                                          independent_sampler=optuna.samplers.RandomSampler(seed=seed))
 
-def make_sampler(name: str, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
-    """The sampler `name` for this space; a pareto search's TPE gives every other trial to the
-    metric alone (see metric_share)."""
+
+
+def make_sampler(name: str, space: SearchSpace, seed: int, study_seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The sampler `name` for this space, drawing with `seed` (a worker's own); `study_seed` (the
+    study's, shared by its workers; default `seed`) scrambles qmc's sequence. A pareto search's
+    TPE gives every other trial to the metric alone (see metric_share)."""
     if name == "tpe" and space.objective.mode == ObjectiveMode.PARETO:
         return MetricShareSampler(seed, space.objective.direction)
+    if name == "qmc":
+        return _qmc(seed if study_seed is None else study_seed, seed)
     return SAMPLERS[name](space, seed)
 
 

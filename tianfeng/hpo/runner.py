@@ -63,7 +63,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     space = space if space is not None else plan_space(plan)
     storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
     study = optuna.load_study(study_name=plan.study, storage=storage,
-                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, stream)),
+                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, stream), plan.seed),
                               pruner=make_pruner(space, plan))
     budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
     if budget.exhausted(study):

@@ -93,7 +93,7 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
         check_folder(folder, None)
     study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
                                 directions=directions(space),
-                                sampler=make_sampler(plan.sampler, space, plan.seed if seed is None else seed),
+                                sampler=make_sampler(plan.sampler, space, plan.seed if seed is None else seed, plan.seed),
                                 pruner=make_pruner(space, plan))
     if not exists:
         with warnings.catch_warnings():  # experimental since Optuna 3.2, and what the dashboard reads
