@@ -41,6 +41,7 @@ from common import ROOT, print_table
 from tianfeng.hpo.objective import judge_epoch
 from tianfeng.hpo.peer_pruning import PeerPruner
 from tianfeng.hpo.registry import PRUNERS, make_sampler
+from tianfeng.hpo.screen_check import agreeing_length
 
 DATA = ROOT.parent / "shared" / "data" / "yahpo-lcbench"
 FRACTIONS = (0.125, 0.25, 0.5, 1.0)
@@ -203,29 +204,37 @@ def one_epoch_then_best(surrogate: Surrogate, task: str, seed: int, budget: floa
     return run
 
 
-def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.BaseSampler]) -> Callable:
-    """Each configuration scored by its first epoch (the sampler learns from that score); once
+def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.BaseSampler],
+                              checked: bool = True) -> Callable:
+    """Each configuration scored by its first epochs (the sampler learns from that score); once
     three are scored, each new leader by it is trained whole from the start, charged its full
-    time, as `tianfeng search --fidelity screen --promote leader` trains it."""
+    time, as `tianfeng search --fidelity screen --promote leader` trains it. `checked`: the screen
+    lengthens when the whole runs' own curves rank their best unlike it, by the search's own
+    rule (screen_check); unchecked, it stays at one epoch."""
     def run(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
         study = optuna.create_study(direction="maximize", sampler=make_sampler_for(seed))
-        out, spent, best, promoted = Run([], []), 0.0, float("-inf"), set()
+        out, spent, best, length = Run([], []), 0.0, float("-inf"), 1
+        promoted: dict[int, list[float]] = {}
         scored: list[tuple[float, int, dict]] = []
         while spent < budget:
             trial = study.ask()
             curve = surrogate.curves(task, [suggest(trial, surrogate.space)])[0]
-            spent += curve["time"][0]
-            study.tell(trial, curve["val_accuracy"][0])
-            scored.append((curve["val_accuracy"][0], trial.number, curve))
+            spent += curve["time"][length - 1]
+            study.tell(trial, curve["val_accuracy"][length - 1])
+            scored.append((curve["val_accuracy"][length - 1], trial.number, curve))
             out.spent.append(spent)
             out.best.append(best)
             _, number, leader = max(scored, key=lambda s: (s[0], -s[1]))
             if len(scored) >= 3 and number not in promoted:
-                promoted.add(number)
+                promoted[number] = leader["val_accuracy"]
                 spent += leader["time"][-1]
                 best = max(best, leader["val_accuracy"][-1])
                 out.spent.append(spent)
                 out.best.append(best)
+                if checked and len(promoted) >= 2:
+                    agreed = agreeing_length(list(promoted.values()), length, maximize=True)
+                    if agreed > length:  # shorter screens' scores are not compared with longer ones
+                        length, scored = agreed, []
         return out
     return run
 
@@ -246,8 +255,11 @@ METHODS: dict[str, Callable] = {
         optuna.pruners.HyperbandPruner(min_resource=1, max_resource=EPOCHS, reduction_factor=3)), "accuracy", "optuna")),
     "random": optuna_method(lambda seed: (_study(optuna.samplers.RandomSampler(seed=seed)), "accuracy", "optuna")),
     "one-epoch-then-best": one_epoch_then_best,
-    "one-epoch-leader": screen_and_finish_leaders(lambda seed: optuna.samplers.RandomSampler(seed=seed)),
+    "one-epoch-leader": screen_and_finish_leaders(lambda seed: optuna.samplers.RandomSampler(seed=seed), checked=False),
     "tianfeng-screen": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed)),
+    "tianfeng-screen-qmc": screen_and_finish_leaders(lambda seed: make_sampler("qmc", _space("accuracy"), seed)),
+    "tianfeng-screen-unchecked": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed),
+                                                           checked=False),
     "dehb": dehb,
     # the pareto search (accuracy against the full run's time): how high its front reaches
     "tianfeng-pareto": optuna_method(lambda seed: (_study(make_sampler("tpe", _space("pareto"), seed), pareto=True),

@@ -116,7 +116,8 @@ def _leader_promotion(plan: SearchPlan, space: SearchSpace, o: SearchOptions) ->
                                                   "tianfeng promote --fastest-to)")
     from tianfeng.promotion.leaders import LeaderPromotion
 
-    return LeaderPromotion(plan.storage, plan.study, Path(o.runs_dir))
+    return LeaderPromotion(plan.storage, plan.study, Path(o.runs_dir),
+                           screen_epochs=space.fidelities[plan.rung].stop_after_epochs, metric=space.objective.metric)
 
 
 def promote(trial: int | None = None, options: PromoteOptions | None = None, **changes: Any) -> dict:

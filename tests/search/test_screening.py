@@ -19,8 +19,10 @@ from optuna.trial import TrialState
 import tianfeng
 from tests.search.conftest import write_space
 from tianfeng.hpo.materialize import max_rung_epochs, sample_active
+from tianfeng.hpo.screen_check import agreeing_length, check_screen, screen_length, screened_alike
 from tianfeng.hpo.space import load_space
 from tianfeng.hpo.space_types import corner_value
+from tianfeng.promotion.leaders import LeaderPromotion
 from tianfeng.promotion.transfer import transfer
 from tianfeng.store import RunRecordStatus, RunStore
 from tianfeng.trainers.config import config_from_dict, with_changes
@@ -121,3 +123,51 @@ def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(
     trial = study.get_trials()[0]
     assert trial.state == TrialState.COMPLETE and trial.value == 55.0
     assert optuna.load_study(study_name="r", storage=plan.storage).best_trial.number == trial.number
+
+
+
+# a starts slowly and ends best; b starts fast; c is never best
+A, B, C = [10, 20, 30, 40, 50, 60, 70, 80, 90, 95], [30, 40, 45, 46, 47, 48, 49, 50, 51, 52], [5] * 10
+
+
+def test_the_screen_lengthens_to_the_first_length_that_ranks_the_full_runs_as_their_ends() -> None:
+    assert agreeing_length([A, B, C], 1, maximize=True) == 9  # b leads after 1 and 3 epochs, a after 9
+    assert agreeing_length([A, B, C], 3, maximize=True) == 9
+    assert agreeing_length([A, C], 1, maximize=True) == 1  # a leads from the start: nothing to lengthen
+    assert agreeing_length([[-v for v in A], [-v for v in B]], 1, maximize=False) == 9  # a loss, minimised
+    late = B[:8] + [91, 52]  # b leads until epoch 9 and still ends below a: the longest length tried
+    assert agreeing_length([A, late], 1, maximize=True) == 9
+    short = [5, 99]  # a two-epoch full run counts with its last value after that
+    assert agreeing_length([A, short], 1, maximize=True) == 3
+
+
+def test_a_study_screens_longer_once_its_full_runs_disagree_and_leaders_come_from_the_longer_screen(
+        tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    assert check_screen(study, [A], 1) == 1 and screen_length(study, 1) == 1  # one full run says nothing
+    assert check_screen(study, [A, B], 1) == 9 and screen_length(study, 1) == 9
+    assert check_screen(study, [A, C], 1) == 9  # never shorter again
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    for value, length in ((90.0, 1), (60.0, 9), (50.0, 9), (70.0, 1), (40.0, 9)):
+        study.add_trial(optuna.create_trial(value=value, params={"x": 0.5}, distributions=dist,
+                                            user_attrs={"screened_epochs": length}))
+    promotion = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1)
+    assert promotion._leader(study).value == 60.0  # the best of the three screened for 9 epochs
+    assert [t.value for t in screened_alike(study.get_trials(), 1)] == [90.0, 70.0]
+
+
+@pytest.mark.slow
+def test_trials_train_as_long_as_the_studys_screen_is_now(tmp_path: Path, tiny_space: dict) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    search = functools.partial(tianfeng.search, write_space(tmp_path, _screening_space(tiny_space)), storage=storage,
+                               study="longer", fidelity="screen", sampler="random", workers=1, seed=1,
+                               runs_dir=tmp_path / "runs", progress=False)
+    study = search(trials=2)
+    study.set_user_attr("screen_epochs", 2)  # as check_screen leaves it after a disagreement
+    trials = search(trials=4, resume=True).get_trials()
+    assert [t.user_attrs["screened_epochs"] for t in trials] == [1, 1, 2, 2]
+    assert [list(t.intermediate_values) for t in trials] == [[1], [1], [1, 2], [1, 2]]
+    for t in trials[2:]:
+        assert json.loads((Path(t.user_attrs["run_dir"]) / "result.json").read_text())["epochs_completed"] == 2
+        assert t.value == t.intermediate_values[2] and t.user_attrs["status"] == "stopped"

@@ -14,10 +14,12 @@ import optuna
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.locked_storage import worker_id
-from tianfeng.hpo.materialize import build_config, sample_active, screened_epochs
+from tianfeng.hpo.materialize import build_config, sample_active
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.peer_pruning import PeerPruner, rung_passed
+from tianfeng.hpo.screen_check import SCREENED_ATTR, screen_length
 from tianfeng.hpo.space import Parameter, SearchSpace
+from tianfeng.hpo.space_types import Fidelity
 from tianfeng.hpo.walltime import predict_trial
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
 from tianfeng.trainers.engine import EpochMetrics, RunResult, RunStatus, StopTraining, train
@@ -92,6 +94,16 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     return cfg
 
 
+def screened_length(trial: optuna.Trial, rung: Fidelity, total: int) -> int:
+    """The epochs this trial trains: all `total`, or a screening rung's (as long as the study's
+    screen is now, see screen_check), recorded on the trial."""
+    if not rung.stop_after_epochs:
+        return total
+    length = screen_length(trial.study, rung.stop_after_epochs)
+    trial.set_user_attr(SCREENED_ATTR, length)
+    return min(total, length)
+
+
 def stop_if_screened(epoch: int, last: int, total: int) -> None:
     """End a screening rung's run after its `last` epoch (status stopped; the trial completes)."""
     if epoch >= last < total:
@@ -163,7 +175,7 @@ class ProxyObjective:
             raise
         objective = self.space.objective
         metric = objective.metric
-        last = screened_epochs(self.space.fidelities[self.rung], cfg.total_epochs)
+        last = screened_length(trial, self.space.fidelities[self.rung], cfg.total_epochs)
 
         def report(m: EpochMetrics) -> None:
             # called only for epochs this process trained: a resumed trial reports no epoch twice

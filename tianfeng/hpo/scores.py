@@ -72,11 +72,16 @@ def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
     """accuracy and pareto: the best metric. time-to-target: the fastest trial that reached the
     target (Optuna's feasible best), else the best metric."""
+    return best_among(study, completed(study))
+
+
+def best_among(study: optuna.Study, trials: list[FrozenTrial]) -> FrozenTrial | None:
+    """`best_trial` of the study's complete `trials` only."""
     if mode_of(study) == ObjectiveMode.TIME_TO_TARGET:
-        feasible = [t for t in completed(study) if all(c <= 0 for c in t.constraints.values())]
+        feasible = [t for t in trials if all(c <= 0 for c in t.constraints.values())]
         if feasible:
             return min(feasible, key=lambda t: t.values[0])
-    best = ranked(study)
+    best = sorted(trials, key=lambda t: score(t), reverse=maximizing(study))
     return best[0] if best else None
 
 

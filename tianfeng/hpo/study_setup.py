@@ -58,6 +58,10 @@ def directions(space: SearchSpace) -> list[str]:
 def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePruner:
     if space.objective.mode != ObjectiveMode.ACCURACY:
         return optuna.pruners.NopPruner()  # the objective's PeerPruner judges, see peer_pruning
+    if space.fidelities[plan.rung].stop_after_epochs:
+        # a screened trial is judged by its score at the screen's end: pruning it earlier would
+        # rank by fewer epochs than a lengthened screen (see screen_check) found reliable
+        return optuna.pruners.NopPruner()
     return PRUNERS[plan.pruner](rung_epochs(space, plan.rung))
 
 

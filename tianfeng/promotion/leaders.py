@@ -15,7 +15,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial
 
-from tianfeng.hpo.scores import best_trial, completed
+from tianfeng.hpo.scores import best_among, best_trial, completed
+from tianfeng.hpo.screen_check import check_screen, screen_length, screened_alike
 from tianfeng.promotion.run import promote
 from tianfeng.store import RunRecordStatus, RunStore
 
@@ -34,19 +35,43 @@ class LeaderPromotion:
     """What the search runs between trials (`run_search`'s `between_trials`): the current
     proxy leader's full run, once per trial. A leader promoted before (an earlier run of the
     same search, then resumed) is not trained again; one whose run was cut continues it from its
-    checkpoint. A promotion that fails is logged and the search goes on."""
+    checkpoint. A promotion that fails is logged and the search goes on. With a screening rung
+    (`screen_epochs`, its `stop_after_epochs`) each full run checks the screen's length against
+    the full runs' curves (`metric`), see screen_check."""
 
-    def __init__(self, storage: str, study_name: str, runs_dir: Path) -> None:
+    def __init__(self, storage: str, study_name: str, runs_dir: Path, screen_epochs: int | None = None,
+                 metric: str = "val_top1") -> None:
         self.storage, self.study_name, self.runs_dir = storage, study_name, runs_dir
+        self.screen_epochs, self.metric = screen_epochs, metric  # screen_epochs: a screening rung's
         self.promoted: set[int] = {r["trial_number"] for r in RunStore(storage).runs(study_name)
                                    if r["kind"] == "promote" and r["status"] in DONE}
 
     def __call__(self, study: optuna.Study) -> Callable[[], None] | None:
-        leader = proxy_leader(study)
+        leader = self._leader(study)
         if leader is None or leader.number in self.promoted:
             return None
         self.promoted.add(leader.number)
-        return lambda: self._promote(leader.number)
+        return lambda: self._promote_and_check(study, leader.number)
+
+    def _leader(self, study: optuna.Study) -> FrozenTrial | None:
+        """The proxy leader; in a screening study, among the trials screened as long as the
+        screen is now (see screen_check)."""
+        if self.screen_epochs is None:
+            return proxy_leader(study)
+        alike = screened_alike(completed(study), screen_length(study, self.screen_epochs))
+        return best_among(study, alike) if len(alike) >= FIRST_AFTER else None
+
+    def _promote_and_check(self, study: optuna.Study, number: int) -> None:
+        self._promote(number)
+        if self.screen_epochs is not None:
+            check_screen(study, self._full_curves(), self.screen_epochs)
+
+    def _full_curves(self) -> list[list[float]]:
+        """The metric after each epoch of every completed full run of the study."""
+        curves = [[e[self.metric] for e in r["epochs"] if e.get(self.metric) is not None]
+                  for r in RunStore(self.storage).runs(self.study_name)
+                  if r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED]
+        return [c for c in curves if c]
 
     def _promote(self, number: int) -> None:
         log.info("trial %d leads the search: training it at full fidelity while the search waits", number)
