@@ -22,7 +22,7 @@ from tianfeng.hpo.materialize import max_rung_epochs, sample_active
 from tianfeng.hpo.screen_check import agreeing_length, check_screen, screen_length, screened_alike
 from tianfeng.hpo.space import load_space
 from tianfeng.hpo.space_types import corner_value
-from tianfeng.promotion.leaders import LeaderPromotion
+from tianfeng.promotion.leaders import proxy_leader
 from tianfeng.promotion.transfer import transfer
 from tianfeng.store import RunRecordStatus, RunStore
 from tianfeng.trainers.config import config_from_dict, with_changes
@@ -125,7 +125,6 @@ def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(
     assert optuna.load_study(study_name="r", storage=plan.storage).best_trial.number == trial.number
 
 
-
 # a starts slowly and ends best; b starts fast; c is never best
 A, B, C = [10, 20, 30, 40, 50, 60, 70, 80, 90, 95], [30, 40, 45, 46, 47, 48, 49, 50, 51, 52], [5] * 10
 
@@ -152,8 +151,7 @@ def test_a_study_screens_longer_once_its_full_runs_disagree_and_leaders_come_fro
     for value, length in ((90.0, 1), (60.0, 9), (50.0, 9), (70.0, 1), (40.0, 9)):
         study.add_trial(optuna.create_trial(value=value, params={"x": 0.5}, distributions=dist,
                                             user_attrs={"screened_epochs": length}))
-    promotion = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1)
-    assert promotion._leader(study).value == 60.0  # the best of the three screened for 9 epochs
+    assert proxy_leader(study, screen_epochs=1).value == 60.0  # the best of the three screened for 9 epochs
     assert [t.value for t in screened_alike(study.get_trials(), 1)] == [90.0, 70.0]
 
 

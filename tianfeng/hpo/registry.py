@@ -37,13 +37,13 @@ def _numeric_points(p: Parameter, points: int) -> list:
     return sorted(set(values))
 
 
-SAMPLERS: dict[str, Callable[[SearchSpace, int], optuna.samplers.BaseSampler]] = {
+SAMPLERS: dict[str, Callable[[SearchSpace, int, int], optuna.samplers.BaseSampler]] = {
     # Optuna 5's TPE default: multivariate, with the constant liar for parallel workers
-    "tpe": lambda space, seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=N_STARTUP_TRIALS),
-    "cmaes": lambda space, seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
-    "random": lambda space, seed: optuna.samplers.RandomSampler(seed=seed),
-    "grid": lambda space, seed: optuna.samplers.GridSampler(_grid(space), seed=seed),
-    "qmc": lambda space, seed: _qmc(seed, seed),
+    "tpe": lambda space, seed, study_seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=N_STARTUP_TRIALS),
+    "cmaes": lambda space, seed, study_seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+    "random": lambda space, seed, study_seed: optuna.samplers.RandomSampler(seed=seed),
+    "grid": lambda space, seed, study_seed: optuna.samplers.GridSampler(_grid(space), seed=seed),
+    "qmc": lambda space, seed, study_seed: _qmc(study_seed, seed),
 }
 
 
@@ -59,16 +59,13 @@ def _qmc(study_seed: int, seed: int) -> optuna.samplers.QMCSampler:
                                           independent_sampler=optuna.samplers.RandomSampler(seed=seed))
 
 
-
 def make_sampler(name: str, space: SearchSpace, seed: int, study_seed: int | None = None) -> optuna.samplers.BaseSampler:
     """The sampler `name` for this space, drawing with `seed` (a worker's own); `study_seed` (the
     study's, shared by its workers; default `seed`) scrambles qmc's sequence. A pareto search's
     TPE gives every other trial to the metric alone (see metric_share)."""
     if name == "tpe" and space.objective.mode == ObjectiveMode.PARETO:
         return MetricShareSampler(seed, space.objective.direction)
-    if name == "qmc":
-        return _qmc(seed if study_seed is None else study_seed, seed)
-    return SAMPLERS[name](space, seed)
+    return SAMPLERS[name](space, seed, seed if study_seed is None else study_seed)
 
 
 # The first rung is a third of the epochs in, not epoch 1: during warm-up every recipe looks bad.

@@ -66,4 +66,4 @@ def check_screen(study: optuna.Study, curves: list[list[float]], rung_epochs: in
         study.set_user_attr(LENGTH_ATTR, agreed)
         log.info("the full runs rank their best unlike their first %d epoch(s) do: screening %d epochs from now on",
                  length, agreed)
-    return max(agreed, length)
+    return agreed

@@ -15,7 +15,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial
 
-from tianfeng.hpo.scores import best_among, best_trial, completed
+from tianfeng.hpo.scores import best_among, completed
 from tianfeng.hpo.screen_check import check_screen, screen_length, screened_alike
 from tianfeng.promotion.run import promote
 from tianfeng.store import RunRecordStatus, RunStore
@@ -25,10 +25,15 @@ FIRST_AFTER = 3  # complete proxy trials before the first promotion: the default
 DONE = (RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED)
 
 
-def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER) -> FrozenTrial | None:
+def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER,
+                 screen_epochs: int | None = None) -> FrozenTrial | None:
     """The study's best trial (time-to-target: the fastest that reached the target), once
-    `first_after` trials are complete."""
-    return best_trial(study) if len(completed(study)) >= first_after else None
+    `first_after` trials are complete; in a screening study (`screen_epochs`, the rung's
+    `stop_after_epochs`) among the trials screened as long as the screen is now (screen_check)."""
+    trials = completed(study)
+    if screen_epochs is not None:
+        trials = screened_alike(trials, screen_length(study, screen_epochs))
+    return best_among(study, trials) if len(trials) >= first_after else None
 
 
 class LeaderPromotion:
@@ -47,19 +52,11 @@ class LeaderPromotion:
                                    if r["kind"] == "promote" and r["status"] in DONE}
 
     def __call__(self, study: optuna.Study) -> Callable[[], None] | None:
-        leader = self._leader(study)
+        leader = proxy_leader(study, screen_epochs=self.screen_epochs)
         if leader is None or leader.number in self.promoted:
             return None
         self.promoted.add(leader.number)
         return lambda: self._promote_and_check(study, leader.number)
-
-    def _leader(self, study: optuna.Study) -> FrozenTrial | None:
-        """The proxy leader; in a screening study, among the trials screened as long as the
-        screen is now (see screen_check)."""
-        if self.screen_epochs is None:
-            return proxy_leader(study)
-        alike = screened_alike(completed(study), screen_length(study, self.screen_epochs))
-        return best_among(study, alike) if len(alike) >= FIRST_AFTER else None
 
     def _promote_and_check(self, study: optuna.Study, number: int) -> None:
         self._promote(number)
