@@ -45,6 +45,10 @@ NETWORKS = {
     "abci": Network(1200.0, 100.0, 2, 10.0, "ABCI system overview: 4 V100, 2 x EDR InfiniBand per node"),
     # Facebook Big Basin: 8 P100 SXM2 on NVLink, 50 Gbit/s Ethernet per server (Goyal et al.
     # 2017, section 5: "50Gbit Ethernet"); 30 us a hop, an assumption
+    # DGX A100: 8 A100 SXM4 on NVLink 3 through NVSwitch (600 GB/s a GPU), eight 200 Gbit/s HDR
+    # InfiniBand adapters for compute (NVIDIA DGX A100 datasheet; the MLPerf v1.0 system
+    # description says the same); 10 us a hop, as for DGX-1, an assumption
+    "dgxa100-ib": Network(4800.0, 200.0, 8, 10.0, "DGX A100: NVLink 3, eight 200 Gbit/s HDR InfiniBand (datasheet)"),
     "big-basin": Network(640.0, 50.0, 1, 30.0, "Goyal et al. 2017 section 5: Big Basin, 50 Gbit Ethernet"),
 }
 
@@ -77,6 +81,10 @@ RECORDS = (
     Record("Fujitsu MLPerf v0.6", 70.4, "v100", 2048, 4, "abci", "fp16", ((90, 224, 86016),), "dali", 10.0,
            "lars", True, "training_results_v0.6 Fujitsu: 2048 V100 on ABCI, batch 86016, 90 epochs, MXNet + "
            "DALI, 70.4 s (MLPerf clock)"),
+    Record("NVIDIA MLPerf v1.0", 294.6, "a100", 64, 8, "dgxa100-ib", "fp16", ((45, 224, 13056),), "dali", 16.0,
+           "lars", True, "training_results_v1.0 NVIDIA dgxa100_n8_ngc21.05_mxnet: 8 DGX A100 (A100 SXM4 80 GB, "
+           "two 64-core EPYC 7742 a node), 204 images a GPU (batch 13056), MXNet + DALI, fp16; each of the five "
+           "logged runs reached the target after 45 epochs, 294.5-294.6 s from run_start to run_stop"),
 )
 
 LEFT_OUT = (
