@@ -68,17 +68,6 @@ def test_ray_backend_refuses_resources_the_cluster_lacks(tmp_path: Path, tiny_sp
     assert not (tmp_path / "tianfeng.db").exists()
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--cpus-per-trial", "2"], "--backend: --address, --cpus-per-trial and --gpus-per-trial need --backend ray"),
-    (["--backend", "ray", "--workers", "2"], "--workers: is for the optuna backend"),
-    (["--backend", "ray", "--cpus-per-trial", "0"], "--cpus-per-trial: must be > 0, got 0"),
-])
-def test_bad_ray_flags(tmp_path: Path, tiny_space: dict, args: list[str], expected: str) -> None:
-    out = tianfeng("search", "--space", str(write_space(tmp_path, tiny_space)), *args, cwd=tmp_path)
-    assert out.returncode == 2 and expected in out.stderr, out.stderr[-2000:]
-    assert out.stderr.strip().count("\n") == 0
-
-
 def test_a_trial_that_trained_all_its_epochs_is_complete_whatever_its_length(tmp_path: Path, tiny_space: dict) -> None:
     """Trials of one study train different epochs (here half of a searched 2 or 6): one that
     reached its own last epoch completes, even when another trial's proxy is longer."""

@@ -9,6 +9,8 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests.search.conftest import write_space
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -54,3 +56,17 @@ def test_missing_space_file(tmp_path: Path) -> None:
 def test_resume_without_study_is_an_error(tmp_path: Path) -> None:
     out = search("--space", str(REPO / "search_spaces" / "large_batch.yaml"), "--resume", cwd=tmp_path)
     assert out.returncode == 2 and "no database at tianfeng.db" in out.stderr
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--cpus-per-trial", "2"], "--backend: --address, --cpus-per-trial and --gpus-per-trial need --backend ray"),
+    (["--backend", "ray", "--workers", "2"], "--workers: is for the optuna backend"),
+    (["--backend", "ray", "--cpus-per-trial", "0"], "--cpus-per-trial: must be > 0, got 0"),
+    (["--backend", "ray", "--gpus-per-trial", "-1"], "--gpus-per-trial: must be >= 0, got -1"),
+])
+def test_bad_ray_flags_are_refused_before_ray_starts(tmp_path: Path, tiny_space: dict, args: list[str],
+                                                    expected: str) -> None:
+    out = search("--space", str(write_space(tmp_path, tiny_space)), *args, cwd=tmp_path)
+    assert out.returncode == 2 and expected in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "tianfeng.db").exists()

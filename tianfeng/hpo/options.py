@@ -95,6 +95,10 @@ class SearchOptions:
         if self.backend == "optuna" and any(v is not None for v in (self.ray_address, self.cpus_per_trial,
                                                                      self.gpus_per_trial)):
             raise fail("--backend", "--address, --cpus-per-trial and --gpus-per-trial need --backend ray")
+        if self.cpus_per_trial is not None and not (math.isfinite(self.cpus_per_trial) and self.cpus_per_trial > 0):
+            raise fail("--cpus-per-trial", f"must be > 0, got {self.cpus_per_trial:g}")
+        if self.gpus_per_trial is not None and not (math.isfinite(self.gpus_per_trial) and self.gpus_per_trial >= 0):
+            raise fail("--gpus-per-trial", f"must be >= 0, got {self.gpus_per_trial:g}")
         if self.target is not None and not math.isfinite(self.target):
             raise fail("--target", f"must be a finite number, got {self.target}")
         if self.min_accuracy is not None and not (math.isfinite(self.min_accuracy) and 0 <= self.min_accuracy < 100):
