@@ -51,6 +51,10 @@ def test_promotion_shows_the_epochs_a_screened_trial_did_not_train(tmp_path: Pat
     assert full.total_epochs == FULL_EPOCHS
     assert [(c.proxy, c.full) for c in changes if c.key == "epochs trained"] == [(1, FULL_EPOCHS)]
     assert not [c for c in transfer(space, values, "proxy")[1] if c.key == "epochs trained"]
+    # a trial screened after the study's screen lengthened shows the epochs it trained
+    lengthened = transfer(space, values, "screen", screened=2)[1]
+    assert [(c.proxy, c.full) for c in lengthened if c.key == "epochs trained"] == [(2, FULL_EPOCHS)]
+    assert "after epoch 2" in next(c.rule for c in lengthened if c.key == "epochs trained")
 
 
 @pytest.mark.parametrize("bad", [0, 1.5, "one"])

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from tianfeng.hpo.objective import objective_value
 from tianfeng.hpo.scores import best_trial, score
+from tianfeng.hpo.screen_check import SCREENED_ATTR
 from tianfeng.hpo.space import SearchSpace, parse_space
 from tianfeng.hpo.stored_space import space_text
 from tianfeng.launch.local import free_port, run_here
@@ -106,7 +107,8 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     trial = complete_trial(study, trial_number)
     values = trial.user_attrs.get("values") or trial.params
     proxy_rung = trial.user_attrs.get("fidelity", space.search_fidelity)
-    full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides)
+    full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides,
+                             screened=trial.user_attrs.get(SCREENED_ATTR))
     # a run on another world is another run: its own directory, checkpoints and record
     digest = config_hash(full) + (f"-{launch.nodes}x{launch.per_node}" if launch else "")
     store = None if dry_run else RunStore(storage)

@@ -60,7 +60,10 @@ def _rule_for(key: str, overridden: set[str], stretch: str) -> str:
 
 def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, target_rung: str = "target",
              batch_size: int | None = None, overrides: list[str] = (), name: str | None = None,
-             run_dir: str | None = None) -> tuple[RunConfig, list[Change]]:
+             run_dir: str | None = None, screened: int | None = None) -> tuple[RunConfig, list[Change]]:
+    """The full-fidelity config of a proxy trial's `values` and what changed on the way.
+    `screened`: the epochs a screening trial trained (its study's screen may have lengthened
+    past the rung's own `stop_after_epochs`)."""
     proxy = build_config(space, values, proxy_rung)
     full = derived(build_config(space, values, target_rung), "promoted config", last_batch=batch_size,
                    overrides=overrides, name=name, run_dir=run_dir)
@@ -72,6 +75,8 @@ def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, tar
                for k in sorted(set(before) | set(after))
                if k not in skip and before.get(k) != after.get(k)]
     trained = screened_epochs(space.fidelities[proxy_rung], proxy.total_epochs)
+    if screened is not None and space.fidelities[proxy_rung].stop_after_epochs:
+        trained = min(screened, proxy.total_epochs)
     if trained < proxy.total_epochs:
         changes.append(Change("epochs trained", trained, full.total_epochs,
                               f"rung {proxy_rung} stops this same run after epoch {trained} (screening)"))
