@@ -4,6 +4,9 @@ compiling only when the steps left pay for it, from measurements kept for later 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +129,15 @@ def test_yaml_on_and_off_read_as_the_settings(tmp_path: Path) -> None:
     assert load_config(path).engine.compile == "on"
     path.write_text("engine: {compile: off}\n")
     assert load_config(path).engine.compile == "off"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the warning is that of a machine without a GPU")
+def test_a_compile_on_a_machine_without_a_gpu_prints_no_cuda_warning(tmp_path: Path) -> None:
+    # a process of its own: torch warns once per process, when inductor first imports its builder
+    script = ("import torch\nfrom torch import nn\nfrom tianfeng.trainers.compilation import compile_model\n"
+              "model = compile_model(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), 'default')\n"
+              "model(torch.randn(2, 4)).sum().backward()\nprint('trained')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    assert out.returncode == 0 and out.stdout.strip() == "trained", out.stderr[-2000:]
+    assert "No CUDA runtime" not in out.stderr, out.stderr[-2000:]

@@ -55,6 +55,11 @@ def use_cache_dir(cache_dir: Path) -> None:
 
 
 def compile_model(model: nn.Module, mode: str) -> nn.Module:
+    if not torch.cuda.is_available():
+        # inductor's CPU path imports torch's extension builder, which a CUDA build of torch on a
+        # machine without a GPU answers with a warning ("No CUDA runtime is found") that says
+        # nothing about this run
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
