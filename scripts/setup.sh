@@ -12,6 +12,11 @@ extras=""
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -c constraints.txt -e ".${extras}"
 
+# Per-GPU BatchNorm's CPU kernel, compiled once per torch version (about a minute) so that no run
+# pays for it; without a C++ compiler the runs use the slower eager path and say so.
+.venv/bin/python -c "import logging, sys; logging.basicConfig(stream=sys.stderr, format='setup: %(message)s', level=logging.INFO); \
+from tianfeng.trainers.grouped_bn_kernel import kernel; kernel()"
+
 # Reports embed plotly.js; its basic bundle (scatter, bar) from the npm registry, the version the
 # plotly package draws for, opens in about half the time of the full one. Without npm, reports
 # embed the full bundle and still work offline.

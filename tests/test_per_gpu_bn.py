@@ -9,7 +9,18 @@ import pytest
 import torch
 from torch import nn
 
-from tianfeng.trainers import per_gpu_bn
+from tianfeng.trainers import grouped_bn_kernel, per_gpu_bn
+
+
+@pytest.fixture(params=["kernel", "eager"])
+def channels_last_path(request, monkeypatch) -> str:
+    """Each channels_last test on both paths: the compiled CPU kernel (it must build on this
+    machine: a C++ compiler and ninja are part of the setup) and the eager one it falls back to."""
+    if request.param == "kernel":
+        assert grouped_bn_kernel.kernel() is not None, "the per-GPU BatchNorm kernel did not build here"
+    else:
+        monkeypatch.setattr(grouped_bn_kernel, "kernel", lambda: None)
+    return request.param
 
 
 def _pair(bn: nn.Module, gpus: int) -> tuple[nn.Module, nn.Module]:
@@ -38,7 +49,7 @@ def _in_turn(n: int, gpus: int) -> list[list[int]]:
 
 @pytest.mark.parametrize(("shape", "layout"), [((24, 6, 5, 5), torch.contiguous_format),
                                                ((24, 6, 5, 5), torch.channels_last), ((24, 6), None)])
-def test_whole_groups_equal_batchnorm_applied_gpu_by_gpu(shape, layout) -> None:
+def test_whole_groups_equal_batchnorm_applied_gpu_by_gpu(shape, layout, channels_last_path) -> None:
     bn = nn.BatchNorm2d(6) if len(shape) == 4 else nn.BatchNorm1d(6)
     bn, emulated = _pair(bn, gpus=6)
     x = torch.randn(shape) * 3 + 1
@@ -85,7 +96,7 @@ def test_evaluation_and_a_single_gpu_are_plain_batchnorm() -> None:
 
 
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
-def test_autocast_keeps_the_statistics_in_fp32(layout) -> None:
+def test_autocast_keeps_the_statistics_in_fp32(layout, channels_last_path) -> None:
     bn, emulated = _pair(nn.BatchNorm2d(4), gpus=4)
     x = torch.randn(8, 4, 3, 3) * 100 + 50  # bf16 statistics would lose the variance here
     expected, _ = _gpu_by_gpu(bn, x, _in_turn(8, 4))
@@ -96,7 +107,7 @@ def test_autocast_keeps_the_statistics_in_fp32(layout) -> None:
     torch.testing.assert_close(got.float(), expected, rtol=0.02, atol=0.05)
 
 
-def test_channels_last_without_affine_parameters_and_with_a_large_mean() -> None:
+def test_channels_last_without_affine_parameters_and_with_a_large_mean(channels_last_path) -> None:
     """The channels_last path computes its own statistics: centred before squaring, so a mean
     600 standard deviations from zero does not swamp the variance (E[x^2] - E[x]^2 in fp32 would
     be off by ~2%); no weight and bias is weight 1 and bias 0. The oracle works in float64: at
@@ -174,3 +185,31 @@ def test_node_scope_sync_batchnorm_is_emulated_over_each_nodes_share(tmp_path, c
         train(make_config(tmp_path / "x", distributed={**node_scope, "emulate_gpus_per_node": 0}, **same))
     with pytest.raises(ConfigError, match=r"distributed.emulate_gpus_per_node: must divide the GPUs each"):
         train(make_config(tmp_path / "y", distributed={**node_scope, "emulate_gpus_per_node": 3}, **same))
+
+
+def test_the_kernel_takes_even_channels_last_cpu_batches_of_training_precisions() -> None:
+    weight = torch.ones(4)
+    channels_last = torch.randn(8, 4, 3, 3).contiguous(memory_format=torch.channels_last)
+    assert grouped_bn_kernel.usable(channels_last, weight, 4)
+    assert grouped_bn_kernel.usable(channels_last.bfloat16(), weight, 2)
+    assert not grouped_bn_kernel.usable(channels_last.double(), weight, 4)  # float64 stays float64: eager
+    assert not grouped_bn_kernel.usable(channels_last, weight, 3)  # 8 images do not deal to 3 evenly
+    assert not grouped_bn_kernel.usable(channels_last.contiguous(), weight, 4)
+    assert not grouped_bn_kernel.usable(channels_last, weight.double(), 4)
+
+
+def test_a_kernel_that_does_not_build_leaves_the_eager_path_and_says_so_once(tmp_path, monkeypatch, caplog) -> None:
+    broken = tmp_path / "grouped_bn.cpp"
+    broken.write_text("this is not C++\n")
+    monkeypatch.setattr(grouped_bn_kernel, "SOURCE", broken)
+    monkeypatch.setattr(grouped_bn_kernel, "build_directory", lambda: tmp_path / "build")
+    monkeypatch.setattr(grouped_bn_kernel, "_loaded", {})
+    with caplog.at_level("WARNING", logger="tianfeng.engine"):
+        assert grouped_bn_kernel.kernel() is None
+        assert grouped_bn_kernel.kernel() is None  # not built again
+    said = [r.getMessage() for r in caplog.records if "could not be built" in r.getMessage()]
+    assert len(said) == 1 and "the slower eager path runs" in said[0], caplog.text
+    bn, emulated = _pair(nn.BatchNorm2d(3), gpus=2)  # and per-GPU BatchNorm still trains, eagerly
+    x = torch.randn(8, 3, 4, 4).contiguous(memory_format=torch.channels_last)
+    expected, _ = _gpu_by_gpu(bn, x, _in_turn(8, 2))
+    torch.testing.assert_close(emulated(x), expected, rtol=1e-5, atol=1e-5)

@@ -14,7 +14,8 @@ Dealt in turn, a contiguous batch of `groups` x g images is, without a copy, a b
 with `groups` x channels channels: one BatchNorm call computes every GPU's statistics. In
 channels_last the GPU index is not next to the channel in memory, so no view makes it one
 BatchNorm call; `_ChannelsLastGroups` normalises in that layout instead, with no copy to
-contiguous and back.
+contiguous and back, and on a CPU `_KernelGroups` does the same in one compiled kernel
+(grouped_bn_kernel) where it could be built.
 
 BatchNorm subclasses that do more than normalise (timm's BatchNormAct2d adds the activation)
 keep their class: their own forward runs GPU by GPU instead, slower but the same result."""
@@ -26,6 +27,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from tianfeng.trainers import grouped_bn_kernel
 
 
 def dealt(n: int, groups: int) -> list[torch.Tensor]:
@@ -72,8 +75,9 @@ class PerGpuBatchNorm(nn.modules.batchnorm._BatchNorm):
         groups, channels, rest = self.groups, x.shape[1], x.shape[2:]
         if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
             ones = x.new_ones(channels, dtype=torch.float32)
-            y, mean, invstd = _ChannelsLastGroups.apply(x, self.weight if self.affine else ones,
-                                                        self.bias if self.affine else ones * 0, groups, self.eps)
+            weight, bias = (self.weight, self.bias) if self.affine else (ones, ones * 0)
+            in_layout = _KernelGroups if grouped_bn_kernel.usable(x, weight, groups) else _ChannelsLastGroups
+            y, mean, invstd = in_layout.apply(x, weight, bias, groups, self.eps)
             mean, invstd, count = mean.flatten(), invstd.flatten(), x.numel() // channels // groups
         else:
             # image j * groups + r is GPU r's j-th: (groups x g, C, ...) viewed as (g, groups x C, ...)
@@ -117,9 +121,7 @@ class _ChannelsLastGroups(torch.autograd.Function):
         normalised = torch.addcmul(bias, centred, (invstd * weight)[:, None], out=centred)
         if out.dtype != values.dtype:
             _grouped(out, groups).copy_(normalised)
-        ctx.save_for_backward(x, weight, mean, invstd)
-        ctx.groups = groups
-        ctx.mark_non_differentiable(mean, invstd)
+        _keep_for_backward(ctx, x, weight, mean, invstd, groups)
         return out, mean, invstd
 
     @staticmethod
@@ -138,6 +140,34 @@ class _ChannelsLastGroups(torch.autograd.Function):
         grad_weight = (grad_dot_mean * invstd).sum(0) * count if ctx.needs_input_grad[1] else None
         grad_bias = grad_mean.sum(0) * count if ctx.needs_input_grad[2] else None
         return _ungrouped(grad_x.to(x.dtype), x.shape), grad_weight, grad_bias, None, None
+
+
+class _KernelGroups(torch.autograd.Function):
+    """`_ChannelsLastGroups` computed by the compiled CPU kernel (grouped_bn_kernel): the same
+    inputs, outputs and gradients in as many passes over memory as torch's own BatchNorm."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, groups: int, eps: float):
+        kernel = grouped_bn_kernel.kernel()
+        out, mean, invstd = kernel.forward(x, weight.detach(), bias.detach(), groups, eps)
+        _keep_for_backward(ctx, x, weight, mean, invstd, groups)
+        return out, mean, invstd
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, _mean: torch.Tensor, _invstd: torch.Tensor):
+        x, weight, mean, invstd = ctx.saved_tensors
+        grad_x, grad_weight, grad_bias = grouped_bn_kernel.kernel().backward(
+            grad.contiguous(memory_format=torch.channels_last).to(x.dtype), x, weight.detach(), mean, invstd,
+            ctx.groups)
+        return (grad_x, grad_weight if ctx.needs_input_grad[1] else None,
+                grad_bias if ctx.needs_input_grad[2] else None, None, None)
+
+
+def _keep_for_backward(ctx, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor,
+                       groups: int) -> None:
+    ctx.save_for_backward(x, weight, mean, invstd)
+    ctx.groups = groups
+    ctx.mark_non_differentiable(mean, invstd)
 
 
 def _statistics_dtype(x: torch.Tensor) -> torch.dtype:
@@ -205,6 +235,9 @@ def set_groups(model: nn.Module, groups: int) -> int:
     layers = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and hasattr(m, "groups")]
     for m in layers:
         m.groups = groups
+    if groups > 1 and any(t.device.type == "cpu" for m in layers
+                          for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))):
+        grouped_bn_kernel.kernel()  # built now, not inside the first (maybe timed) training step
     return len(layers)
 
 

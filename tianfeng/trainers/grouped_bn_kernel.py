@@ -1,0 +1,84 @@
+"""The compiled CPU kernel behind per-GPU BatchNorm in channels_last (`csrc/grouped_bn.cpp`).
+
+The eager channels_last path makes eight to ten passes over memory in separate torch calls where
+torch's own BatchNorm makes three forward and two backward in one kernel; the kernel makes as
+many as torch's. It is built with torch's extension builder (a C++ compiler and ninja), by
+`scripts/setup.sh` or else on first use (about a minute), into torch's extension folder
+(TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), once per torch version and source,
+and loaded from there by later processes. Where it cannot be built, `kernel()` says so once and
+returns None, and the eager path runs: slower, the same numbers. TIANFENG_GROUPED_BN_KERNEL=0
+turns it off."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+log = logging.getLogger("tianfeng.engine")
+SOURCE = Path(__file__).parent / "csrc" / "grouped_bn.cpp"
+_loaded: dict[str, ModuleType | None] = {}
+
+
+def build_directory() -> Path:
+    """One folder per torch version: a kernel built against another torch would not load."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    return Path(root) / f"tianfeng_grouped_bn-torch{torch.__version__.replace('+', '-')}"
+
+
+def kernel() -> ModuleType | None:
+    """The built kernel module (forward, backward), or None where it cannot be built."""
+    if "module" in _loaded:
+        return _loaded["module"]
+    _loaded["module"] = None
+    if os.environ.get("TIANFENG_GROUPED_BN_KERNEL", "1") == "0":
+        return None
+    # the builder's own lines (a CUDA build of torch on a machine without a GPU warns that it found
+    # no CUDA runtime when the builder is imported) are not for this run's log
+    builder = logging.getLogger("torch.utils.cpp_extension")
+    level = builder.level
+    builder.setLevel(logging.ERROR)
+    try:
+        from torch.utils.cpp_extension import load
+
+        _ninja_on_path()
+        folder = build_directory()
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "tianfeng_grouped_bn.so").exists():
+            log.info("building the CPU kernel of per-GPU BatchNorm (once per torch version, about a minute)")
+        _loaded["module"] = load(name="tianfeng_grouped_bn", sources=[str(SOURCE)], build_directory=str(folder),
+                                 extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
+    except Exception as error:  # noqa: BLE001 - any build failure leaves the eager path, said once
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        log.warning("per-GPU BatchNorm: its CPU kernel could not be built (%s: %s); the slower eager path runs",
+                    type(error).__name__, first[:200])
+    finally:
+        builder.setLevel(level)
+    return _loaded["module"]
+
+
+def _ninja_on_path() -> None:
+    """The builder runs `ninja` from PATH; a venv that is not activated has its own (the ninja
+    package's) off PATH."""
+    if shutil.which("ninja") is None:
+        with contextlib.suppress(ImportError):
+            import ninja
+
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+
+
+def usable(x: torch.Tensor, weight: torch.Tensor, groups: int) -> bool:
+    """Whether the kernel takes this batch: a channels_last CPU batch of float32, bfloat16 or
+    float16 dealt evenly, float32 parameters (the engine's; autocast keeps them), and the kernel
+    built. Float64 stays on the eager path, which keeps float64 throughout."""
+    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+            and x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+            and len(x) % groups == 0 and weight.dtype == torch.float32 and weight.device.type == "cpu"
+            and kernel() is not None)
