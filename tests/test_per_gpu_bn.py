@@ -187,6 +187,14 @@ def test_node_scope_sync_batchnorm_is_emulated_over_each_nodes_share(tmp_path, c
         train(make_config(tmp_path / "y", distributed={**node_scope, "emulate_gpus_per_node": 3}, **same))
 
 
+def _fresh_versions(monkeypatch) -> None:
+    """torch's builder remembers, per process, what it built under each name and builds again
+    under a new one when asked twice: a test's second build starts from a new process's memory."""
+    from torch.utils import _cpp_extension_versioner, cpp_extension
+
+    monkeypatch.setattr(cpp_extension, "JIT_EXTENSION_VERSIONER", _cpp_extension_versioner.ExtensionVersioner())
+
+
 def test_the_kernel_takes_even_channels_last_cpu_batches_of_training_precisions() -> None:
     weight = torch.ones(4)
     channels_last = torch.randn(8, 4, 3, 3).contiguous(memory_format=torch.channels_last)
@@ -204,6 +212,7 @@ def test_a_kernel_that_does_not_build_leaves_the_eager_path_and_says_so_once(tmp
     monkeypatch.setattr(grouped_bn_kernel, "SOURCE", broken)
     monkeypatch.setattr(grouped_bn_kernel, "build_directory", lambda: tmp_path / "build")
     monkeypatch.setattr(grouped_bn_kernel, "_loaded", {})
+    _fresh_versions(monkeypatch)
     with caplog.at_level("WARNING", logger="tianfeng.engine"):
         assert grouped_bn_kernel.kernel() is None
         assert grouped_bn_kernel.kernel() is None  # not built again
@@ -213,3 +222,20 @@ def test_a_kernel_that_does_not_build_leaves_the_eager_path_and_says_so_once(tmp
     x = torch.randn(8, 3, 4, 4).contiguous(memory_format=torch.channels_last)
     expected, _ = _gpu_by_gpu(bn, x, _in_turn(8, 2))
     torch.testing.assert_close(emulated(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_an_install_elsewhere_loads_the_kernel_built_before(tmp_path, monkeypatch) -> None:
+    """A wheel in another venv (the same source text at another path) finds the build of the
+    checkout's source, and neither rebuilds the other's."""
+    assert grouped_bn_kernel.kernel() is not None
+    folder = grouped_bn_kernel.build_directory()
+    built = {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")}
+    elsewhere = tmp_path / "site-packages" / "tianfeng" / "grouped_bn.cpp"
+    elsewhere.parent.mkdir(parents=True)
+    elsewhere.write_bytes(grouped_bn_kernel.SOURCE.read_bytes())
+    monkeypatch.setattr(grouped_bn_kernel, "SOURCE", elsewhere)
+    monkeypatch.setattr(grouped_bn_kernel, "_loaded", {})
+    _fresh_versions(monkeypatch)  # as in the other venv's process
+    assert grouped_bn_kernel.build_directory() == folder
+    assert grouped_bn_kernel.kernel() is not None
+    assert {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")} == built

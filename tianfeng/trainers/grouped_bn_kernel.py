@@ -12,6 +12,7 @@ turns it off."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
@@ -26,11 +27,25 @@ _loaded: dict[str, ModuleType | None] = {}
 
 
 def build_directory() -> Path:
-    """One folder per torch version: a kernel built against another torch would not load."""
+    """One folder per torch version (a kernel built against another torch would not load) and
+    per source text (installs of different tianfeng versions do not rebuild each other's)."""
     from torch.utils.cpp_extension import get_default_build_root
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
-    return Path(root) / f"tianfeng_grouped_bn-torch{torch.__version__.replace('+', '-')}"
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    return Path(root) / f"tianfeng_grouped_bn-torch{torch.__version__.replace('+', '-')}-{digest}"
+
+
+def _source_in(folder: Path) -> Path:
+    """The source, copied into the build folder: the build then names the same file wherever
+    tianfeng is installed (a checkout, a wheel in another venv), so ninja does not rebuild."""
+    copy = folder / SOURCE.name
+    text = SOURCE.read_bytes()
+    if not copy.exists() or copy.read_bytes() != text:
+        partial = folder / f".{SOURCE.name}.{os.getpid()}"
+        partial.write_bytes(text)
+        os.replace(partial, copy)
+    return copy
 
 
 def kernel() -> ModuleType | None:
@@ -53,7 +68,7 @@ def kernel() -> ModuleType | None:
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "tianfeng_grouped_bn.so").exists():
             log.info("building the CPU kernel of per-GPU BatchNorm (once per torch version, about a minute)")
-        _loaded["module"] = load(name="tianfeng_grouped_bn", sources=[str(SOURCE)], build_directory=str(folder),
+        _loaded["module"] = load(name="tianfeng_grouped_bn", sources=[str(_source_in(folder))], build_directory=str(folder),
                                  extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as error:  # noqa: BLE001 - any build failure leaves the eager path, said once
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
