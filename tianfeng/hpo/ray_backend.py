@@ -231,12 +231,8 @@ def default_gpus(options: RayOptions, resources: dict[str, float]) -> RayOptions
 def connect(options: RayOptions) -> tuple[dict[str, float], RayOptions]:
     """Start or join Ray and check that one trial's resources exist; returns the cluster's and
     the options with the GPUs per trial decided."""
-    import ray
+    import ray  # the flags' values were checked with the others (SearchOptions.checked)
 
-    if options.cpus_per_trial <= 0:
-        raise ConfigError("--cpus-per-trial", "", f"must be > 0, got {options.cpus_per_trial:g}")
-    if options.gpus_per_trial is not None and options.gpus_per_trial < 0:
-        raise ConfigError("--gpus-per-trial", "", f"must be >= 0, got {options.gpus_per_trial:g}")
     # trials keep the driver's working directory (relative data paths) and decode cache
     start_or_join(options.address, env={"RAY_CHDIR_TO_TRIAL_DIR": "0"}, log_to_driver=False)
     resources = ray.cluster_resources()

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tianfeng.logs import quiet_extension_builder
 from tianfeng.trainers.shared_files import read_json, update_json
 
 log = logging.getLogger("tianfeng.engine")
@@ -56,10 +57,7 @@ def use_cache_dir(cache_dir: Path) -> None:
 
 def compile_model(model: nn.Module, mode: str) -> nn.Module:
     if not torch.cuda.is_available():
-        # inductor's CPU path imports torch's extension builder, which a CUDA build of torch on a
-        # machine without a GPU answers with a warning ("No CUDA runtime is found") that says
-        # nothing about this run
-        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+        quiet_extension_builder()  # inductor's CPU path imports it
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 

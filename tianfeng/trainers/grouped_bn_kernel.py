@@ -21,6 +21,8 @@ from types import ModuleType
 
 import torch
 
+from tianfeng.logs import quiet_extension_builder
+
 log = logging.getLogger("tianfeng.engine")
 SOURCE = Path(__file__).parent / "csrc" / "grouped_bn.cpp"
 _loaded: dict[str, ModuleType | None] = {}
@@ -55,11 +57,7 @@ def kernel() -> ModuleType | None:
     _loaded["module"] = None
     if os.environ.get("TIANFENG_GROUPED_BN_KERNEL", "1") == "0":
         return None
-    # the builder's own lines (a CUDA build of torch on a machine without a GPU warns that it found
-    # no CUDA runtime when the builder is imported) are not for this run's log
-    builder = logging.getLogger("torch.utils.cpp_extension")
-    level = builder.level
-    builder.setLevel(logging.ERROR)
+    quiet_extension_builder()
     try:
         from torch.utils.cpp_extension import load
 
@@ -74,8 +72,6 @@ def kernel() -> ModuleType | None:
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         log.warning("per-GPU BatchNorm: its CPU kernel could not be built (%s: %s); the slower eager path runs",
                     type(error).__name__, first[:200])
-    finally:
-        builder.setLevel(level)
     return _loaded["module"]
 
 

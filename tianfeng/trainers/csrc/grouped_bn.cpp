@@ -7,8 +7,8 @@
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
-#include <c10/util/irange.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -84,13 +84,15 @@ std::vector<at::Tensor> forward_typed(const at::Tensor& x, const at::Tensor& wei
   });
   auto stats = at::TensorOptions().dtype(at::kFloat);
   at::Tensor mean_out = at::empty({G, C}, stats), invstd_out = at::empty({G, C}, stats);
+  float* mean_to = mean_out.data_ptr<float>();
+  float* invstd_to = invstd_out.data_ptr<float>();
   std::vector<float> scale(G * C), shift(G * C);
   for (int64_t g = 0; g < G; ++g)
     for (int64_t c = 0; c < C; ++c) {
       const int64_t i = g * C + c;
       const Acc invstd = 1.0 / std::sqrt(squares[i] / count + eps);
-      mean_out.data_ptr<float>()[i] = static_cast<float>(mean[i]);
-      invstd_out.data_ptr<float>()[i] = static_cast<float>(invstd);
+      mean_to[i] = static_cast<float>(mean[i]);
+      invstd_to[i] = static_cast<float>(invstd);
       scale[i] = static_cast<float>(invstd * w[c]);
       shift[i] = static_cast<float>(b[c] - mean[i] * invstd * w[c]);
     }
@@ -138,8 +140,6 @@ std::vector<at::Tensor> backward_typed(const at::Tensor& grad, const at::Tensor&
   // dx = a * dy + k * x + c0, with a = invstd * w, k = -a * invstd^2 * mean(dy (x - mean)),
   // c0 = -a * mean(dy) - k * mean
   std::vector<float> a(G * C), k(G * C), c0(G * C);
-  at::Tensor grad_weight = at::zeros({C}, at::TensorOptions().dtype(at::kFloat));
-  at::Tensor grad_bias = at::zeros({C}, at::TensorOptions().dtype(at::kFloat));
   std::vector<Acc> gw(C, 0.0), gb(C, 0.0);
   for (int64_t g = 0; g < G; ++g)
     for (int64_t c = 0; c < C; ++c) {
@@ -153,10 +153,10 @@ std::vector<at::Tensor> backward_typed(const at::Tensor& grad, const at::Tensor&
       gw[c] += sums[G * C + i] * is[i];
       gb[c] += sums[i];
     }
-  for (int64_t c = 0; c < C; ++c) {
-    grad_weight.data_ptr<float>()[c] = static_cast<float>(gw[c]);
-    grad_bias.data_ptr<float>()[c] = static_cast<float>(gb[c]);
-  }
+  auto params = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor grad_weight = at::empty({C}, params), grad_bias = at::empty({C}, params);
+  std::copy(gw.begin(), gw.end(), grad_weight.data_ptr<float>());  // double to float
+  std::copy(gb.begin(), gb.end(), grad_bias.data_ptr<float>());
   at::Tensor grad_x = at::empty_like(x, x.options(), at::MemoryFormat::ChannelsLast);
   T* out = grad_x.data_ptr<T>();
   at::parallel_for(0, s.images, 1, [&](int64_t begin, int64_t end) {
