@@ -25,10 +25,3 @@ def quiet_optuna() -> None:
 
     debug = logging.getLogger("tianfeng").isEnabledFor(logging.DEBUG)
     optuna.logging.set_verbosity(optuna.logging.WARNING if debug else optuna.logging.ERROR)
-
-
-def quiet_extension_builder() -> None:
-    """torch's C++ extension builder (imported by inductor's CPU path and by the per-GPU
-    BatchNorm kernel's build) warns on a CUDA build of torch on a machine without a GPU that it
-    found no CUDA runtime, and logs its build steps: neither says anything about the run."""
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tianfeng.logs import quiet_extension_builder
+from tianfeng.trainers.quiet_builder import quiet_extension_builder
 from tianfeng.trainers.shared_files import read_json, update_json
 
 log = logging.getLogger("tianfeng.engine")

@@ -21,7 +21,7 @@ from types import ModuleType
 
 import torch
 
-from tianfeng.logs import quiet_extension_builder
+from tianfeng.trainers.quiet_builder import quiet_extension_builder
 
 log = logging.getLogger("tianfeng.engine")
 SOURCE = Path(__file__).parent / "csrc" / "grouped_bn.cpp"
