@@ -72,6 +72,26 @@ def test_whole_groups_equal_batchnorm_applied_gpu_by_gpu(shape, layout, channels
     torch.testing.assert_close(layer.running_var, copies[0].running_var)
 
 
+@pytest.mark.parametrize("options", [{"momentum": None}, {"track_running_stats": False}])
+def test_running_statistics_as_torch_keeps_them_over_steps(options, channels_last_path) -> None:
+    """A cumulative average (momentum None) over three steps is GPU 0's, as on rank 0; a layer
+    without running statistics keeps none and still normalises per GPU."""
+    bn, emulated = _pair(nn.BatchNorm2d(4, **options), gpus=4)
+    first = copy.deepcopy(bn)
+    for step in range(3):
+        x = (torch.randn(8, 4, 3, 3) * (step + 1) + step).contiguous(memory_format=torch.channels_last)
+        expected, _ = _gpu_by_gpu(bn, x, _in_turn(8, 4))
+        torch.testing.assert_close(emulated(x), expected, rtol=1e-5, atol=1e-5)
+        first(x[0::4])  # GPU 0's images through GPU 0's own copy
+    layer = emulated[0]
+    if bn.track_running_stats:
+        assert int(layer.num_batches_tracked) == 3
+        torch.testing.assert_close(layer.running_mean, first.running_mean)
+        torch.testing.assert_close(layer.running_var, first.running_var)
+    else:
+        assert layer.running_mean is None and layer.running_var is None
+
+
 def test_a_remainder_joins_the_last_gpu() -> None:
     bn, emulated = _pair(nn.BatchNorm2d(3), gpus=3)
     x = torch.randn(17, 3, 4, 4)

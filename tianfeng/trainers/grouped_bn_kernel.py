@@ -51,7 +51,7 @@ def _source_in(folder: Path) -> Path:
 
 
 def kernel() -> ModuleType | None:
-    """The built kernel module (forward, backward), or None where it cannot be built."""
+    """The built kernel module (`batch_norm`, differentiable), or None where it cannot be built."""
     if "module" in _loaded:
         return _loaded["module"]
     _loaded["module"] = None
@@ -85,11 +85,12 @@ def _ninja_on_path() -> None:
             os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
-def usable(x: torch.Tensor, weight: torch.Tensor, groups: int) -> bool:
+def usable(x: torch.Tensor, weight: torch.Tensor, groups: int, running_mean: torch.Tensor | None = None) -> bool:
     """Whether the kernel takes this batch: a channels_last CPU batch of float32, bfloat16 or
-    float16 dealt evenly, float32 parameters (the engine's; autocast keeps them), and the kernel
-    built. Float64 stays on the eager path, which keeps float64 throughout."""
+    float16 dealt evenly, float32 parameters and running statistics (the engine's; autocast keeps
+    them), and the kernel built. Float64 stays on the eager path, which keeps float64 throughout."""
     return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
             and x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
             and len(x) % groups == 0 and weight.dtype == torch.float32 and weight.device.type == "cpu"
+            and (running_mean is None or running_mean.dtype == torch.float32)
             and kernel() is not None)

@@ -14,8 +14,10 @@ Dealt in turn, a contiguous batch of `groups` x g images is, without a copy, a b
 with `groups` x channels channels: one BatchNorm call computes every GPU's statistics. In
 channels_last the GPU index is not next to the channel in memory, so no view makes it one
 BatchNorm call; `_ChannelsLastGroups` normalises in that layout instead, with no copy to
-contiguous and back, and on a CPU `_KernelGroups` does the same in one compiled kernel
-(grouped_bn_kernel) where it could be built.
+contiguous and back, and on a CPU a compiled kernel (grouped_bn_kernel) does the same where it
+could be built: one call a layer forward and one backward, autograd node included, which also
+moves the running statistics, as torch's own BatchNorm does (at a few pixels an image, a few
+small tensor operations per layer would cost as much as the normalisation).
 
 BatchNorm subclasses that do more than normalise (timm's BatchNormAct2d adds the activation)
 keep their class: their own forward runs GPU by GPU instead, slower but the same result."""
@@ -74,10 +76,12 @@ class PerGpuBatchNorm(nn.modules.batchnorm._BatchNorm):
     def _dealt_evenly(self, x: torch.Tensor) -> torch.Tensor:
         groups, channels, rest = self.groups, x.shape[1], x.shape[2:]
         if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
-            ones = x.new_ones(channels, dtype=torch.float32)
-            weight, bias = (self.weight, self.bias) if self.affine else (ones, ones * 0)
-            in_layout = _KernelGroups if grouped_bn_kernel.usable(x, weight, groups) else _ChannelsLastGroups
-            y, mean, invstd = in_layout.apply(x, weight, bias, groups, self.eps)
+            weight, bias = (self.weight, self.bias) if self.affine else _identity(x, channels)
+            if grouped_bn_kernel.usable(x, weight, groups, self.running_mean):
+                momentum = self._momentum() if self.track_running_stats else 0.0
+                return grouped_bn_kernel.kernel().batch_norm(x, weight, bias, groups, self.eps, self.running_mean,
+                                                             self.running_var, momentum)
+            y, mean, invstd = _ChannelsLastGroups.apply(x, weight, bias, groups, self.eps)
             mean, invstd, count = mean.flatten(), invstd.flatten(), x.numel() // channels // groups
         else:
             # image j * groups + r is GPU r's j-th: (groups x g, C, ...) viewed as (g, groups x C, ...)
@@ -121,7 +125,9 @@ class _ChannelsLastGroups(torch.autograd.Function):
         normalised = torch.addcmul(bias, centred, (invstd * weight)[:, None], out=centred)
         if out.dtype != values.dtype:
             _grouped(out, groups).copy_(normalised)
-        _keep_for_backward(ctx, x, weight, mean, invstd, groups)
+        ctx.save_for_backward(x, weight, mean, invstd)
+        ctx.groups = groups
+        ctx.mark_non_differentiable(mean, invstd)
         return out, mean, invstd
 
     @staticmethod
@@ -142,32 +148,10 @@ class _ChannelsLastGroups(torch.autograd.Function):
         return _ungrouped(grad_x.to(x.dtype), x.shape), grad_weight, grad_bias, None, None
 
 
-class _KernelGroups(torch.autograd.Function):
-    """`_ChannelsLastGroups` computed by the compiled CPU kernel (grouped_bn_kernel): the same
-    inputs, outputs and gradients in as many passes over memory as torch's own BatchNorm."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, groups: int, eps: float):
-        kernel = grouped_bn_kernel.kernel()
-        out, mean, invstd = kernel.forward(x, weight.detach(), bias.detach(), groups, eps)
-        _keep_for_backward(ctx, x, weight, mean, invstd, groups)
-        return out, mean, invstd
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor, _mean: torch.Tensor, _invstd: torch.Tensor):
-        x, weight, mean, invstd = ctx.saved_tensors
-        grad_x, grad_weight, grad_bias = grouped_bn_kernel.kernel().backward(
-            grad.contiguous(memory_format=torch.channels_last).to(x.dtype), x, weight.detach(), mean, invstd,
-            ctx.groups)
-        return (grad_x, grad_weight if ctx.needs_input_grad[1] else None,
-                grad_bias if ctx.needs_input_grad[2] else None, None, None)
-
-
-def _keep_for_backward(ctx, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor,
-                       groups: int) -> None:
-    ctx.save_for_backward(x, weight, mean, invstd)
-    ctx.groups = groups
-    ctx.mark_non_differentiable(mean, invstd)
+def _identity(x: torch.Tensor, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weight and bias of a BatchNorm without affine parameters."""
+    ones = x.new_ones(channels, dtype=torch.float32)
+    return ones, ones * 0
 
 
 def _statistics_dtype(x: torch.Tensor) -> torch.dtype:

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 namespace {
@@ -54,9 +55,22 @@ std::vector<Acc> summed(const Shape& s, int width, const Body& body) {
   return total;
 }
 
+// GPU 0's statistics into the running ones, as DDP keeps rank 0's buffers: the unbiased
+// variance, moved towards by `momentum` (torch's BatchNorm update)
+void update_running(float* running_mean, float* running_var, const std::vector<Acc>& mean,
+                    const std::vector<Acc>& squares, const Shape& s, double momentum) {
+  const Acc count = static_cast<Acc>(s.count());
+  const Acc unbiased = 1.0 / std::max(count - 1.0, 1.0);
+  for (int64_t c = 0; c < s.channels; ++c) {
+    running_mean[c] = static_cast<float>(running_mean[c] + momentum * (mean[c] - running_mean[c]));
+    running_var[c] = static_cast<float>(running_var[c] + momentum * (squares[c] * unbiased - running_var[c]));
+  }
+}
+
 template <typename T>
 std::vector<at::Tensor> forward_typed(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                      const Shape& s, double eps) {
+                                      const Shape& s, double eps, float* running_mean, float* running_var,
+                                      double momentum) {
   const T* data = x.data_ptr<T>();
   const int64_t C = s.channels, G = s.groups, P = s.pixels;
   const float* w = weight.data_ptr<float>();
@@ -96,6 +110,7 @@ std::vector<at::Tensor> forward_typed(const at::Tensor& x, const at::Tensor& wei
       scale[i] = static_cast<float>(invstd * w[c]);
       shift[i] = static_cast<float>(b[c] - mean[i] * invstd * w[c]);
     }
+  if (running_mean != nullptr) update_running(running_mean, running_var, mean, squares, s, momentum);
   at::Tensor y = at::empty_like(x, x.options(), at::MemoryFormat::ChannelsLast);
   T* out = y.data_ptr<T>();
   at::parallel_for(0, s.images, 1, [&](int64_t begin, int64_t end) {
@@ -179,20 +194,32 @@ void check_params(const at::Tensor& t, int64_t channels, const char* what) {
               "grouped_bn: ", what, " must be a contiguous float32 CPU tensor of one value per channel");
 }
 
-std::vector<at::Tensor> forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                int64_t groups, double eps) {
+// running_mean and running_var: both float32 buffers updated in place, or both None (a layer
+// without running statistics)
+std::vector<at::Tensor> normalise(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                int64_t groups, double eps, const std::optional<at::Tensor>& running_mean,
+                                const std::optional<at::Tensor>& running_var, double momentum) {
   TORCH_CHECK(x.device().is_cpu(), "grouped_bn: CPU tensors only");
   const Shape s = shape_of(x, groups);
   check_params(weight, s.channels, "weight");
   check_params(bias, s.channels, "bias");
+  const bool running = running_mean.has_value() && running_mean->defined();
+  TORCH_CHECK(running == (running_var.has_value() && running_var->defined()),
+              "grouped_bn: running_mean and running_var come together");
+  if (running) {
+    check_params(*running_mean, s.channels, "running_mean");
+    check_params(*running_var, s.channels, "running_var");
+  }
+  float* mean_to = running ? running_mean->data_ptr<float>() : nullptr;
+  float* var_to = running ? running_var->data_ptr<float>() : nullptr;
   std::vector<at::Tensor> out;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "grouped_bn_forward", [&] {
-    out = forward_typed<scalar_t>(x, weight, bias, s, eps);
+    out = forward_typed<scalar_t>(x, weight, bias, s, eps, mean_to, var_to, momentum);
   });
   return out;
 }
 
-std::vector<at::Tensor> backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& weight,
+std::vector<at::Tensor> normalise_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& weight,
                                  const at::Tensor& mean, const at::Tensor& invstd, int64_t groups) {
   const Shape s = shape_of(x, groups);
   TORCH_CHECK(grad.sizes() == x.sizes() && grad.scalar_type() == x.scalar_type() &&
@@ -206,9 +233,40 @@ std::vector<at::Tensor> backward(const at::Tensor& grad, const at::Tensor& x, co
   return out;
 }
 
+// Forward and backward as one autograd node in C++: a layer then costs one call from Python,
+// as torch's own BatchNorm does. At a few pixels an image, a Python autograd Function's own
+// overhead would cost about as much as the normalisation.
+struct GroupedBatchNorm : public torch::autograd::Function<GroupedBatchNorm> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias, int64_t groups, double eps,
+                            const std::optional<at::Tensor>& running_mean,
+                            const std::optional<at::Tensor>& running_var, double momentum) {
+    auto out = normalise(x, weight, bias, groups, eps, running_mean, running_var, momentum);
+    ctx->save_for_backward({x, weight, out[1], out[2]});
+    ctx->saved_data["groups"] = groups;
+    return out[0];
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    auto grad = grads[0].contiguous(at::MemoryFormat::ChannelsLast).to(x.scalar_type());
+    auto out = normalise_backward(grad, x, saved[1], saved[2], saved[3], ctx->saved_data["groups"].toInt());
+    const at::Tensor none;
+    return {out[0], ctx->needs_input_grad(1) ? out[1] : none, ctx->needs_input_grad(2) ? out[2] : none,
+            none, none, none, none, none};
+  }
+};
+
+at::Tensor batch_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, int64_t groups,
+                      double eps, const std::optional<at::Tensor>& running_mean,
+                      const std::optional<at::Tensor>& running_var, double momentum) {
+  return GroupedBatchNorm::apply(x, weight, bias, groups, eps, running_mean, running_var, momentum);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("forward", &forward, "grouped BatchNorm forward (channels_last, CPU)");
-  m.def("backward", &backward, "grouped BatchNorm backward (channels_last, CPU)");
+  m.def("batch_norm", &batch_norm, "grouped BatchNorm, differentiable (channels_last, CPU)");
 }
