@@ -83,7 +83,7 @@ def proxy_rows(times: dict[tuple[str, str], float]) -> list[tuple[str, ...]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
