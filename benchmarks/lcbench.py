@@ -207,8 +207,8 @@ def one_epoch_then_best(surrogate: Surrogate, task: str, seed: int, budget: floa
 def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.BaseSampler],
                               checked: bool = True) -> Callable:
     """Each configuration scored by its first epochs (the sampler learns from that score); once
-    three are scored, each new leader by it is trained whole from the start, charged its full
-    time, as `tianfeng search --fidelity screen --promote leader` trains it. `checked`: the screen
+    three are scored, each new leader by it is trained whole, continuing from its screen (charged
+    the rest of its time), as `tianfeng search --fidelity screen --promote leader` trains it. `checked`: the screen
     lengthens when the whole runs' own curves rank their best unlike it, by the search's own
     rule (screen_check); unchecked, it stays at one epoch."""
     def run(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
@@ -227,7 +227,7 @@ def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.
             _, number, leader = max(scored, key=lambda s: (s[0], -s[1]))
             if len(scored) >= 3 and number not in promoted:
                 promoted[number] = leader["val_accuracy"]
-                spent += leader["time"][-1]
+                spent += leader["time"][-1] - leader["time"][length - 1]  # its screen's epochs are done
                 best = max(best, leader["val_accuracy"][-1])
                 out.spent.append(spent)
                 out.best.append(best)

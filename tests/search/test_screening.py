@@ -1,6 +1,7 @@
 """A screening rung (`stop_after_epochs`): each trial trains the full run's own schedule, stops
 after its first epochs and is scored there, as that many epochs of the full run would score it;
-with `--promote leader` each new leader is then trained whole."""
+with `--promote leader` each new leader is then trained whole, its full run continuing from
+where its screen stopped."""
 
 from __future__ import annotations
 
@@ -104,8 +105,26 @@ def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole
     runs = RunStore(storage).runs("screen")
     assert runs and all(r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED for r in runs)
     assert runs[-1]["trial_number"] == study.best_trial.number  # the search ends with its leader's full run
+    by_number = {t.number: t for t in trials}
     for r in runs:
         assert json.loads((Path(r["run_dir"]) / "result.json").read_text())["epochs_completed"] == FULL_EPOCHS
+        # each leader's full run continued its screen: epoch 1 is the screen's own record (its
+        # clock included), not a second training of it
+        screened = json.loads((Path(by_number[r["trial_number"]].user_attrs["run_dir"]) / "metrics.jsonl")
+                              .read_text().splitlines()[0])
+        assert len(r["epochs"]) == FULL_EPOCHS and r["epochs"][0] == screened
+
+    # and continuing is the same run: the leader's config trained whole from scratch, epoch by epoch
+    leader = by_number[runs[-1]["trial_number"]]
+    cfg = config_from_dict(yaml.safe_load((Path(leader.user_attrs["run_dir"]) / "config.yaml").read_text()))
+    torch.set_num_threads(int(leader.user_attrs["cores"]))  # the search ran both at these threads
+    try:
+        from_scratch = train(with_changes(cfg, run_dir=str(tmp_path / "scratch")))
+    finally:
+        torch.set_num_threads(threads)
+    for ours, oracle in zip(runs[-1]["epochs"], from_scratch.epochs, strict=True):
+        assert ours["val_top1"] == pytest.approx(oracle.val_top1, abs=1e-9)
+        assert ours["train_loss"] == pytest.approx(oracle.train_loss, rel=1e-6)
 
 
 def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(

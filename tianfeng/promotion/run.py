@@ -24,6 +24,7 @@ from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from tianfeng.logs import quiet_optuna
 from tianfeng.ownership import check_folder, claim_folder, study_owner
+from tianfeng.promotion.continuation import continue_screen
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.run_progress import RunProgress
 from tianfeng.store import RunRecordStatus, RunStore
@@ -150,6 +151,12 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
            "run_dir": str(run_dir), "proxy_score": score(trial)}
     if trial.user_attrs.get("predicted"):
         out["predicted_full_run"] = trial.user_attrs["predicted"]
+    if not resumed and plan is None:  # a screened trial's own run goes on from its screen
+        continued = continue_screen(trial, full)
+        if continued:
+            epochs_so_far = continued
+            store.update(run_id, epochs=continued)
+            out["continued_after_epoch"] = len(continued)
     if plan is not None:
         return out | _run_plan(plan, launch, run_dir, store, run_id, space)
     try:

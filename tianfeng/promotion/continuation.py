@@ -1,0 +1,57 @@
+"""A screened trial's full run picks up where its screen stopped.
+
+A screening rung trains the full run's own config and stops after its first epochs, leaving
+the checkpoint of its last one. When the full run of that trial is the same run (its config
+differs from the trial's in nothing a checkpoint must match: names, folders, checkpoint and
+loader settings), it continues from that checkpoint instead of training those epochs again: the
+same weights, optimizer state, random streams and position an uninterrupted run would hold. A
+config that differs (another batch, an override) starts from scratch, as before."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from optuna.trial import FrozenTrial
+
+from tianfeng.hpo.screen_check import SCREENED_ATTR
+from tianfeng.trainers import checkpoint
+from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
+
+log = logging.getLogger("tianfeng.promote")
+
+
+def _screen_checkpoints(trial: FrozenTrial) -> Path | None:
+    """Where the screened trial's run kept its checkpoints, if it was screened."""
+    config, run_dir = trial.user_attrs.get("config"), trial.user_attrs.get("run_dir")
+    if SCREENED_ATTR not in trial.user_attrs or not isinstance(config, dict) or not run_dir:
+        return None
+    folder = (config.get("checkpoint") or {}).get("dir")
+    return Path(folder) if folder else Path(run_dir) / "checkpoints"
+
+
+def continue_screen(trial: FrozenTrial, full: RunConfig) -> list[dict]:
+    """Seed `full`'s fresh checkpoint folder with the screened trial's last checkpoint when `full`
+    is the trial's own run; the epochs it holds (their metrics, as the screen recorded them), or
+    [] when the full run starts from scratch."""
+    source = _screen_checkpoints(trial)
+    target = full.resolved_checkpoint_dir
+    if source is None or source.resolve() == target.resolve() or (target / checkpoint.LAST).exists():
+        return []
+    try:
+        saved = checkpoint.load(source)
+    except ConfigError as error:  # a damaged screen checkpoint: the full run starts afresh
+        log.warning("trial %d: its screen's checkpoint is unreadable (%s); the full run starts from scratch",
+                    trial.number, error)
+        return []
+    if saved is None or checkpoint.config_changes(saved["config"], config_to_dict(full)):
+        return []
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():
+        if path.is_file() and path.suffix == ".pt":
+            shutil.copy2(path, target / path.name)
+    history = list(saved["position"]["history"])
+    log.info("trial %d: its full run continues from the screen's checkpoint after epoch %d (the same run), "
+             "so those epochs are not trained again", trial.number, len(history))
+    return history
