@@ -73,6 +73,31 @@ def test_auto_compiles_when_it_pays_and_records_what_it_measured(tmp_path: Path,
     assert "warm_s" not in entry  # only a second compile of the shape measures a warm one
 
 
+@pytest.mark.parametrize(("compiled_s", "kept"), [(0.030, False), (0.005, True)])
+def test_auto_drops_a_compile_that_measured_slower_than_eager(tmp_path: Path, caplog, monkeypatch, compiled_s,
+                                                              kept) -> None:
+    """The estimate said compile; the compiled steps then measured 3x slower (as a per-GPU
+    BatchNorm model did on a CPU): the run goes on eagerly, and the record keeps the slowdown
+    so later runs do not compile it. A faster compile stays."""
+    monkeypatch.setattr(compilation, "estimate", lambda shapes, shape, device: compilation.Estimate(5.0, 0.0, "test"))
+    eager = torch.nn.Linear(2, 2)
+    policy = compilation.CompilePolicy("auto", "default", eager, CPU, is_main=True, share=lambda verdict: verdict,
+                                       cache_dir=tmp_path, model_key="m")
+    shapes = ["8px x 32"]
+    with caplog.at_level("INFO", logger="tianfeng.engine"):
+        for _ in range(compilation.WARMUP_STEPS + compilation.EAGER_STEPS):
+            policy.step_done(0.010, timed=True, steps_left=10_000, shapes_left=shapes)
+        assert policy.model is not eager  # compiled, on the estimate
+        policy.step_done(1.0, timed=True, steps_left=10_000, shapes_left=shapes)  # the first: compiling
+        for _ in range(compilation.COMPILED_STEPS):
+            policy.step_done(compiled_s, timed=True, steps_left=10_000, shapes_left=shapes)
+    assert not policy.timing
+    assert (policy.model is not eager) == kept
+    assert ("eager for the rest of the run" in caplog.text) != kept
+    speedup = json.loads((tmp_path / "compile.json").read_text())["m"]["8px x 32"]["speedup"]
+    assert speedup == pytest.approx(0.010 / compiled_s, rel=1e-3)
+
+
 def test_estimates_prefer_this_shape_then_the_model_then_the_priors() -> None:
     assert compilation.estimate({}, "8px x 32", CPU) == compilation.Estimate(
         compilation.PRIOR_SPEEDUP["cpu"], compilation.PRIOR_COMPILE_S["cpu"], "priors")

@@ -225,3 +225,10 @@ class CompilePolicy:
             self.records.write(self.model_key, self.shape, Record(compile_s, speedup))
             log.info("compile: %.1f s to compile, step %.1f -> %.1f ms (%.2fx)", compile_s,
                      1000 * self.eager_step_s, 1000 * compiled, speedup)
+        # a compile that came out slower than eager (the estimate was wrong for this model) is
+        # dropped for the rest of the run; rank 0's measurement decides for every rank
+        if self.share(speedup < 1.0):
+            self.model = self.eager
+            if self.is_main:
+                log.info("compile auto: the compiled step is slower here (%.2fx): eager for the rest of the run",
+                         speedup)
