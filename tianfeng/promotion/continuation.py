@@ -17,18 +17,17 @@ from optuna.trial import FrozenTrial
 
 from tianfeng.hpo.screen_check import SCREENED_ATTR
 from tianfeng.trainers import checkpoint
-from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
+from tianfeng.trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
 
 log = logging.getLogger("tianfeng.promote")
 
 
 def _screen_checkpoints(trial: FrozenTrial) -> Path | None:
     """Where the screened trial's run kept its checkpoints, if it was screened."""
-    config, run_dir = trial.user_attrs.get("config"), trial.user_attrs.get("run_dir")
-    if SCREENED_ATTR not in trial.user_attrs or not isinstance(config, dict) or not run_dir:
+    config = trial.user_attrs.get("config")
+    if SCREENED_ATTR not in trial.user_attrs or not isinstance(config, dict):
         return None
-    folder = (config.get("checkpoint") or {}).get("dir")
-    return Path(folder) if folder else Path(run_dir) / "checkpoints"
+    return config_from_dict(config).resolved_checkpoint_dir
 
 
 def continue_screen(trial: FrozenTrial, full: RunConfig) -> list[dict]:
