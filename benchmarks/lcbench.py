@@ -39,6 +39,7 @@ import optuna
 from common import ROOT, print_table
 
 from tianfeng.hpo.objective import judge_epoch
+from tianfeng.hpo.past_warmup import PastWarmup
 from tianfeng.hpo.peer_pruning import PeerPruner
 from tianfeng.hpo.registry import PRUNERS, make_sampler
 from tianfeng.hpo.screen_check import agreeing_length
@@ -248,7 +249,7 @@ def dehb(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
 METHODS: dict[str, Callable] = {
     "tianfeng": optuna_method(lambda seed: (optuna.create_study(
         direction="maximize", sampler=make_sampler("tpe", _space("accuracy"), seed),
-        pruner=PRUNERS["asha"](EPOCHS)), "accuracy", "tianfeng")),
+        pruner=PastWarmup(PRUNERS["asha"](EPOCHS))), "accuracy", "tianfeng")),
     "optuna-tpe": optuna_method(lambda seed: (_study(optuna.samplers.TPESampler(seed=seed)), "accuracy", "optuna")),
     "optuna-tpe+hyperband": optuna_method(lambda seed: (_study(
         optuna.samplers.TPESampler(seed=seed),
@@ -281,7 +282,9 @@ def reference(surrogate: Surrogate, task: str, n: int = 400) -> tuple[float, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--tasks", type=int, default=6, help="the first N of the 34 tasks")
+    parser.add_argument("--tasks", type=int, default=6, help="N of the 34 tasks, in the surrogate's order")
+    parser.add_argument("--skip-tasks", type=int, default=0,
+                        help="start after the first K tasks (tasks held out from those a method was tuned on)")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=float, default=20.0, help="in full runs of a median configuration")
     parser.add_argument("--json", type=Path, default=None, help="also write every run's numbers here")
@@ -296,7 +299,7 @@ def main() -> None:
     runs: dict[str, list[tuple[str, Run, float]]] = {m: [] for m in methods}
     refs: dict[str, tuple[float, float, float]] = {}
     try:
-        for task in surrogate.tasks[:args.tasks]:
+        for task in surrogate.tasks[args.skip_tasks:args.skip_tasks + args.tasks]:
             refs[task] = reference(surrogate, task)
             budget = args.budget * refs[task][2]
             for seed in range(args.seeds):

@@ -208,7 +208,9 @@ class StudySearcher(Searcher):
 def _scheduler(pruner: str, epochs: int):
     from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, MedianStoppingRule
 
-    first_rung = max(1, epochs // 3)
+    from tianfeng.hpo.registry import asha_first_rung
+
+    first_rung = asha_first_rung(epochs) if pruner == "asha" else max(1, epochs // 3)
     if pruner in ("asha", "sh", "hyperband"):
         return AsyncHyperBandScheduler(time_attr="epoch", max_t=epochs, grace_period=first_rung,
                                        reduction_factor=3, brackets=3 if pruner == "hyperband" else 1)

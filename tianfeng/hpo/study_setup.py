@@ -16,6 +16,7 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import counted
 from tianfeng.hpo.dashboard import metric_names
 from tianfeng.hpo.locked_storage import rdb_storage
+from tianfeng.hpo.past_warmup import PastWarmup
 from tianfeng.hpo.plan import SearchPlan, rung_epochs
 from tianfeng.hpo.registry import PRUNERS, make_sampler
 from tianfeng.hpo.space import SearchSpace, per_gpu_range
@@ -62,7 +63,7 @@ def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePrun
         # a screened trial is judged by its score at the screen's end: pruning it earlier would
         # rank by fewer epochs than a lengthened screen (see screen_check) found reliable
         return optuna.pruners.NopPruner()
-    return PRUNERS[plan.pruner](rung_epochs(space, plan.rung))
+    return PastWarmup(PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
 
 
 def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
