@@ -72,11 +72,11 @@ LONG_RUN_EPOCHS = 27  # enough epochs for ASHA's three rungs (a ninth, a third, 
 
 
 def asha_first_rung(epochs: int) -> int:
-    """ASHA's first rung for trials of `epochs`. Short runs (the shipped space's proxies train
-    3-15 epochs) are judged once, a third of the way in: a ninth would be their first epoch or
-    two, where a recipe has taken too few steps to be told from another. Runs of 27 epochs or
+    """ASHA's first rung for trials of `epochs`. Short runs (the shipped space's proxy rung trains
+    at most 17) are judged once, a third of the way in, the rule its cifar5-dev searches were
+    measured with: a ninth would be their first epoch or two. Runs of 27 epochs or
     more are first judged a ninth of the way in and again at a third, as Hyperband-style ladders
-    do; on LCBench's 52-epoch curves this lowered the regret at every fraction of the budget (see
+    do; on LCBench's 52-epoch curves this lowered the regret at half the budget and at its end (see
     the results page). Trials still warming up are not judged at either (see past_warmup)."""
     if epochs >= LONG_RUN_EPOCHS:
         return max(1, round(epochs / 9))
