@@ -54,5 +54,5 @@ def test_long_runs_get_two_decisions_before_their_end_and_short_runs_one() -> No
         assert first == max(1, epochs // 3) and first * 9 > epochs  # one decision: the second rung is past the end
     for epochs in (27, 52, 90):
         first = asha_first_rung(epochs)
-        assert first * 3 < epochs and first * 9 >= epochs - 5  # a ninth: rungs at a ninth and a third
+        assert abs(first - epochs / 9) <= 0.5 and first * 3 < epochs  # rungs at a ninth and a third, then the end
     assert asha_first_rung(52) == 6 and asha_first_rung(1) == 1
