@@ -259,3 +259,26 @@ def test_an_install_elsewhere_loads_the_kernel_built_before(tmp_path, monkeypatc
     assert grouped_bn_kernel.build_directory() == folder
     assert grouped_bn_kernel.kernel() is not None
     assert {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")} == built
+
+
+def test_a_compiled_model_traces_per_gpu_batchnorm_whole_and_computes_what_the_kernel_does() -> None:
+    assert grouped_bn_kernel.kernel() is not None, "the per-GPU BatchNorm kernel did not build here"
+    torch.manual_seed(0)
+    model = per_gpu_bn.convert(nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)))
+    per_gpu_bn.set_groups(model, 4)
+    model = model.to(memory_format=torch.channels_last).train()
+    compiled_copy = copy.deepcopy(model)
+    x = torch.randn(8, 3, 6, 6).to(memory_format=torch.channels_last)
+    # the kernel is opaque to torch.compile's tracer: it must not be called while tracing
+    explained = torch._dynamo.explain(copy.deepcopy(model))(x)
+    assert explained.graph_count == 1 and not explained.break_reasons, explained.break_reasons
+    torch._dynamo.reset()
+    compiled = torch.compile(compiled_copy, backend="aot_eager")  # traced forward and backward, no C++ build
+    for net in (model, compiled):  # model: eager, through the kernel
+        net(x).square().sum().backward()
+    bn, traced_bn = model[1], compiled_copy[1]
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(traced_bn.weight.grad, bn.weight.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(compiled_copy[0].weight.grad, model[0].weight.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(traced_bn.running_var, bn.running_var, rtol=1e-5, atol=1e-6)
+    assert int(traced_bn.num_batches_tracked) == int(bn.num_batches_tracked) == 2
