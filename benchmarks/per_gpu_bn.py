@@ -2,7 +2,9 @@
 `resnet_small` with torch's BatchNorm over the whole batch (the baseline, measured in the same
 run) against `tianfeng.trainers.per_gpu_bn` at several images per GPU, in both of the engine's
 layouts, and as a CPU proxy runs them: each model at the layout `memory_format: auto` would pick
-for it (the faster one). The target is a step within 1.10x of the baseline's."""
+for it (the faster one). The target is a step within 1.10x of the baseline's. With `--compile`,
+both models at the smallest per-GPU batch are also timed under torch.compile in channels_last
+(where the CPU kernel runs eagerly and the traceable path runs compiled)."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def per_gpu_name(images: int, batch: int) -> str:
 
 
 def run_case(width: int, resolution: int, batch: int, groups: list[int], repeats: int,
-             steps: int) -> dict[tuple[str, str], float]:
+             steps: int, compiled: bool = False) -> dict[tuple[str, str], float]:
     """Seconds a step, by (layout, BatchNorm variant); every variant of both layouts interleaved."""
     torch.manual_seed(0)
     y = torch.randint(0, 10, (batch,))
@@ -60,7 +62,13 @@ def run_case(width: int, resolution: int, batch: int, groups: list[int], repeats
             model = model.to(memory_format=layout)
             per_gpu_bn.set_groups(model, batch // per_gpu)
             variants[(layout_name, per_gpu_name(per_gpu, batch))] = step_fn(model, x, y)
-    for fn in variants.values():  # warm-up
+        if compiled and layout_name == "channels_last":
+            variants[(layout_name, PLAIN + ", compiled")] = step_fn(torch.compile(base), x, y)
+            model = per_gpu_bn.convert(build_model(ModelConfig(width=width, depth=1, stages=3), 3, 10))
+            model = model.to(memory_format=layout)
+            per_gpu_bn.set_groups(model, batch // min(groups))
+            variants[(layout_name, per_gpu_name(min(groups), batch) + ", compiled")] = step_fn(torch.compile(model), x, y)
+    for fn in variants.values():  # warm-up (and the compiles)
         fn()
     by_label = interleaved({f"{layout}|{name}": (lambda fn=fn: timed(lambda: [fn() for _ in range(steps)]) / steps)
                             for (layout, name), fn in variants.items()}, repeats)
@@ -76,7 +84,7 @@ def proxy_rows(times: dict[tuple[str, str], float]) -> list[tuple[str, ...]]:
     """What a CPU proxy pays: `memory_format: auto` times the model it will train and keeps the
     faster layout, so each variant at its faster layout against the plain model at its own."""
     names = dict.fromkeys(name for _, name in times)
-    best = {name: min((times[(lay, name)], lay) for lay in LAYOUTS) for name in names}
+    best = {name: min((times[(lay, name)], lay) for lay in LAYOUTS if (lay, name) in times) for name in names}
     baseline = best[PLAIN][0]
     return [(name, lay, f"{1000 * t:.2f} ms", f"{t / baseline:.3f}x") for name, (t, lay) in best.items()]
 
@@ -86,12 +94,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--compile", action="store_true", help="also time both models under torch.compile "
+                        "(channels_last; ~1 min of compiling a case)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s); median of {args.repeats} interleaved repeats "
           f"of {args.steps} steps")
     for label, width, resolution, batch in CASES:
-        times = run_case(width, resolution, batch, [batch // 8, 8, 2], args.repeats, args.steps)
+        times = run_case(width, resolution, batch, [batch // 8, 8, 2], args.repeats, args.steps, args.compile)
         for layout in LAYOUTS:
             print_table(f"{label}, {layout}", layout_rows(times, layout), headers=("BatchNorm", "step", "ratio"))
         print_table(f"{label}, each at its faster layout (what memory_format: auto trains)", proxy_rows(times),
