@@ -46,6 +46,12 @@ def per_gpu_name(images: int, batch: int) -> str:
     return f"per GPU, {images} images each ({batch // images} GPUs)"
 
 
+def per_gpu_model(width: int, layout: torch.memory_format, gpus: int) -> nn.Module:
+    model = per_gpu_bn.convert(build_model(ModelConfig(width=width, depth=1, stages=3), 3, 10))
+    per_gpu_bn.set_groups(model, gpus)
+    return model.to(memory_format=layout)
+
+
 def run_case(width: int, resolution: int, batch: int, groups: list[int], repeats: int,
              steps: int, compiled: bool = False) -> dict[tuple[str, str], float]:
     """Seconds a step, by (layout, BatchNorm variant); every variant of both layouts interleaved."""
@@ -58,16 +64,12 @@ def run_case(width: int, resolution: int, batch: int, groups: list[int], repeats
         base = build_model(ModelConfig(width=width, depth=1, stages=3), 3, 10).to(memory_format=layout)
         variants[(layout_name, PLAIN)] = step_fn(base, x, y)
         for per_gpu in groups:
-            model = per_gpu_bn.convert(build_model(ModelConfig(width=width, depth=1, stages=3), 3, 10))
-            model = model.to(memory_format=layout)
-            per_gpu_bn.set_groups(model, batch // per_gpu)
-            variants[(layout_name, per_gpu_name(per_gpu, batch))] = step_fn(model, x, y)
+            variants[(layout_name, per_gpu_name(per_gpu, batch))] = step_fn(per_gpu_model(width, layout, batch // per_gpu),
+                                                                              x, y)
         if compiled and layout_name == "channels_last":
             variants[(layout_name, PLAIN + ", compiled")] = step_fn(torch.compile(base), x, y)
-            model = per_gpu_bn.convert(build_model(ModelConfig(width=width, depth=1, stages=3), 3, 10))
-            model = model.to(memory_format=layout)
-            per_gpu_bn.set_groups(model, batch // min(groups))
-            variants[(layout_name, per_gpu_name(min(groups), batch) + ", compiled")] = step_fn(torch.compile(model), x, y)
+            model = torch.compile(per_gpu_model(width, layout, batch // min(groups)))
+            variants[(layout_name, per_gpu_name(min(groups), batch) + ", compiled")] = step_fn(model, x, y)
     for fn in variants.values():  # warm-up (and the compiles)
         fn()
     by_label = interleaved({f"{layout}|{name}": (lambda fn=fn: timed(lambda: [fn() for _ in range(steps)]) / steps)

@@ -91,7 +91,8 @@ def usable(x: torch.Tensor, weight: torch.Tensor, groups: int, running_mean: tor
     them), and the kernel built. Float64 stays on the eager path, which keeps float64 throughout.
     Under torch.compile the eager path runs too: the kernel is opaque to its tracer, which would
     break the graph at every BatchNorm layer (and warn each time)."""
-    return (not torch.compiler.is_compiling() and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    return (not torch.compiler.is_compiling()
+            and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
             and x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
             and len(x) % groups == 0 and weight.dtype == torch.float32 and weight.device.type == "cpu"
             and (running_mean is None or running_mean.dtype == torch.float32)
