@@ -12,7 +12,7 @@ extras=""
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -c constraints.txt -e ".${extras}"
 
-# Per-GPU BatchNorm's CPU kernel, compiled once per torch version (about a minute) so that no run
+# Per-GPU BatchNorm's CPU kernel, compiled once per torch install (about a minute) so that no run
 # pays for it; without a C++ compiler the runs use the slower eager path and say so.
 .venv/bin/python -c "import logging, sys; logging.basicConfig(stream=sys.stderr, format='setup: %(message)s', level=logging.INFO); \
 from tianfeng.trainers.grouped_bn_kernel import kernel; kernel()"

@@ -245,8 +245,8 @@ def test_a_kernel_that_does_not_build_leaves_the_eager_path_and_says_so_once(tmp
 
 
 def test_an_install_elsewhere_loads_the_kernel_built_before(tmp_path, monkeypatch) -> None:
-    """A wheel in another venv (the same source text at another path) finds the build of the
-    checkout's source, and neither rebuilds the other's."""
+    """tianfeng installed at another path against the same torch (a wheel beside the checkout:
+    the same source text elsewhere) finds the checkout's build, and neither rebuilds the other's."""
     assert grouped_bn_kernel.kernel() is not None
     folder = grouped_bn_kernel.build_directory()
     built = {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")}
@@ -259,6 +259,22 @@ def test_an_install_elsewhere_loads_the_kernel_built_before(tmp_path, monkeypatc
     assert grouped_bn_kernel.build_directory() == folder
     assert grouped_bn_kernel.kernel() is not None
     assert {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")} == built
+
+
+def test_each_torch_install_builds_into_a_folder_of_its_own(monkeypatch) -> None:
+    """The build command names torch's headers by path, so ninja rebuilds a folder whose last
+    build came from another torch install (another venv): two venvs sharing one folder would
+    rebuild it in turn, a minute each time. Another install gets another folder."""
+    from torch.utils.cpp_extension import include_paths
+
+    assert grouped_bn_kernel.kernel() is not None
+    folder = grouped_bn_kernel.build_directory()
+    assert include_paths()[0] in (folder / "build.ninja").read_text()  # the build this folder holds
+    monkeypatch.setattr(torch, "__file__", "/elsewhere/venv/lib/python3.11/site-packages/torch/__init__.py")
+    elsewhere = grouped_bn_kernel.build_directory()
+    assert elsewhere != folder and elsewhere.parent == folder.parent
+    monkeypatch.undo()
+    assert grouped_bn_kernel.build_directory() == folder
 
 
 def test_a_compiled_model_traces_per_gpu_batchnorm_whole_and_computes_what_the_kernel_does() -> None:

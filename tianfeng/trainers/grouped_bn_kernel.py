@@ -4,7 +4,7 @@ The eager channels_last path makes eight to ten passes over memory in separate t
 torch's own BatchNorm makes three forward and two backward in one kernel; the kernel makes as
 many as torch's. It is built with torch's extension builder (a C++ compiler and ninja), by
 `scripts/setup.sh` or else on first use (about a minute), into torch's extension folder
-(TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), once per torch version and source,
+(TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), once per torch install and source,
 and loaded from there by later processes. Where it cannot be built, `kernel()` says so once and
 returns None, and the eager path runs: slower, the same numbers. TIANFENG_GROUPED_BN_KERNEL=0
 turns it off."""
@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import shutil
+import sysconfig
 from pathlib import Path
 from types import ModuleType
 
@@ -29,12 +30,15 @@ _loaded: dict[str, ModuleType | None] = {}
 
 
 def build_directory() -> Path:
-    """One folder per torch version (a kernel built against another torch would not load) and
-    per source text (installs of different tianfeng versions do not rebuild each other's)."""
+    """One folder per source text (installs of different tianfeng versions do not rebuild each
+    other's) and per torch install: the build command names torch's headers and libraries and
+    Python's headers by path, so two venvs sharing one folder would each see the other's build as
+    stale and rebuild it in turn, about a minute every time."""
     from torch.utils.cpp_extension import get_default_build_root
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    install = f"{Path(torch.__file__).resolve().parent}\n{sysconfig.get_paths()['include']}"
+    digest = hashlib.sha256(SOURCE.read_bytes() + install.encode()).hexdigest()[:12]
     return Path(root) / f"tianfeng_grouped_bn-torch{torch.__version__.replace('+', '-')}-{digest}"
 
 
