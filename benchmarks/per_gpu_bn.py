@@ -46,6 +46,10 @@ def per_gpu_name(images: int, batch: int) -> str:
     return f"per GPU, {images} images each ({batch // images} GPUs)"
 
 
+def plain_model(width: int, layout: torch.memory_format) -> nn.Module:
+    return build_model(ModelConfig(width=width, depth=1, stages=3), 3, 10).to(memory_format=layout)
+
+
 def per_gpu_model(width: int, layout: torch.memory_format, gpus: int) -> nn.Module:
     model = per_gpu_bn.convert(build_model(ModelConfig(width=width, depth=1, stages=3), 3, 10))
     per_gpu_bn.set_groups(model, gpus)
@@ -61,13 +65,12 @@ def run_case(width: int, resolution: int, batch: int, groups: list[int], repeats
     variants = {}
     for layout_name, layout in LAYOUTS.items():
         x = images.contiguous(memory_format=layout)
-        base = build_model(ModelConfig(width=width, depth=1, stages=3), 3, 10).to(memory_format=layout)
-        variants[(layout_name, PLAIN)] = step_fn(base, x, y)
+        variants[(layout_name, PLAIN)] = step_fn(plain_model(width, layout), x, y)
         for per_gpu in groups:
             variants[(layout_name, per_gpu_name(per_gpu, batch))] = step_fn(per_gpu_model(width, layout, batch // per_gpu),
                                                                               x, y)
         if compiled and layout_name == "channels_last":
-            variants[(layout_name, PLAIN + ", compiled")] = step_fn(torch.compile(base), x, y)
+            variants[(layout_name, PLAIN + ", compiled")] = step_fn(torch.compile(plain_model(width, layout)), x, y)
             model = torch.compile(per_gpu_model(width, layout, batch // min(groups)))
             variants[(layout_name, per_gpu_name(min(groups), batch) + ", compiled")] = step_fn(model, x, y)
     for fn in variants.values():  # warm-up (and the compiles)
