@@ -69,7 +69,7 @@ def kernel() -> ModuleType | None:
         folder = build_directory()
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "tianfeng_grouped_bn.so").exists():
-            log.info("building the CPU kernel of per-GPU BatchNorm (once per torch version, about a minute)")
+            log.info("building the CPU kernel of per-GPU BatchNorm (once per torch install, about a minute)")
         _loaded["module"] = load(name="tianfeng_grouped_bn", sources=[str(_source_in(folder))], build_directory=str(folder),
                                  extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as error:  # noqa: BLE001 - any build failure leaves the eager path, said once
