@@ -4,8 +4,9 @@ A screening rung scores each recipe after its first N epochs (`stop_after_epochs
 `--promote leader` each new leader by that score is trained whole. Whether N epochs rank recipes
 as their full runs do depends on the problem: one epoch ranks cifar5-dev recipes well and
 LCBench's 52-epoch curves poorly. The full runs of the promoted leaders carry the answer: their
-own curves. Once two or more are whole, the screen must rank their best as their ends rank it;
-when it does not, the screen lengthens to the first of 3N, 9N, ... epochs that does, and leaders
+own curves. Once two or more are whole, the screen's forecast of their ends (screen_forecast:
+the score after N epochs plus what a run of that length gains) must rank their best as their
+ends rank it; when it does not, the screen lengthens to the first of 3N, 9N, ... epochs that does, and leaders
 are chosen among the trials screened that long from then on (shorter screens score lower and are
 not compared with longer ones). The length is a study attribute, so every worker and a resumed
 search screen alike."""
@@ -18,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tianfeng.hpo.scores import maximizing
+from tianfeng.hpo.screen_forecast import forecast_end, gain_slope
 
 log = logging.getLogger("tianfeng.promote")
 LENGTH_ATTR = "screen_epochs"  # study attribute: the epochs a screened trial trains now
@@ -39,15 +41,16 @@ def screened_alike(trials: list[FrozenTrial], length: int) -> list[FrozenTrial]:
 
 def agreeing_length(curves: list[list[float]], start: int, maximize: bool) -> int:
     """The first of `start`, 3 x start, 9 x start, ... (shorter than the longest curve) after
-    which the curves' best is the curve that ends best; the longest of them when none is. A
-    curve shorter than a length counts with its last value."""
+    which the curves' best forecast end is the curve that ends best; the longest of them when
+    none is. A curve no longer than a length counts with its last value."""
     sign = 1.0 if maximize else -1.0
     ends_best = max(range(len(curves)), key=lambda i: sign * curves[i][-1])
     longest = max(len(c) for c in curves)
     length, tried = start, start
     while length < longest:
         tried = length
-        at = [c[min(length, len(c)) - 1] for c in curves]
+        slope = gain_slope(curves, length)
+        at = [forecast_end(c[min(length, len(c)) - 1], len(c), length, slope) for c in curves]
         if max(range(len(curves)), key=lambda i: sign * at[i]) == ends_best:
             return length
         length *= GROWTH

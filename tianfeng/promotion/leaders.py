@@ -4,7 +4,10 @@ full-fidelity result early and the search ends with its leader's full run.
 
 Nothing ranked below a promoted trial is promoted: a leader that scores less at full fidelity
 than its proxy said does not send the runner-up after it. The first promotion waits for
-`FIRST_AFTER` complete proxy trials, so the leader is the best of a few (ASHA's top third)."""
+`FIRST_AFTER` complete proxy trials, so the leader is the best of a few (ASHA's top third). In a
+screening study the leader is the trial whose full run is forecast to end best: its screen
+score plus what the study's full runs gained over their screens for its epoch budget
+(screen_forecast)."""
 
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial
 
-from tianfeng.hpo.scores import best_among, completed
+from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.scores import best_among, completed, maximizing, mode_of
 from tianfeng.hpo.screen_check import check_screen, screen_length, screened_alike
+from tianfeng.hpo.screen_forecast import forecast, gain_slope
 from tianfeng.promotion.run import promote
 from tianfeng.store import RunRecordStatus, RunStore
 
@@ -25,15 +30,23 @@ FIRST_AFTER = 3  # complete proxy trials before the first promotion: the default
 DONE = (RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED)
 
 
-def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER,
-                 screen_epochs: int | None = None) -> FrozenTrial | None:
+def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epochs: int | None = None,
+                 full_curves: list[list[float]] = ()) -> FrozenTrial | None:
     """The study's best trial (time-to-target: the fastest that reached the target), once
     `first_after` trials are complete; in a screening study (`screen_epochs`, the rung's
-    `stop_after_epochs`) among the trials screened as long as the screen is now (screen_check)."""
+    `stop_after_epochs`) among the trials screened as long as the screen is now (screen_check),
+    and in accuracy mode by their forecast full-run score, fitted to the study's `full_curves`."""
     trials = completed(study)
-    if screen_epochs is not None:
-        trials = screened_alike(trials, screen_length(study, screen_epochs))
-    return best_among(study, trials) if len(trials) >= first_after else None
+    if screen_epochs is None:
+        return best_among(study, trials) if len(trials) >= first_after else None
+    length = screen_length(study, screen_epochs)
+    trials = screened_alike(trials, length)
+    if len(trials) < first_after:
+        return None
+    if mode_of(study) != ObjectiveMode.ACCURACY:
+        return best_among(study, trials)
+    slope = gain_slope(list(full_curves), length)
+    return sorted(trials, key=lambda t: forecast(t, length, slope), reverse=maximizing(study))[0]
 
 
 class LeaderPromotion:
@@ -48,11 +61,13 @@ class LeaderPromotion:
                  metric: str = "val_top1") -> None:
         self.storage, self.study_name, self.runs_dir = storage, study_name, runs_dir
         self.screen_epochs, self.metric = screen_epochs, metric  # screen_epochs: a screening rung's
-        self.promoted: set[int] = {r["trial_number"] for r in RunStore(storage).runs(study_name)
+        self.store = RunStore(storage)
+        self.promoted: set[int] = {r["trial_number"] for r in self.store.runs(study_name)
                                    if r["kind"] == "promote" and r["status"] in DONE}
 
     def __call__(self, study: optuna.Study) -> Callable[[], None] | None:
-        leader = proxy_leader(study, screen_epochs=self.screen_epochs)
+        curves = self._full_curves() if self.screen_epochs is not None else []
+        leader = proxy_leader(study, screen_epochs=self.screen_epochs, full_curves=curves)
         if leader is None or leader.number in self.promoted:
             return None
         self.promoted.add(leader.number)
@@ -66,7 +81,7 @@ class LeaderPromotion:
     def _full_curves(self) -> list[list[float]]:
         """The metric after each epoch of every completed full run of the study."""
         curves = [[e[self.metric] for e in r["epochs"] if e.get(self.metric) is not None]
-                  for r in RunStore(self.storage).runs(self.study_name)
+                  for r in self.store.runs(self.study_name)
                   if r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED]
         return [c for c in curves if c]
 

@@ -1,0 +1,79 @@
+"""A screened recipe's full-run score forecast from its screen and its epoch budget, and the
+leader it picks: a longer recipe with a lower screen leads once the study's full runs show what
+longer runs gain over their screens."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from tianfeng.hpo.screen_check import agreeing_length, check_screen
+from tianfeng.hpo.screen_forecast import forecast, forecast_end, full_epochs, gain_slope
+from tianfeng.promotion.leaders import proxy_leader
+
+SHORT = [60.0, 64.0, 66.0, 68.0, 69.0, 70.0]  # 6 epochs: a fast start, ends 10 above its first epoch
+LONG = [55.0] + [60.0 + i for i in range(16)] + [78.0]  # 18 epochs: a slower start, ends 23 above it
+
+
+def _screened(study: optuna.Study, value: float, epochs: int) -> None:
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    study.add_trial(optuna.create_trial(value=value, params={"x": 0.5}, distributions=dist,
+                                        user_attrs={"config": {"phases": [{"epochs": epochs // 2},
+                                                                          {"epochs": epochs - epochs // 2}]}}))
+
+
+def test_the_slope_is_the_least_squares_gain_per_log_epoch_through_the_origin() -> None:
+    x_short, x_long = math.log(6), math.log(18)
+    expected = (x_short * 10.0 + x_long * 23.0) / (x_short ** 2 + x_long ** 2)
+    assert gain_slope([SHORT, LONG], 1) == pytest.approx(expected)
+    assert gain_slope([SHORT], 1) == pytest.approx(10.0 / x_short)  # one run: its own gain exactly
+    assert gain_slope([], 1) == 0.0 and gain_slope([[50.0, 60.0]], 2) == 0.0  # nothing longer than the screen
+    assert gain_slope([LONG], 3) == pytest.approx((78.0 - 61.0) / math.log(18 / 3))  # from the screen's epoch
+
+
+def test_the_forecast_adds_the_budgets_gain_and_a_run_no_longer_than_the_screen_ends_there() -> None:
+    assert forecast_end(55.0, 18, 1, 8.0) == pytest.approx(55.0 + 8.0 * math.log(18))
+    assert forecast_end(55.0, 18, 3, 8.0) == pytest.approx(55.0 + 8.0 * math.log(6))
+    assert forecast_end(55.0, 3, 3, 8.0) == 55.0 and forecast_end(55.0, 2, 3, 8.0) == 55.0
+    study = optuna.create_study(direction="maximize")
+    _screened(study, 55.0, 18)
+    trial = study.trials[0]
+    assert full_epochs(trial) == 18
+    assert forecast(trial, 1, 8.0) == pytest.approx(55.0 + 8.0 * math.log(18))
+    study.add_trial(optuna.create_trial(value=40.0, params={"x": 0.5},  # no configuration: its screen score
+                                        distributions={"x": optuna.distributions.FloatDistribution(0, 1)}))
+    assert full_epochs(study.trials[1]) is None and forecast(study.trials[1], 1, 8.0) == 40.0
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_a_longer_recipe_with_a_lower_screen_leads_once_full_runs_show_its_budgets_gain(direction: str) -> None:
+    sign = 1.0 if direction == "maximize" else -1.0  # a minimised metric: the same story negated
+    study = optuna.create_study(direction=direction)
+    study.set_user_attr("objective_mode", "accuracy")
+    for value, epochs in ((57.0, 6), (55.0, 18), (40.0, 12)):
+        _screened(study, sign * value, epochs)
+    assert proxy_leader(study, screen_epochs=1).value == sign * 57.0  # no full run yet: the screen's order
+    curves = [[sign * v for v in SHORT], [sign * v for v in LONG]]
+    assert proxy_leader(study, screen_epochs=1, full_curves=curves).value == sign * 55.0
+    # a full run that gained nothing over its screen: the screen's order again
+    assert proxy_leader(study, screen_epochs=1, full_curves=[[sign * 60.0] * 12]).value == sign * 57.0
+
+
+def test_time_to_target_leaders_stay_the_fastest_feasible() -> None:
+    study = optuna.create_study(direction="minimize")
+    study.set_user_attr("objective_mode", "time-to-target")
+    for value, epochs in ((30.0, 6), (90.0, 18), (60.0, 12)):
+        _screened(study, value, epochs)
+    assert proxy_leader(study, screen_epochs=1, full_curves=[SHORT, LONG]).value == 30.0
+
+
+def test_the_screen_does_not_lengthen_when_the_budgets_gain_explains_the_full_runs(tmp_path) -> None:
+    # after one epoch SHORT leads; LONG ends best, as its 18 epochs forecast: the screen agrees
+    assert agreeing_length([SHORT, LONG], 1, maximize=True) == 1
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}", direction="maximize")
+    assert check_screen(study, [SHORT, LONG], 1) == 1 and "screen_epochs" not in study.user_attrs
+    # the same two ends at equal budgets: the first epoch ranks them wrongly, and the screen lengthens
+    flat_long = [55.0] + [60.0 + i for i in range(4)] + [78.0]
+    assert agreeing_length([SHORT, flat_long], 1, maximize=True) == 3
