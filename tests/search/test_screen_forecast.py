@@ -77,3 +77,17 @@ def test_the_screen_does_not_lengthen_when_the_budgets_gain_explains_the_full_ru
     # the same two ends at equal budgets: the first epoch ranks them wrongly, and the screen lengthens
     flat_long = [55.0] + [60.0 + i for i in range(4)] + [78.0]
     assert agreeing_length([SHORT, flat_long], 1, maximize=True) == 3
+
+
+def test_a_recipe_longer_than_every_full_run_is_credited_with_the_longest_runs_epochs() -> None:
+    assert forecast_end(46.0, 29, 1, 8.0, longest=12) == pytest.approx(46.0 + 8.0 * math.log(12))
+    assert forecast_end(46.0, 10, 1, 8.0, longest=12) == pytest.approx(46.0 + 8.0 * math.log(10))
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("objective_mode", "accuracy")
+    for value, epochs in ((51.0, 12), (46.0, 29), (40.0, 6)):
+        _screened(study, value, epochs)
+    prior = [51.0] + [55.0] * 10 + [70.0]  # the only full run: 12 epochs, 19 above its first
+    # ln(29) would put the long recipe at 46 + 7.6 x 3.37 = 71.6, above the prior's 70: not past 12 epochs
+    assert proxy_leader(study, screen_epochs=1, full_curves=[prior]).value == 51.0
+    longer = [46.0] + [60.0] * 27 + [80.0]  # once a 29-epoch run is whole, its length is credited
+    assert proxy_leader(study, screen_epochs=1, full_curves=[prior, longer]).value == 46.0

@@ -10,8 +10,10 @@ recipes, whose full runs end lower. The study's own full runs measure by how muc
 
 with the slope fitted through the origin to those gains (a recipe of N epochs ends where its
 screen does). Until a full run longer than the screen is whole the slope is 0, and the forecast
-is the screen score. A metric that is minimised gains negatively; the fitted slope carries the
-sign."""
+is the screen score. The forecast does not reach past what the runs measured: a recipe longer than
+the longest full run is credited with that run's length, so one run of 12 epochs does not promise
+a 29-epoch recipe more than 12 epochs' gain. A metric that is minimised gains negatively; the
+fitted slope carries the sign."""
 
 from __future__ import annotations
 
@@ -31,10 +33,11 @@ def gain_slope(curves: list[list[float]], length: int) -> float:
     return sum(x * gain for x, gain in pairs) / spread if spread else 0.0
 
 
-def forecast_end(screened: float, epochs: int, length: int, slope: float) -> float:
+def forecast_end(screened: float, epochs: int, length: int, slope: float, longest: int | None = None) -> float:
     """The end of an `epochs`-epoch run that scored `screened` after `length` of them (a run no
-    longer than the screen ended there)."""
-    return screened + slope * math.log(epochs / length) if epochs > length else screened
+    longer than the screen ended there), crediting no more than `longest` epochs."""
+    credited = min(epochs, longest) if longest is not None else epochs
+    return screened + slope * math.log(credited / length) if credited > length else screened
 
 
 def full_epochs(trial: FrozenTrial) -> int | None:
@@ -44,10 +47,10 @@ def full_epochs(trial: FrozenTrial) -> int | None:
     return sum(int(p["epochs"]) for p in phases) or None
 
 
-def forecast(trial: FrozenTrial, length: int, slope: float) -> float | None:
-    """The trial's forecast full-run score from its `length`-epoch screen; its screen score when
-    its epochs are unknown."""
+def forecast(trial: FrozenTrial, length: int, slope: float, longest: int | None = None) -> float | None:
+    """The trial's forecast full-run score from its `length`-epoch screen, crediting no more than
+    `longest` epochs; its screen score when its epochs are unknown."""
     screened, epochs = score(trial), full_epochs(trial)
     if screened is None or epochs is None:
         return screened
-    return forecast_end(screened, epochs, length, slope)
+    return forecast_end(screened, epochs, length, slope, longest)

@@ -6,8 +6,8 @@ Nothing ranked below a promoted trial is promoted: a leader that scores less at 
 than its proxy said does not send the runner-up after it. The first promotion waits for
 `FIRST_AFTER` complete proxy trials, so the leader is the best of a few (ASHA's top third). In a
 screening study the leader is the trial whose full run is forecast to end best: its screen
-score plus what the study's full runs gained over their screens for its epoch budget
-(screen_forecast)."""
+score plus what the study's full runs gained over their screens for its epoch budget, up to the
+longest of them (screen_forecast)."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epo
         return None
     if mode_of(study) != ObjectiveMode.ACCURACY:
         return best_among(study, trials)
-    slope = gain_slope(list(full_curves), length)
-    return sorted(trials, key=lambda t: forecast(t, length, slope), reverse=maximizing(study))[0]
+    slope, longest = gain_slope(list(full_curves), length), max((len(c) for c in full_curves), default=None)
+    return sorted(trials, key=lambda t: forecast(t, length, slope, longest), reverse=maximizing(study))[0]
 
 
 class LeaderPromotion:
