@@ -99,15 +99,22 @@ class WaitWhilePaused:
 
 
 def sampler_seed(plan: SearchPlan, worker: int, stream: int) -> int:
-    """Each worker of each process draws from its own stream: a new study's workers from
-    seed + worker, so a search repeats with the same --seed; a process joining or resuming a
-    study (stream != 0) from one that mixes in the stream, or it would sample the same
-    parameters as the study's first trials again."""
+    """Each worker of each process draws from its own stream, and so does each --seed. A new
+    study's first worker draws from seed + worker (a one-worker search repeats with the same
+    --seed); every other worker, and a process joining or resuming a study (stream != 0, or it
+    would sample the study's first trials again), from a hash of (seed, worker, stream). Not
+    seed + worker for them all: --seed 1's second worker would draw --seed 2's first worker's
+    trials, and two seeds would share half their trials."""
+    if stream == 0 and worker <= 1:
+        return plan.seed + worker
+    return derived_seed(plan.seed, worker, stream)
+
+
+def derived_seed(*keys: int) -> int:
+    """A 32-bit seed of its own for each tuple of keys (numpy's SeedSequence hash)."""
     import numpy as np
 
-    if stream == 0:
-        return plan.seed + worker
-    return int(np.random.SeedSequence((plan.seed, worker, stream)).generate_state(1)[0])
+    return int(np.random.SeedSequence(keys).generate_state(1)[0])
 
 
 ExclusiveWork = Callable[[optuna.Study], Callable[[], None] | None]

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from tianfeng.hpo.materialize import build_config
 from tianfeng.hpo.pinned import batch_parameter
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
-from tianfeng.hpo.runner import run_search
+from tianfeng.hpo.runner import derived_seed, run_search
 from tianfeng.hpo.walltime import format_seconds
 from tianfeng.scaling.results import ScalePoint, ScaleStore
 from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
@@ -131,9 +131,11 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
             naive_state = (naive_trial.user_attrs.get("status", naive_trial.state.name.lower())
                            if naive_trial.state != TrialState.COMPLETE else "complete")
         # each batch size's sampler gets its own seed: the same seed would replay the previous
-        # study's random start-up trials, which the warm start already summarises
+        # study's random start-up trials, which the warm start already summarises (a hash, not
+        # seed + index, which would give --seed 1's second batch --seed 2's first batch's draws)
+        index = plan.batch_sizes.index(batch)
         search = dataclasses.replace(plan.search, study=name, batch_size=batch, warm_start=warm,
-                                     seed=plan.search.seed + plan.batch_sizes.index(batch),
+                                     seed=derived_seed(plan.search.seed, index) if index else plan.search.seed,
                                      study_attrs={"scale": plan.name, "batch_size": batch, "role": "search"})
         if naive_trial is not None and name not in existing:
             search = _reuse_naive(search, naive_trial, f"{naive_name} trial #{naive_trial.number}")

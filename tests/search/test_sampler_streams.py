@@ -1,0 +1,41 @@
+"""Every worker of every --seed draws from a stream of its own: two seeds of a multi-worker search
+share no trials, and a one-worker search keeps its stream."""
+
+from __future__ import annotations
+
+import optuna
+
+from tianfeng.hpo.plan import SearchPlan
+from tianfeng.hpo.runner import sampler_seed
+
+
+def _plan(seed: int) -> SearchPlan:
+    return SearchPlan(objective="accuracy", space_path="s.yaml", data=None, storage="sqlite:///s.db", study="s",
+                      sampler="tpe", pruner="asha", seed=seed, trials=10, timeout_s=None, runs_root="runs",
+                      rung="proxy")
+
+
+def test_no_two_seeds_or_workers_share_a_stream() -> None:
+    seeds = [sampler_seed(_plan(seed), worker, stream)
+             for seed in range(20) for worker in range(1, 9) for stream in (0, 1, 7)]
+    assert len(set(seeds)) == len(seeds)
+    assert sampler_seed(_plan(1), 2, 0) != sampler_seed(_plan(2), 1, 0)  # seed + worker made these equal
+
+
+def test_a_one_worker_search_keeps_its_stream_and_every_stream_repeats() -> None:
+    assert [sampler_seed(_plan(seed), 1, 0) for seed in (0, 5)] == [1, 6]
+    assert sampler_seed(_plan(3), 2, 0) == sampler_seed(_plan(3), 2, 0)
+
+
+def test_two_seeds_of_a_two_worker_search_draw_different_trials() -> None:
+    space = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+
+    def draws(seed: int) -> set[float]:
+        out = set()
+        for worker in (1, 2):
+            sampler = optuna.samplers.RandomSampler(seed=sampler_seed(_plan(seed), worker, 0))
+            study = optuna.create_study(sampler=sampler)
+            out |= {study.ask(space).params["x"] for _ in range(4)}
+        return out
+
+    assert not draws(1) & draws(2)
