@@ -112,7 +112,8 @@ def add_search_arguments(parser) -> None:
     parser.add_argument("--promote", choices=PROMOTION_MODES, default="none",
                         help="leader: once 3 trials are complete, train each new leader at full fidelity (as "
                              "tianfeng promote does) while the other workers wait, so the search ends with its "
-                             "best trial's full run; none (default): proxy trials only")
+                             "best trial's full run (with --fidelity screen: the trial whose full run is "
+                             "forecast to end best); none (default): proxy trials only")
     parser.add_argument("--resume", action="store_true", help="continue an existing study")
     parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (with --workers 1 a search repeats exactly)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where trial run directories go (default runs/)")
