@@ -12,7 +12,7 @@ longest of them (screen_forecast)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import optuna
@@ -31,7 +31,7 @@ DONE = (RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED)
 
 
 def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epochs: int | None = None,
-                 full_curves: list[list[float]] = ()) -> FrozenTrial | None:
+                 full_curves: Sequence[list[float]] = ()) -> FrozenTrial | None:
     """The study's best trial (time-to-target: the fastest that reached the target), once
     `first_after` trials are complete; in a screening study (`screen_epochs`, the rung's
     `stop_after_epochs`) among the trials screened as long as the screen is now (screen_check),
