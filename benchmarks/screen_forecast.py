@@ -23,7 +23,8 @@ import optuna
 from optuna.trial import TrialState
 from scipy.stats import spearmanr
 
-from tianfeng.hpo.screen_forecast import forecast_end, gain_slope
+from tianfeng.hpo.scores import curve
+from tianfeng.hpo.screen_forecast import forecast_end, full_epochs, gain_slope
 from tianfeng.logs import quiet_optuna
 from tianfeng.store import RunRecordStatus, RunStore
 
@@ -33,21 +34,21 @@ Curve = list[float]
 def whole_curves(db: Path, metric: str = "val_top1") -> dict[str, list[Curve]]:
     """Every whole full-fidelity curve in one benchmark database, by the recipe's parameters."""
     url = f"sqlite:///{db}"
+    store = RunStore(url)
     out: dict[str, list[Curve]] = {}
     for summary in optuna.get_all_study_summaries(url):
         study = optuna.load_study(study_name=summary.study_name, storage=url)
         trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-        for run in RunStore(url).runs(summary.study_name):
-            curve = [e[metric] for e in run["epochs"] if e.get(metric) is not None]
-            if run["kind"] == "promote" and run["status"] == RunRecordStatus.COMPLETED and curve:
-                out.setdefault(json.dumps(trials[run["trial_number"]].params, sort_keys=True), []).append(curve)
+        for run in store.runs(summary.study_name):
+            ran = [e[metric] for e in run["epochs"] if e.get(metric) is not None]
+            if run["kind"] == "promote" and run["status"] == RunRecordStatus.COMPLETED and ran:
+                out.setdefault(json.dumps(trials[run["trial_number"]].params, sort_keys=True), []).append(ran)
         if study.user_attrs.get("rung") != "target":
             continue
         for t in trials.values():
-            epochs = sum(int(p["epochs"]) for p in (t.user_attrs.get("config") or {}).get("phases", []))
-            curve = [t.intermediate_values[k] for k in sorted(t.intermediate_values)]
-            if t.state == TrialState.COMPLETE and epochs and len(curve) == epochs:
-                out.setdefault(json.dumps(t.params, sort_keys=True), []).append(curve)
+            whole = [value for _, value in sorted(curve(t).items())]
+            if t.state == TrialState.COMPLETE and whole and len(whole) == full_epochs(t):
+                out.setdefault(json.dumps(t.params, sort_keys=True), []).append(whole)
     return out
 
 

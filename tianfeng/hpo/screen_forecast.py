@@ -18,13 +18,14 @@ fitted slope carries the sign."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from optuna.trial import FrozenTrial
 
 from tianfeng.hpo.scores import score
 
 
-def gain_slope(curves: list[list[float]], length: int) -> float:
+def gain_slope(curves: Sequence[list[float]], length: int) -> float:
     """Least-squares slope through the origin of each full run's gain over its screen (end minus
     the metric after `length` epochs) against log(its epochs / `length`); 0 without a run longer
     than `length`."""

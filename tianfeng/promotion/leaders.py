@@ -45,7 +45,7 @@ def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epo
         return None
     if mode_of(study) != ObjectiveMode.ACCURACY:
         return best_among(study, trials)
-    slope, longest = gain_slope(list(full_curves), length), max((len(c) for c in full_curves), default=None)
+    slope, longest = gain_slope(full_curves, length), max((len(c) for c in full_curves), default=None)
     return sorted(trials, key=lambda t: forecast(t, length, slope, longest), reverse=maximizing(study))[0]
 
 
@@ -64,10 +64,11 @@ class LeaderPromotion:
         self.store = RunStore(storage)
         self.promoted: set[int] = {r["trial_number"] for r in self.store.runs(study_name)
                                    if r["kind"] == "promote" and r["status"] in DONE}
+        # the full runs change only when this search promotes: read once here and after each one
+        self.curves = self._full_curves() if screen_epochs is not None else []
 
     def __call__(self, study: optuna.Study) -> Callable[[], None] | None:
-        curves = self._full_curves() if self.screen_epochs is not None else []
-        leader = proxy_leader(study, screen_epochs=self.screen_epochs, full_curves=curves)
+        leader = proxy_leader(study, screen_epochs=self.screen_epochs, full_curves=self.curves)
         if leader is None or leader.number in self.promoted:
             return None
         self.promoted.add(leader.number)
@@ -76,7 +77,8 @@ class LeaderPromotion:
     def _promote_and_check(self, study: optuna.Study, number: int) -> None:
         self._promote(number)
         if self.screen_epochs is not None:
-            check_screen(study, self._full_curves(), self.screen_epochs)
+            self.curves = self._full_curves()
+            check_screen(study, self.curves, self.screen_epochs)
 
     def _full_curves(self) -> list[list[float]]:
         """The metric after each epoch of every completed full run of the study."""
