@@ -87,3 +87,34 @@ def test_workers_on_one_sqlite_study_start_exactly_the_budget(tmp_path: Path) ->
     trials = study.get_trials()
     assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == BUDGET
     assert not [t for t in trials if t.state == optuna.trial.TrialState.WAITING]
+
+
+def test_a_ctrl_c_while_a_trial_end_is_written_keeps_the_trial_and_reaches_the_caller(
+        tmp_path: Path, monkeypatch) -> None:
+    """The storage holds Ctrl-C back until a trial's end is written and then raises it inside
+    Optuna's trial loop, which turned it into an UnboundLocalError of its own."""
+    import signal
+
+    import pytest
+    from optuna.storages import RDBStorage
+    from optuna.trial import TrialState
+
+    from tianfeng import interrupts
+    from tianfeng.hpo.locked_storage import interrupts_through_optuna
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 's.db'}", heartbeat_s=None))
+    write = RDBStorage.set_trial_state_values
+
+    def ctrl_c_during_the_write(self, trial_id, state, values=None):
+        if state == TrialState.COMPLETE:
+            signal.raise_signal(signal.SIGINT)
+        return write(self, trial_id, state, values)
+
+    monkeypatch.setattr(RDBStorage, "set_trial_state_values", ctrl_c_during_the_write)
+    try:
+        with pytest.raises(KeyboardInterrupt), interrupts_through_optuna():
+            study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
+    finally:
+        interrupts.clear()
+    assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE]
+    assert study.get_trials()[0].value == study.get_trials()[0].params["x"]

@@ -46,6 +46,20 @@ class BudgetReached(Exception):
     """The study holds its budget of trials: this worker starts no more."""
 
 
+@contextlib.contextmanager
+def interrupts_through_optuna() -> Iterator[None]:
+    """Around `study.optimize`: a Ctrl-C held back while a trial's end is written (below) is raised
+    inside Optuna's trial loop, where Optuna 5.0's cleanup reads a result only its `except
+    Exception` sets and raises UnboundLocalError instead. The trial's end is written whole; what
+    the caller gets is the Ctrl-C, not a traceback from inside Optuna."""
+    try:
+        yield
+    except UnboundLocalError as error:
+        if isinstance(error.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
+
+
 class MarkingStorage(RDBStorage):
     """RDBStorage whose trials, as this process starts them, say which worker runs them."""
 

@@ -21,7 +21,12 @@ from optuna.trial import TrialState
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import Budget, StopOnRepeatedFailure, finished_count, raise_if_failing
-from tianfeng.hpo.locked_storage import BudgetReached, LockedSQLiteStorage, worker_id
+from tianfeng.hpo.locked_storage import (
+    BudgetReached,
+    LockedSQLiteStorage,
+    interrupts_through_optuna,
+    worker_id,
+)
 from tianfeng.hpo.objective import ProxyObjective
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.peer_pruning import PeerPruner
@@ -79,7 +84,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
         callbacks.append(WaitWhilePaused(Path(plan.pause_file)))
         callbacks[-1].wait()
     # any error fails the trial, not the search; repeated_failure stops a search that cannot work
-    with contextlib.suppress(BudgetReached):
+    with contextlib.suppress(BudgetReached), interrupts_through_optuna():
         study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(Exception,))
 
 
