@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import signal
 from pathlib import Path
 
 import optuna
+import pytest
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
 
+from tianfeng import interrupts
+from tianfeng.hpo.locked_storage import interrupts_through_optuna
 from tianfeng.hpo.study_setup import open_storage
 
 ENQUEUED = 60
@@ -93,15 +99,6 @@ def test_a_ctrl_c_while_a_trial_end_is_written_keeps_the_trial_and_reaches_the_c
         tmp_path: Path, monkeypatch) -> None:
     """The storage holds Ctrl-C back until a trial's end is written and then raises it inside
     Optuna's trial loop, which turned it into an UnboundLocalError of its own."""
-    import signal
-
-    import pytest
-    from optuna.storages import RDBStorage
-    from optuna.trial import TrialState
-
-    from tianfeng import interrupts
-    from tianfeng.hpo.locked_storage import interrupts_through_optuna
-
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 's.db'}", heartbeat_s=None))
     write = RDBStorage.set_trial_state_values
 
