@@ -26,7 +26,8 @@ from scipy.stats import spearmanr
 from tianfeng.hpo.scores import curve
 from tianfeng.hpo.screen_forecast import forecast_end, full_epochs, gain_slope
 from tianfeng.logs import quiet_optuna
-from tianfeng.store import RunRecordStatus, RunStore
+from tianfeng.promotion.leaders import full_run_curves
+from tianfeng.store import RunStore
 
 Curve = list[float]
 
@@ -39,10 +40,8 @@ def whole_curves(db: Path, metric: str = "val_top1") -> dict[str, list[Curve]]:
     for summary in optuna.get_all_study_summaries(url):
         study = optuna.load_study(study_name=summary.study_name, storage=url)
         trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-        for run in store.runs(summary.study_name):
-            ran = [e[metric] for e in run["epochs"] if e.get(metric) is not None]
-            if run["kind"] == "promote" and run["status"] == RunRecordStatus.COMPLETED and ran:
-                out.setdefault(json.dumps(trials[run["trial_number"]].params, sort_keys=True), []).append(ran)
+        for number, ran in full_run_curves(store, summary.study_name, metric):
+            out.setdefault(json.dumps(trials[number].params, sort_keys=True), []).append(ran)
         if study.user_attrs.get("rung") != "target":
             continue
         for t in trials.values():

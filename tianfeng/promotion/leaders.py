@@ -30,6 +30,13 @@ FIRST_AFTER = 3  # complete proxy trials before the first promotion: the default
 DONE = (RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED)
 
 
+def full_run_curves(store: RunStore, study_name: str, metric: str) -> list[tuple[int, list[float]]]:
+    """(trial number, the metric after each epoch) of every completed full run of the study."""
+    runs = [(r["trial_number"], [e[metric] for e in r["epochs"] if e.get(metric) is not None])
+            for r in store.runs(study_name) if r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED]
+    return [(number, curve) for number, curve in runs if curve]
+
+
 def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epochs: int | None = None,
                  full_curves: Sequence[list[float]] = ()) -> FrozenTrial | None:
     """The study's best trial (time-to-target: the fastest that reached the target), once
@@ -81,11 +88,7 @@ class LeaderPromotion:
             check_screen(study, self.curves, self.screen_epochs)
 
     def _full_curves(self) -> list[list[float]]:
-        """The metric after each epoch of every completed full run of the study."""
-        curves = [[e[self.metric] for e in r["epochs"] if e.get(self.metric) is not None]
-                  for r in self.store.runs(self.study_name)
-                  if r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED]
-        return [c for c in curves if c]
+        return [c for _, c in full_run_curves(self.store, self.study_name, self.metric)]
 
     def _promote(self, number: int) -> None:
         log.info("trial %d leads the search: training it at full fidelity while the search waits", number)
