@@ -259,6 +259,7 @@ METHODS: dict[str, Callable] = {
     "one-epoch-leader": screen_and_finish_leaders(lambda seed: optuna.samplers.RandomSampler(seed=seed), checked=False),
     "tianfeng-screen": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed)),
     "tianfeng-screen-qmc": screen_and_finish_leaders(lambda seed: make_sampler("qmc", _space("accuracy"), seed)),
+    "tianfeng-screen-random": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed)),
     "tianfeng-screen-unchecked": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed),
                                                            checked=False),
     "dehb": dehb,

@@ -12,7 +12,8 @@ fidelity (random sampling); one epoch of random recipes for half the budget, the
 them trained whole (Egele et al. 2023); one-epoch-leader (the same screening, each new leader by
 its first epoch trained whole at once); and tianfeng-screen (`tianfeng search --fidelity screen
 --promote leader`: the product's TPE and priors on the full run's first epoch, each new leader
-trained whole; tianfeng-screen-qmc the same with `--sampler qmc`). Full fidelity is
+trained whole; tianfeng-screen-qmc and tianfeng-screen-random the same with `--sampler qmc`
+or `--sampler random`, the priors still first). Full fidelity is
 `large_batch.yaml`'s `target` rung.
 
 Each method and seed runs in a fresh process that is stopped (Ctrl-C) when its budget is up;
