@@ -73,6 +73,31 @@ def test_auto_compiles_when_it_pays_and_records_what_it_measured(tmp_path: Path,
     assert "warm_s" not in entry  # only a second compile of the shape measures a warm one
 
 
+
+def test_auto_counts_only_the_steps_a_stopped_run_will_train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A screen stopped after its first epoch weighs the compile against that epoch's steps and
+    shape, not against the full schedule it will not train."""
+    seen = []
+    real_pays = compilation.pays
+
+    def spy(eager_step_s, steps_left, shapes_left, shapes, device):
+        seen.append((steps_left, list(shapes_left)))
+        return real_pays(eager_step_s, steps_left, shapes_left, shapes, device)
+
+    monkeypatch.setattr(compilation, "pays", spy)
+    phases = [{"epochs": 1, "resolution": 8, "batch_size": 32}, {"epochs": 2, "resolution": 12, "batch_size": 32}]
+    for stop in (0, 1):
+        cfg = make_config(tmp_path / str(stop), phases=phases, engine={"stop_after_epochs": stop},
+                          data={"source": "digits", "cache_dir": str(tmp_path / "cache")}, memory_format="contiguous")
+        train(cfg)
+    (whole, whole_shapes), (screen, screen_shapes) = seen
+    # both phases train at batch 32: the steps the stop leaves out are two epochs', and what the
+    # screen has left when it decides is less than its one epoch
+    steps_per_epoch = (whole - screen) // 2
+    assert whole - screen == 2 * steps_per_epoch and 0 < screen < steps_per_epoch
+    assert whole_shapes == ["8px x 32", "12px x 32"] and screen_shapes == ["8px x 32"]
+
+
 @pytest.mark.parametrize(("compiled_s", "kept"), [(0.030, False), (0.005, True)])
 def test_auto_drops_a_compile_that_measured_slower_than_eager(tmp_path: Path, caplog, monkeypatch, compiled_s,
                                                               kept) -> None:

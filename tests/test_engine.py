@@ -124,6 +124,28 @@ def test_multi_phase_run_changes_resolution_and_batch(tmp_path: Path) -> None:
     assert result.status == "completed"
 
 
+
+def test_stop_after_epochs_ends_early_and_the_full_run_continues_from_there(tmp_path: Path) -> None:
+    """A screen: the run's own schedule, stopped after its first epoch with a checkpoint there;
+    the same run without the stop takes it up and ends where an unstopped run does."""
+    phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}, {"epochs": 2, "resolution": 12, "batch_size": 64}]
+    # a checkpoint every 2 epochs: the stop's epoch gets one all the same
+    stopped = make_config(tmp_path / "run", phases=phases, engine={"stop_after_epochs": 1},
+                          checkpoint={"every_epochs": 2})
+    screen = train(stopped)
+    assert screen.status == "stopped" and [m.epoch for m in screen.epochs] == [1]
+    assert screen.message == "stopped after epoch 1 of 3 (engine.stop_after_epochs)"
+    assert torch.load(stopped.resolved_checkpoint_dir / checkpoint.LAST, weights_only=False)["position"]["epoch"] == 1
+    assert train(stopped).status == "stopped"  # resumed at its stop: nothing more to train
+
+    rest = train(make_config(tmp_path / "run", phases=phases, checkpoint={"every_epochs": 2}))
+    whole = train(make_config(tmp_path / "whole", phases=phases, checkpoint={"every_epochs": 2}))
+    assert rest.status == whole.status == "completed"
+    assert [m.epoch for m in rest.epochs] == [1, 2, 3]  # the first as the screen trained it
+    for a, b in zip(whole.epochs, rest.epochs, strict=True):
+        assert (a.train_loss, a.val_top1) == pytest.approx((b.train_loss, b.val_top1), rel=1e-5)
+
+
 @pytest.mark.slow
 def test_digits_default_recipe_reaches_95_percent(tmp_path: Path) -> None:
     from tianfeng.recipes import DEFAULT_RECIPE

@@ -5,6 +5,7 @@ where its screen stopped."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import subprocess
@@ -26,7 +27,7 @@ from tianfeng.hpo.space_types import corner_value
 from tianfeng.promotion.leaders import proxy_leader
 from tianfeng.promotion.transfer import transfer
 from tianfeng.store import RunRecordStatus, RunStore
-from tianfeng.trainers.config import config_from_dict, with_changes
+from tianfeng.trainers.config import RunConfig, config_from_dict, with_changes
 from tianfeng.trainers.engine import train
 
 FULL_EPOCHS = 3  # the tiny space's target run
@@ -71,6 +72,12 @@ def test_a_bad_stop_after_epochs_is_one_line_naming_the_key(tmp_path: Path, tiny
 
 
 @pytest.mark.slow
+def whole_run(run_dir: Path) -> RunConfig:
+    """A screened trial's run config without its stop: the full run it screened."""
+    cfg = config_from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    return with_changes(cfg, engine=dataclasses.replace(cfg.engine, stop_after_epochs=0))
+
+
 def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole(
         tmp_path: Path, tiny_space: dict) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
@@ -83,15 +90,17 @@ def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole
         run_dir = Path(t.user_attrs["run_dir"])
         config = yaml.safe_load((run_dir / "config.yaml").read_text())
         result = json.loads((run_dir / "result.json").read_text())
-        # the full run's schedule (not compressed into one epoch), stopped after its first epoch
+        # the full run's schedule (not compressed into one epoch), stopped after its first epoch,
+        # which the engine is told, so that its choices (compile auto) count that epoch only
         assert sum(p["epochs"] for p in config["phases"]) == FULL_EPOCHS
+        assert config["engine"]["stop_after_epochs"] == 1
         assert result["status"] == "stopped" and result["epochs_completed"] == 1
         assert list(t.intermediate_values) == [1] and t.value == t.intermediate_values[1]
         assert t.user_attrs["status"] == "stopped" and t.user_attrs["fidelity"] == "screen"
 
     # an independent oracle: the same run trained whole, read at its first epoch
     first = trials[0]
-    cfg = config_from_dict(yaml.safe_load((Path(first.user_attrs["run_dir"]) / "config.yaml").read_text()))
+    cfg = whole_run(Path(first.user_attrs["run_dir"]))
     assert not cfg.checkpoint.dir  # so the oracle cannot resume the trial's checkpoint
     threads = torch.get_num_threads()
     torch.set_num_threads(int(first.user_attrs["cores"]))  # the trial's threads: the same float sums on any CPU
@@ -116,7 +125,7 @@ def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole
 
     # and continuing is the same run: the leader's config trained whole from scratch, epoch by epoch
     leader = by_number[runs[-1]["trial_number"]]
-    cfg = config_from_dict(yaml.safe_load((Path(leader.user_attrs["run_dir"]) / "config.yaml").read_text()))
+    cfg = whole_run(Path(leader.user_attrs["run_dir"]))
     torch.set_num_threads(int(leader.user_attrs["cores"]))  # the search ran both at these threads
     try:
         from_scratch = train(with_changes(cfg, run_dir=str(tmp_path / "scratch")))
@@ -141,6 +150,7 @@ def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(
     searcher = StudySearcher(study, space, plan, RayOptions())
     config = searcher.suggest("ray-0")
     assert config["last_epoch"] == 1 and sum(p["epochs"] for p in config["run_config"]["phases"]) == FULL_EPOCHS
+    assert config["run_config"]["engine"]["stop_after_epochs"] == 1
     searcher.on_trial_result("ray-0", {"status": "running", "epoch": 1, "val_top1": 55.0})
     searcher.on_trial_complete("ray-0", {"status": "running", "epoch": 1, "val_top1": 55.0})
     trial = study.get_trials()[0]
@@ -192,3 +202,6 @@ def test_trials_train_as_long_as_the_studys_screen_is_now(tmp_path: Path, tiny_s
     for t in trials[2:]:
         assert json.loads((Path(t.user_attrs["run_dir"]) / "result.json").read_text())["epochs_completed"] == 2
         assert t.value == t.intermediate_values[2] and t.user_attrs["status"] == "stopped"
+        assert yaml.safe_load((Path(t.user_attrs["run_dir"]) / "config.yaml").read_text())["engine"] == {
+            **yaml.safe_load((Path(trials[0].user_attrs["run_dir"]) / "config.yaml").read_text())["engine"],
+            "stop_after_epochs": 2}

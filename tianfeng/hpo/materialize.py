@@ -140,6 +140,14 @@ def screened_epochs(rung: Fidelity, total_epochs: int) -> int:
     return min(total_epochs, rung.stop_after_epochs or total_epochs)
 
 
+def stopping_after(cfg: RunConfig, epochs: int) -> RunConfig:
+    """`cfg` stopping after its first `epochs` (a screen of the full run), so that the engine's
+    own choices, such as whether compiling pays, count only the epochs the trial trains."""
+    if epochs >= cfg.total_epochs:
+        return cfg
+    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, stop_after_epochs=epochs))
+
+
 DEFAULT_MIN_STEPS = 50
 
 

@@ -14,7 +14,7 @@ import optuna
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.locked_storage import worker_id
-from tianfeng.hpo.materialize import build_config, sample_active
+from tianfeng.hpo.materialize import build_config, sample_active, stopping_after
 from tianfeng.hpo.outcomes import TrialStatus
 from tianfeng.hpo.peer_pruning import PeerPruner, rung_passed
 from tianfeng.hpo.screen_check import SCREENED_ATTR, screen_length
@@ -176,6 +176,7 @@ class ProxyObjective:
         objective = self.space.objective
         metric = objective.metric
         last = screened_length(trial, self.space.fidelities[self.rung], cfg.total_epochs)
+        cfg = stopping_after(cfg, last)
 
         def report(m: EpochMetrics) -> None:
             # called only for epochs this process trained: a resumed trial reports no epoch twice

@@ -24,7 +24,7 @@ from ray.tune.search import Searcher
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import Budget, counted, raise_if_failing, repeated_failure
 from tianfeng.hpo.locked_storage import worker_id
-from tianfeng.hpo.materialize import screened_epochs
+from tianfeng.hpo.materialize import screened_epochs, stopping_after
 from tianfeng.hpo.objective import (
     objective_value,
     objective_values,
@@ -125,7 +125,7 @@ class StudySearcher(Searcher):
         trial.set_user_attr("backend", "ray")
         self.trials[trial_id], self.values[trial_id] = trial, {}
         self.epochs[trial_id] = screened_epochs(self.space.fidelities[self.plan.rung], cfg.total_epochs)
-        return {"run_config": config_to_dict(cfg), "trial_number": trial.number, "threads": self.threads,
+        return {"run_config": config_to_dict(stopping_after(cfg, self.epochs[trial_id])), "trial_number": trial.number, "threads": self.threads,
                 "last_epoch": self.epochs[trial_id],
                 "trainer": self.trainer,
                 "metric": self.space.objective.metric,

@@ -43,7 +43,7 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     DIVERGED = "diverged"  # a non-finite loss on any rank
     PRUNED = "pruned"  # stopped by its epoch callback (a pruner)
-    STOPPED = "stopped"  # max_steps reached, or stopped by the callback for another reason
+    STOPPED = "stopped"  # max_steps or engine.stop_after_epochs reached, or stopped by the callback
 
 
 class StopTraining(Exception):
@@ -299,6 +299,7 @@ class _Run:
     shapes: list = field(default_factory=list)
     started: float = 0.0
     board: object = None
+    end_epoch: int = 0  # the epochs this run trains: engine.stop_after_epochs, else all
 
 
 @dataclass
@@ -321,7 +322,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     _ready_loop(run)
     status, message = RunStatus.COMPLETED, ""
     try:
-        while run.pos.epoch < run.plan.total_epochs:
+        while run.pos.epoch < run.end_epoch:
             phase = run.plan.phase_of_epoch(run.pos.epoch)  # the batch size and resolution change here
             status, message, sums = _train_epoch(run, phase, max_steps)
             if status != RunStatus.COMPLETED:
@@ -329,6 +330,9 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
             metrics = _end_epoch(run, phase, sums)
             if on_epoch_end is not None:
                 on_epoch_end(metrics)
+        if status == RunStatus.COMPLETED and run.end_epoch < run.plan.total_epochs:
+            status = RunStatus.STOPPED
+            message = f"stopped after epoch {run.end_epoch} of {run.plan.total_epochs} (engine.stop_after_epochs)"
     except StopTraining as stop:
         status, message = RunStatus(stop.status), str(stop)
     finally:
@@ -437,8 +441,10 @@ def _ready_loop(run: _Run) -> None:
     run.noise.smoothed = tuple(pos.noise_smoothed) if pos.noise_smoothed is not None else None
     run.params = [p for p in run.model.parameters() if p.requires_grad]
     run.compiler = _compile_policy(run.cfg, run.train_model, device, run.ctx, run.precision, run.layout)
+    stop = run.cfg.engine.stop_after_epochs
+    run.end_epoch = min(stop, run.plan.total_epochs) if stop else run.plan.total_epochs
     run.shapes = [compilation.shape_key(p.resolution, max(1, p.batch_size // run.ctx.world))
-                  for p in run.plan.phases]
+                  for p in run.plan.phases if p.first_epoch < run.end_epoch]
     run.started = time.perf_counter()
     run.board = open_board(run.run_dir, pos.epoch) if run.ctx.is_main else None
 
@@ -544,7 +550,7 @@ def _step(run: _Run, phase, x: torch.Tensor, y: torch.Tensor, sums: _EpochSums) 
     if compiler.timing:  # engine.compile auto: timing steps, then deciding once
         compiler.timer.sync()
         compiler.step_done(time.perf_counter() - step_from, timed=not measure,
-                           steps_left=run.plan.total_steps - pos.global_step - 1,
+                           steps_left=run.plan.steps_until(run.end_epoch) - pos.global_step - 1,
                            shapes_left=run.shapes[phase.index:])
     return loss
 
@@ -598,7 +604,7 @@ def _end_epoch(run: _Run, phase, sums: _EpochSums) -> EpochMetrics:
         if ctx.is_main:
             log.info("comm per step, busiest rank: %.0f B inter-node, %.0f B intra-node (payload)", inter, intra)
     if cfg.checkpoint.every_epochs and (pos.epoch % cfg.checkpoint.every_epochs == 0
-                                        or pos.epoch == run.plan.total_epochs):
+                                        or pos.epoch in (run.end_epoch, run.plan.total_epochs)):
         _save_checkpoint(run)
     return metrics
 

@@ -53,3 +53,7 @@ class PhasePlan:
     @property
     def total_steps(self) -> int:
         return sum(p.epochs * p.steps_per_epoch for p in self.phases)
+
+    def steps_until(self, epoch: int) -> int:
+        """Optimizer steps in the first `epoch` epochs."""
+        return sum(min(p.epochs, max(0, epoch - p.first_epoch)) * p.steps_per_epoch for p in self.phases)
