@@ -16,13 +16,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_ARCHIVE = ROOT.parent / "shared" / "data" / "cifar5-dev.tar.gz"
+SHARED_CACHE = ("datasets", "decoded", "scans")  # the data set's folders of a tianfeng cache
 sys.path.insert(0, str(ROOT))
+
+
+def user_cache() -> Path:
+    return Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng"))
+
+
+def own_cache(path: Path, shared: Path) -> Path:
+    """A tianfeng cache at `path` with measurements of its own (compile and layout records,
+    inductor's kernels), whose data set folders are those of the cache `shared`: a run given it
+    pays every first compile and layout timing itself, and no data set is decoded twice."""
+    if not path.exists():
+        path.mkdir(parents=True)
+        for sub in SHARED_CACHE:
+            (shared / sub).mkdir(parents=True, exist_ok=True)
+            (path / sub).symlink_to((shared / sub).resolve())
+    return path
 
 
 def cifar5_dir() -> Path:
     """cifar5-dev extracted once into the cache (TIANFENG_CACHE or ~/.cache/tianfeng)."""
-    cache = Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng"))
-    out = cache / "datasets"
+    out = user_cache() / "datasets"
     if not (out / "cifar5-dev" / "val").is_dir():
         if not SHARED_ARCHIVE.exists():
             sys.exit(f"benchmark needs {SHARED_ARCHIVE}: the development data, a folder beside the checkout")

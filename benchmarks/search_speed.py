@@ -10,9 +10,9 @@ the engine's share alone. Then one full-fidelity run (the old arm's best trial p
 the old settings, the defaults and compile forced on.
 
 At a screening rung (`--fidelity screen`: each trial the full run, stopped after its first
-epoch) one more arm runs the defaults at one worker with the engine not told of the stop, as
+epoch) one more arm runs the defaults from cold caches with the engine not told of the stop, as
 screens ran before `engine.stop_after_epochs`: `compile: auto` then weighs a compile against the
-full run's steps, which a screen never trains."""
+full run's steps, which a screen never trains. `--screen-stop-only` runs just those two arms."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import optuna
 import yaml
-from common import ROOT, data_source, print_table
+from common import ROOT, data_source, own_cache, print_table
 from optuna.trial import TrialState
 
 from tianfeng.hpo.objective import suggest
@@ -39,19 +39,13 @@ from tianfeng.hpo.space import load_space
 from tianfeng.logs import setup_logging
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
+BEFORE = "defaults (cold caches), the stop not told"
 OLD_SETTINGS = {"memory_format": "contiguous", "engine": {"compile": "off"}}
-SHARED_CACHE = ("datasets", "decoded", "scans")  # the data set, decoded once for every arm
 
 
 def arm_cache(tmp: Path, name: str) -> Path:
     """A cache of the arm's own (layout and compile records, inductor) that shares the data."""
-    cache = tmp / f"cache-{name}"
-    if not cache.exists():
-        cache.mkdir()
-        for sub in SHARED_CACHE:
-            (tmp / "shared" / sub).mkdir(parents=True, exist_ok=True)
-            (cache / sub).symlink_to(tmp / "shared" / sub)
-    return cache
+    return own_cache(tmp / f"cache-{name}", tmp / "shared")
 
 
 def space_with(base_changes: dict, path: Path) -> Path:
@@ -65,9 +59,20 @@ def space_with(base_changes: dict, path: Path) -> Path:
     return path
 
 
-def tianfeng(args: list[str], cache: Path, cwd: Path) -> float:
+def unstopped_hook(tmp: Path) -> Path:
+    """A folder whose sitecustomize, run at the start of the arm's process and of every search
+    worker it spawns, hands screened trials to the engine without their stop."""
+    folder = tmp / "unstopped-hook"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text("import tianfeng.hpo.objective as objective\n"
+                                             "objective.stopping_after = lambda cfg, epochs: cfg\n")
+    return folder
+
+
+def tianfeng(args: list[str], cache: Path, cwd: Path, hook: Path | None = None) -> float:
     """Wall seconds of `python -m <args>` in a fresh process with this arm's cache."""
-    env = {**os.environ, "TIANFENG_CACHE": str(cache), "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")])}
+    paths = [str(ROOT), str(ROOT / "benchmarks")] + ([str(hook)] if hook else [])
+    env = {**os.environ, "TIANFENG_CACHE": str(cache), "PYTHONPATH": os.pathsep.join(paths)}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -89,10 +94,6 @@ def run_arm(spec_path: Path) -> None:
                       timeout_s=None, runs_root=spec["runs"], rung=spec["fidelity"],
                       warm_start=tuple((label, params) for label, params in spec["recipes"]))
     setup_logging()
-    if spec.get("unstopped"):  # the engine sees the full run's schedule and no stop
-        import tianfeng.hpo.objective
-
-        tianfeng.hpo.objective.stopping_after = lambda cfg, epochs: cfg
     run_search(plan, spec["workers"], resume=False)
 
 
@@ -104,7 +105,7 @@ def search(tmp: Path, name: str, space: Path, cache: Path, a, trial_recipes: lis
                                 "seed": a.seed, "trials": a.trials, "runs": str(tmp / "runs"), "fidelity": a.fidelity,
                                 "recipes": trial_recipes, "workers": workers,
                                 "unstopped": unstopped}))
-    wall = tianfeng(["search_speed", "--run-arm", str(spec)], cache, tmp)
+    wall = tianfeng(["search_speed", "--run-arm", str(spec)], cache, tmp, unstopped_hook(tmp) if unstopped else None)
     trials = optuna.load_study(study_name=name, storage=storage).get_trials()
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     best = max(done, key=lambda t: t.value)
@@ -136,6 +137,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-full", action="store_true", help="skip the full-fidelity runs")
+    parser.add_argument("--screen-stop-only", action="store_true",
+                        help="at a screening rung: only the defaults with and without the stop told to the engine")
     parser.add_argument("--keep", type=Path, help="keep the studies and runs here")
     parser.add_argument("--run-arm", type=Path, help=argparse.SUPPRESS)  # internal: one arm's process
     a = parser.parse_args()
@@ -150,15 +153,19 @@ def main() -> None:
         drawn = recipes(a, max(0, a.trials - len(load_space(SPACE).priors)))
         # decode the data set into the shared cache once, outside every measurement
         search(tmp, "warmup", new_space, arm_cache(tmp, "warmup"), argparse.Namespace(**{**vars(a), "trials": 1}), [])
-        arms = {"old settings (--workers 1)": search(tmp, "old", old_space, arm_cache(tmp, "old"), a, drawn, 1),
-                "defaults (cold caches)": search(tmp, "new", new_space, arm_cache(tmp, "new"), a, drawn),
-                "defaults (caches of the run above)": search(tmp, "new_again", new_space, arm_cache(tmp, "new"), a,
-                                                             drawn),
-                "defaults but --workers 1": search(tmp, "one", new_space, arm_cache(tmp, "one"), a, drawn, 1)}
-        if load_space(SPACE).fidelities[a.fidelity].stop_after_epochs:
-            arms["--workers 1, the stop not told (before)"] = search(tmp, "unstopped", new_space,
-                                                                    arm_cache(tmp, "unstopped"), a, drawn, 1, True)
-        base = arms["old settings (--workers 1)"]
+        screen = bool(load_space(SPACE).fidelities[a.fidelity].stop_after_epochs)
+        if screen and a.screen_stop_only:
+            arms = {}
+        else:
+            arms = {"old settings (--workers 1)": search(tmp, "old", old_space, arm_cache(tmp, "old"), a, drawn, 1)}
+        arms["defaults (cold caches)"] = search(tmp, "new", new_space, arm_cache(tmp, "new"), a, drawn)
+        if not a.screen_stop_only:
+            arms["defaults (caches of the run above)"] = search(tmp, "new_again", new_space, arm_cache(tmp, "new"), a,
+                                                                drawn)
+            arms["defaults but --workers 1"] = search(tmp, "one", new_space, arm_cache(tmp, "one"), a, drawn, 1)
+        if screen:
+            arms[BEFORE] = search(tmp, "unstopped", new_space, arm_cache(tmp, "unstopped"), a, drawn, unstopped=True)
+        base = next(iter(arms.values()))
         same = all(r["params"] == base["params"] for r in arms.values())
         rows = [(name, f"{r['complete']}", f"{r['trial_s']:.1f} s", f"{r['wall']:.1f} s",
                  f"{base['trial_s'] / r['trial_s']:.2f}x", f"{base['wall'] / r['wall']:.2f}x",
@@ -166,15 +173,15 @@ def main() -> None:
                  f"{100 * r['wait_median']:.1f}% / {100 * r['wait_max']:.1f}%")
                 for name, r in arms.items()]
         print_table(f"{a.trials}-trial search at {a.fidelity} on {a.data} (priors + random recipes of seed {a.seed}, "
-                    f"enqueued; no pruning; same trials in every arm: {same})", rows,
+                    f"enqueued; no pruning; same trials in every arm: {same}; speeds against the first arm)", rows,
                     headers=("arm", "complete", "trial time", "wall", "speed (trials)", "speed (wall)", "best score",
                              "best trial", "data wait (median / max epoch)"))
-        if "--workers 1, the stop not told (before)" in arms:
-            told, before = arms["defaults but --workers 1"], arms["--workers 1, the stop not told (before)"]
-            print(f"screens with the stop told to the engine, one worker: trial time {told['trial_s']:.1f} s against "
+        if BEFORE in arms:
+            told, before = arms["defaults (cold caches)"], arms[BEFORE]
+            print(f"screens with the stop told to the engine, cold caches: trial time {told['trial_s']:.1f} s against "
                   f"{before['trial_s']:.1f} s, {before['trial_s'] / told['trial_s']:.2f}x faster; wall "
                   f"{before['wall'] / told['wall']:.2f}x")
-        if not a.no_full:
+        if not a.no_full and "old settings (--workers 1)" in arms:
             old = optuna.load_study(study_name="old", storage=f"sqlite:///{tmp}/old.db")
             best = max((t for t in old.get_trials() if t.state == TrialState.COMPLETE), key=lambda t: t.value).number
             full = {"old settings": full_run(tmp, "old", best, "old", ["memory_format=contiguous", "engine.compile=off"],

@@ -17,7 +17,9 @@ or `--sampler random`, the priors still first). Full fidelity is
 `large_batch.yaml`'s `target` rung.
 
 Each method and seed runs in a fresh process that is stopped (Ctrl-C) when its budget is up;
-the time counts from that process's start, so start-up is paid by every method. Reported per
+the time counts from that process's start, so start-up is paid by every method. Each process
+starts with empty compile and layout caches of its own (`--caches own`, the data set decoded
+once and shared), as on a fresh machine, so what a run pays does not depend on the runs before it. Reported per
 method, median [min, max] over seeds: the time until a full-fidelity score first reaches each
 target, the best full-fidelity score found by each fraction of the budget (the any-time curve,
 also drawn to an HTML file), and the compute used.
@@ -40,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, print_table
+from common import ROOT, data_source, own_cache, print_table, user_cache
 from search_methods import METHODS, read_back
 
 from tianfeng.commands.search_command import parse_duration
@@ -48,13 +50,20 @@ from tianfeng.commands.search_command import parse_duration
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
 
-def run_one(method: str, seed: int, root: Path, budget_s: float, data: str) -> dict:
-    """One method and seed in its own process, stopped at the budget; its scores read back."""
+def run_one(method: str, seed: int, root: Path, budget_s: float, data: str, own_caches: bool = True) -> dict:
+    """One method and seed in its own process, stopped at the budget; its scores read back. With
+    `own_caches` the process starts with empty compile and layout caches of its own (the data set
+    decoded once and shared), so what it pays does not depend on the runs before it."""
     directory = root / f"{method}-s{seed}"
+    env = dict(os.environ)
+    if own_caches:
+        data = data_source(data) or data  # the shared copy's path, not one inside the run's own cache
+        env["TIANFENG_CACHE"] = str(own_cache(directory / "cache", user_cache()))
+        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     command = [sys.executable, str(ROOT / "benchmarks" / "search_methods.py"), method, "--seed", str(seed),
                "--dir", str(directory), "--budget-s", str(budget_s), "--data", data]
     t0 = time.time()
-    child = subprocess.Popen(command, start_new_session=True)
+    child = subprocess.Popen(command, start_new_session=True, env=env)
     try:
         child.wait(timeout=budget_s)
     except (subprocess.TimeoutExpired, KeyboardInterrupt) as stopped:
@@ -162,6 +171,9 @@ def main() -> None:
                         "(default 12m: on a 2-core CPU one full-fidelity run takes 2-5 min)")
     parser.add_argument("--targets", default="70,75,80", help="full-fidelity val top-1 levels to time")
     parser.add_argument("--data", default="cifar5", help="cifar5 (default) or digits (a quick smoke run)")
+    parser.add_argument("--caches", choices=("own", "shared"), default="own",
+                        help="own (default): every method and seed starts with empty compile and layout caches, "
+                        "the data set shared; shared: all use the user's cache, so earlier runs' compiles help later ones")
     parser.add_argument("--keep", type=Path, help="keep every run's database, runs and result here")
     parser.add_argument("--report", type=Path, metavar="DIR", help="run nothing: summarise the runs kept in DIR")
     parser.add_argument("--plot", type=Path, help="write the any-time curves to this HTML file")
@@ -180,7 +192,7 @@ def main() -> None:
             root = args.keep or Path(scratch)
             root.mkdir(parents=True, exist_ok=True)
             # seeds outermost: a drift of the machine over the hours touches every method alike
-            results = [run_one(m, s, root, budget_s, args.data) for s in seeds for m in methods]
+            results = [run_one(m, s, root, budget_s, args.data, args.caches == "own") for s in seeds for m in methods]
     budget = results[0]["budget_s"]
     headers = ("method", "seeds", *(f"time to {t:g}" for t in targets),
                *(f"best at {f * budget / 60:.1f} min" for f in FRACTIONS), "core-hours")

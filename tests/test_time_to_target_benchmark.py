@@ -79,6 +79,9 @@ def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -
             times = [t for t, _ in result["events"]]
             assert result["trials"] >= 1 and result["core_s"] > 0
             assert times == sorted(times) and all(0 < t <= 20 for t in times)
+            # each run measured compiles and layouts in a cache of its own, the data set's folders shared
+            own = tmp_path / f"{method}-s{seed}" / "cache"
+            assert (own / "datasets").is_symlink() and not (own / "compile.json").is_symlink()
     assert "optuna-tpe" in out.stdout and "time to 50" in out.stdout and "one-epoch" in out.stdout
     assert "plotly" in (tmp_path / "curves.html").read_text()[:20000].lower()
     again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--report", str(tmp_path),
