@@ -152,7 +152,7 @@ def _pausable_searcher(plan: SearchPlan, paused: Path) -> None:
             one_trial()
 
 
-def _screen_and_finish_leaders(study: optuna.Study, objective, first_after: int = 3) -> None:
+def _screen_and_finish_leaders(study: optuna.Study, screen_objective, objective, first_after: int = 3) -> None:
     """one-epoch-leader: random recipes screened by their first full-fidelity epoch, as one-epoch
     screens them; once `first_after` are screened, each new leader by that epoch is trained whole
     at once (a new trial with its parameters), as `--promote leader` promotes a new proxy leader."""
@@ -160,7 +160,7 @@ def _screen_and_finish_leaders(study: optuna.Study, objective, first_after: int 
     finished: set[int] = set()
     while True:
         study.pruner = screen
-        study.optimize(objective, n_trials=1, catch=(Exception,))
+        study.optimize(screen_objective, n_trials=1, catch=(Exception,))
         screened = [t for t in study.get_trials(deepcopy=False) if t.intermediate_values and "screened" not in t.user_attrs
                     and t.state == TrialState.PRUNED]
         if len(screened) < first_after:
@@ -175,16 +175,22 @@ def _screen_and_finish_leaders(study: optuna.Study, objective, first_after: int 
 
 
 def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: str | None):
-    """The one-epoch methods' study (random recipes at the space's target rung, no priors) and the
-    objective that trains its trials."""
+    """The one-epoch methods' study (random recipes at the space's target rung, no priors), the
+    objective that screens its trials (the engine told they stop after the first epoch, as a
+    screening rung tells it, so its compile choice weighs that epoch only; the pruner stops them)
+    and the one that trains them whole."""
+    from tianfeng.hpo.materialize import stopping_after
     from tianfeng.hpo.objective import ProxyObjective
     from tianfeng.hpo.study_setup import open_study
+    from tianfeng.trainers.engine import train
 
     plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
     space = plan_space(plan)
     study = open_study(plan, space, resume=False)
     study.sampler = optuna.samplers.RandomSampler(seed=seed)
-    return study, ProxyObjective(space, plan.study, Path(plan.runs_root), "target")
+    screen = ProxyObjective(space, plan.study, Path(plan.runs_root), "target",
+                            trainer=lambda cfg, report: train(stopping_after(cfg, 1), report))
+    return study, screen, ProxyObjective(space, plan.study, Path(plan.runs_root), "target")
 
 
 def _first_epoch(trial: optuna.trial.FrozenTrial) -> float:
@@ -233,10 +239,10 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         run_ray_search(_plan(directory, method, seed, data, rung="target", priors=False, sampler="random"),
                        RayOptions(cpus_per_trial=1), resume=False)
     elif method == "one-epoch":  # random recipes for one epoch each, then the best finished
-        study, objective = _full_fidelity_random_study(directory, method, seed, data)
+        study, screen_objective, objective = _full_fidelity_random_study(directory, method, seed, data)
         study.pruner = AfterFirstEpoch()
         left = budget_s * SEARCH_SHARE - (time.monotonic() - started)
-        study.optimize(objective, timeout=max(1.0, left), catch=(Exception,))
+        study.optimize(screen_objective, timeout=max(1.0, left), catch=(Exception,))
         _finish_best_first_epochs(study, objective)
     elif method == "one-epoch-leader":  # one-epoch's screening, --promote leader's timing
         _screen_and_finish_leaders(*_full_fidelity_random_study(directory, method, seed, data))
