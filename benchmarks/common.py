@@ -6,7 +6,6 @@ shared machines are not comparable between runs.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tarfile
@@ -18,10 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_ARCHIVE = ROOT.parent / "shared" / "data" / "cifar5-dev.tar.gz"
 SHARED_CACHE = ("datasets", "decoded", "scans")  # the data set's folders of a tianfeng cache
 sys.path.insert(0, str(ROOT))
-
-
-def user_cache() -> Path:
-    return Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng"))
 
 
 def own_cache(path: Path, shared: Path) -> Path:
@@ -38,7 +33,9 @@ def own_cache(path: Path, shared: Path) -> Path:
 
 def cifar5_dir() -> Path:
     """cifar5-dev extracted once into the cache (TIANFENG_CACHE or ~/.cache/tianfeng)."""
-    out = user_cache() / "datasets"
+    from tianfeng.trainers.data.sources import default_cache_dir
+
+    out = default_cache_dir() / "datasets"
     if not (out / "cifar5-dev" / "val").is_dir():
         if not SHARED_ARCHIVE.exists():
             sys.exit(f"benchmark needs {SHARED_ARCHIVE}: the development data, a folder beside the checkout")

@@ -103,8 +103,7 @@ def search(tmp: Path, name: str, space: Path, cache: Path, a, trial_recipes: lis
     spec = tmp / f"{name}.json"
     spec.write_text(json.dumps({"space": str(space), "data": data_source(a.data), "storage": storage, "study": name,
                                 "seed": a.seed, "trials": a.trials, "runs": str(tmp / "runs"), "fidelity": a.fidelity,
-                                "recipes": trial_recipes, "workers": workers,
-                                "unstopped": unstopped}))
+                                "recipes": trial_recipes, "workers": workers}))
     wall = tianfeng(["search_speed", "--run-arm", str(spec)], cache, tmp, unstopped_hook(tmp) if unstopped else None)
     trials = optuna.load_study(study_name=name, storage=storage).get_trials()
     done = [t for t in trials if t.state == TrialState.COMPLETE]

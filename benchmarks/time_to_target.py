@@ -42,10 +42,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, data_source, own_cache, print_table, user_cache
+from common import ROOT, data_source, own_cache, print_table
 from search_methods import METHODS, read_back
 
 from tianfeng.commands.search_command import parse_duration
+from tianfeng.trainers.data.sources import default_cache_dir
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
@@ -58,7 +59,7 @@ def run_one(method: str, seed: int, root: Path, budget_s: float, data: str, own_
     env = dict(os.environ)
     if own_caches:
         data = data_source(data) or data  # the shared copy's path, not one inside the run's own cache
-        env["TIANFENG_CACHE"] = str(own_cache(directory / "cache", user_cache()))
+        env["TIANFENG_CACHE"] = str(own_cache(directory / "cache", default_cache_dir()))
         env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     command = [sys.executable, str(ROOT / "benchmarks" / "search_methods.py"), method, "--seed", str(seed),
                "--dir", str(directory), "--budget-s", str(budget_s), "--data", data]
