@@ -60,6 +60,7 @@ def search(space: str | Path, options: SearchOptions | None = None, **changes: A
 def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Study:
     from tianfeng.hpo.dashboard import publish_curves
     from tianfeng.hpo.plan import SearchPlan, with_objective
+    from tianfeng.hpo.registry import resolve_sampler
     from tianfeng.hpo.runner import run_search
     from tianfeng.hpo.space import load_space
     from tianfeng.hpo.summary import check_data
@@ -84,7 +85,8 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
         min_accuracy = default_floor(obj.metric, classes)  # resolved once: every worker uses the same floor
         loaded = with_objective(loaded, None, None, min_accuracy)
     plan = SearchPlan(space_path=str(path), data=o.data, storage=o.storage, study=study_name,
-                      sampler=o.sampler, pruner=o.pruner, seed=o.seed, trials=o.trials, timeout_s=o.timeout_s,
+                      sampler=resolve_sampler(o.sampler, loaded, rung), pruner=o.pruner, seed=o.seed,
+                      trials=o.trials, timeout_s=o.timeout_s,
                       runs_root=str(o.runs_dir), rung=rung, heartbeat_s=o.heartbeat_s, grace_s=o.grace_s,
                       verbose=o.verbose, failure_limit=o.failure_limit, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
                       objective=o.objective, target=o.target, min_accuracy=min_accuracy)
@@ -312,6 +314,7 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
     `options` (a `ScaleOptions`) holds what `tianfeng scale` takes as flags; `batch_sizes` and
     keyword arguments change single options."""
     from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, rung_epochs
+    from tianfeng.hpo.registry import resolve_sampler
     from tianfeng.hpo.space import load_space
     from tianfeng.scaling.sizes import training_set_size
     from tianfeng.scaling.study import ScalePlan
@@ -335,7 +338,8 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
         raise ConfigError("--budget-per-batch", "", f"{o.epochs_per_batch}epochs allows no trial: one trial at rung "
                           f"{rung} trains {trial_epochs} epochs")
     study = o.name or f"{loaded.name}-scale"
-    search_plan = SearchPlan(space_path=str(path), data=o.data, storage=o.storage, study=study, sampler=o.sampler,
+    search_plan = SearchPlan(space_path=str(path), data=o.data, storage=o.storage, study=study,
+                             sampler=resolve_sampler(o.sampler, loaded, rung),
                              pruner=o.pruner, seed=o.seed, trials=o.trials_per_batch or UNLIMITED_TRIALS,
                              timeout_s=o.timeout_s_per_batch, epoch_budget=o.epochs_per_batch,
                              runs_root=str(o.runs_dir), rung=rung, verbose=o.verbose)

@@ -3,7 +3,8 @@ import optuna and torch (search/registry.py checks they match the registries).""
 
 from enum import StrEnum
 
-SAMPLER_NAMES = ("tpe", "cmaes", "random", "grid", "qmc")
+# auto: random when the rung screens (see registry.resolve_sampler), else tpe
+SAMPLER_NAMES = ("auto", "tpe", "cmaes", "random", "grid", "qmc")
 PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
 PROMOTION_MODES = ("none", "leader")  # search --promote: none, or each new proxy leader at full fidelity
 DEFAULT_STORAGE = "sqlite:///tianfeng.db"

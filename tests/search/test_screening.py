@@ -21,6 +21,8 @@ from optuna.trial import TrialState
 import tianfeng
 from tests.search.conftest import write_space
 from tianfeng.hpo.materialize import max_rung_epochs, sample_active
+from tianfeng.hpo.plan import with_objective
+from tianfeng.hpo.registry import resolve_sampler
 from tianfeng.hpo.screen_check import agreeing_length, check_screen, screen_length, screened_alike
 from tianfeng.hpo.space import load_space
 from tianfeng.hpo.space_types import corner_value
@@ -44,6 +46,16 @@ def test_a_screening_rung_trains_at_most_its_epochs(tmp_path: Path, tiny_space: 
     assert max_rung_epochs(space, "screen") == 2 and max_rung_epochs(space, "target") == FULL_EPOCHS
     tiny_space["fidelities"]["screen"] = {"stop_after_epochs": 10}  # longer than the run: the whole run
     assert max_rung_epochs(load_space(write_space(tmp_path, tiny_space)), "screen") == FULL_EPOCHS
+
+
+def test_the_auto_sampler_screens_at_random_and_searches_other_rungs_with_tpe(tmp_path: Path,
+                                                                              tiny_space: dict) -> None:
+    space = load_space(write_space(tmp_path, _screening_space(tiny_space)))
+    assert resolve_sampler("auto", space, "screen") == "random"
+    assert resolve_sampler("auto", space, "target") == "tpe"
+    assert resolve_sampler("tpe", space, "screen") == "tpe" and resolve_sampler("qmc", space, "target") == "qmc"
+    pareto = with_objective(space, "pareto", None, 50.0)  # pareto's sampler gives the metric its share of trials
+    assert resolve_sampler("auto", pareto, "screen") == "tpe"
 
 
 def test_promotion_shows_the_epochs_a_screened_trial_did_not_train(tmp_path: Path, tiny_space: dict) -> None:
@@ -82,8 +94,9 @@ def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole
         tmp_path: Path, tiny_space: dict) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     study = tianfeng.search(write_space(tmp_path, _screening_space(tiny_space)), storage=storage, study="screen",
-                            fidelity="screen", sampler="random", trials=5, workers=1, seed=1,
+                            fidelity="screen", trials=5, workers=1, seed=1,
                             runs_dir=tmp_path / "runs", promote="leader", progress=False)
+    assert study.user_attrs["sampler"] == "random"  # the default sampler, auto, on a screening rung
     trials = study.get_trials()
     assert len(trials) == 5 and all(t.state == TrialState.COMPLETE for t in trials)
     for t in trials:

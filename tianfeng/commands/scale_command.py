@@ -81,7 +81,8 @@ def add_scale_arguments(parser) -> None:
     parser.add_argument("--name", default=None, help="name of the scale study; its searches are NAME-b<batch> "
                                                       "(default <space name>-scale)")
     add_storage(parser)
-    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe", help="sampler of each batch size's search")
+    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="auto",
+                        help="sampler of each batch size's search (auto, the default: as tianfeng search's)")
     parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha", help="pruner of each batch size's search")
     parser.add_argument("--workers", type=int, default=1, help="local worker processes per search")
     parser.add_argument("--fidelity", default=None, help="the rung trials run at (default: the space's search_fidelity)")

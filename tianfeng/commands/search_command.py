@@ -78,8 +78,9 @@ def add_search_arguments(parser) -> None:
     parser.add_argument("--data", default=None, help="replace the space's data source (digits, synthetic, imagefolder:DIR)")
     parser.add_argument("--study", default=None, help="study name (default: the space's name)")
     add_storage(parser)
-    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="tpe",
-                        help="how recipes are sampled (Optuna's samplers; default tpe)")
+    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="auto",
+                        help="how recipes are sampled (Optuna's samplers); auto (default): random when the rung "
+                             "screens the full run's first epochs (--fidelity screen) for accuracy, else tpe")
     parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha",
                         help="how losers are stopped early (default asha; pareto and time-to-target use a peer rule)")
     parser.add_argument("--trials", type=int, default=30, help="the study's trial budget, counting trials already done (default 30)")

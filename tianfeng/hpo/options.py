@@ -30,7 +30,7 @@ class SearchOptions:
     data: str | None = None  # replaces the space's data source
     study: str | None = None  # default: the space's name
     storage: str = DEFAULT_STORAGE
-    sampler: str = "tpe"
+    sampler: str = "auto"  # random on a screening rung, else tpe (registry.resolve_sampler)
     pruner: str = "asha"
     trials: int = 30  # the study's budget, counting trials already done
     timeout_s: float | None = None  # stop starting trials after this long

@@ -24,7 +24,7 @@ class ScaleOptions:
     data: str | None = None  # replaces the space's data source
     name: str | None = None  # default: <space name>-scale
     storage: str = DEFAULT_STORAGE
-    sampler: str = "tpe"
+    sampler: str = "auto"  # random on a screening rung, else tpe (registry.resolve_sampler)
     pruner: str = "asha"
     fidelity: str | None = None  # the rung trials run at; default: the space's search_fidelity
     workers: int = 1  # local worker processes per search
