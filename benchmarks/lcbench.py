@@ -257,11 +257,10 @@ METHODS: dict[str, Callable] = {
     "random": optuna_method(lambda seed: (_study(optuna.samplers.RandomSampler(seed=seed)), "accuracy", "optuna")),
     "one-epoch-then-best": one_epoch_then_best,
     "one-epoch-leader": screen_and_finish_leaders(lambda seed: optuna.samplers.RandomSampler(seed=seed), checked=False),
-    "tianfeng-screen": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed)),
+    # screening as `tianfeng search --fidelity screen` samples it by default (random) and by choice
+    "tianfeng-screen": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed)),
+    "tianfeng-screen-tpe": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed)),
     "tianfeng-screen-qmc": screen_and_finish_leaders(lambda seed: make_sampler("qmc", _space("accuracy"), seed)),
-    "tianfeng-screen-random": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed)),
-    "tianfeng-screen-unchecked": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed),
-                                                           checked=False),
     "dehb": dehb,
     # the pareto search (accuracy against the full run's time): how high its front reaches
     "tianfeng-pareto": optuna_method(lambda seed: (_study(make_sampler("tpe", _space("pareto"), seed), pareto=True),

@@ -32,13 +32,13 @@ from tianfeng.store import RunRecordStatus, RunStore
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
 METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe", "tpe-hyperband", "ray-asha",
-           "one-epoch", "one-epoch-leader", "tianfeng-screen", "tianfeng-screen-qmc", "tianfeng-screen-random")
+           "one-epoch", "one-epoch-leader", "tianfeng-screen", "tianfeng-screen-tpe", "tianfeng-screen-qmc")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
 PROMOTE_ETA = 3  # the tianfeng-* methods that promote as trials qualify: ASHA's factor, as in the default pruner
 # a promoted run's threads (tianfeng-leader: `tianfeng search --promote leader` gives it every core)
 RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": os.cpu_count() or 1,
-             "tianfeng-screen": os.cpu_count() or 1, "tianfeng-screen-qmc": os.cpu_count() or 1,
-             "tianfeng-screen-random": os.cpu_count() or 1}
+             "tianfeng-screen": os.cpu_count() or 1, "tianfeng-screen-tpe": os.cpu_count() or 1,
+             "tianfeng-screen-qmc": os.cpu_count() or 1}
 
 
 def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
@@ -227,7 +227,7 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         plan = _plan(directory, method, seed, data)
         tianfeng.search(SPACE, storage=plan.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", fidelity="screen", promote="leader",
-                        sampler=method.removeprefix("tianfeng-screen-") if "-screen-" in method else "tpe",
+                        sampler=method.removeprefix("tianfeng-screen-") if "-screen-" in method else "auto",
                         progress=False)
     elif method in ("optuna-tpe", "tpe-hyperband"):
         pruner = "none" if method == "optuna-tpe" else "hyperband"

@@ -11,9 +11,10 @@ fidelity; Optuna TPE + HyperbandPruner at full fidelity; Ray Tune ASHA at full
 fidelity (random sampling); one epoch of random recipes for half the budget, then the best of
 them trained whole (Egele et al. 2023); one-epoch-leader (the same screening, each new leader by
 its first epoch trained whole at once); and tianfeng-screen (`tianfeng search --fidelity screen
---promote leader`: the product's TPE and priors on the full run's first epoch, each new leader
-trained whole; tianfeng-screen-qmc and tianfeng-screen-random the same with `--sampler qmc`
-or `--sampler random`, the priors still first). Full fidelity is
+--promote leader`: the published priors, then random recipes (the default sampler on a screening
+rung), scored by the full run's first epoch, each new leader trained whole; tianfeng-screen-tpe
+and tianfeng-screen-qmc the same with `--sampler tpe` or `--sampler qmc`, the priors still
+first). Full fidelity is
 `large_batch.yaml`'s `target` rung.
 
 Each method and seed runs in a fresh process that is stopped (Ctrl-C) when its budget is up;
