@@ -40,7 +40,7 @@ def test_every_flag_of_search_is_an_option_of_the_same_name_and_default() -> Non
     ({"backend": "ray", "workers": 2}, "--workers: is for the optuna backend"),
     ({"cpus_per_trial": 2.0}, "--backend: --address, --cpus-per-trial and --gpus-per-trial need --backend ray"),
     ({"objective": "fastest"}, "--objective: must be one of accuracy, pareto, time-to-target"),
-    ({"sampler": "bayes"}, "--sampler: must be one of tpe"),
+    ({"sampler": "bayes"}, "--sampler: must be one of auto, tpe"),
     ({"target": float("nan")}, "--target: must be a finite number"),
     ({"min_accuracy": 100.0}, "--min-accuracy: must be a percentage in [0, 100)"),
     ({"timeout_s": -1.0}, "--timeout: must be a positive duration"),
