@@ -17,13 +17,16 @@ def _plan(seed: int) -> SearchPlan:
 
 def test_no_two_seeds_or_workers_share_a_stream() -> None:
     seeds = [sampler_seed(_plan(seed), worker, stream)
-             for seed in range(20) for worker in range(1, 9) for stream in (0, 1, 7)]
+             for seed in range(20) for worker in range(0, 9) for stream in (0, 1, 7)]
     assert len(set(seeds)) == len(seeds)
     assert sampler_seed(_plan(1), 2, 0) != sampler_seed(_plan(2), 1, 0)  # seed + worker made these equal
+    # --promote leader's search process is worker 0, its spawned worker 1: seed + 1 for worker 1
+    # gave --seed 3's second worker --seed 4's first worker's trials
+    assert sampler_seed(_plan(3), 1, 0) != sampler_seed(_plan(4), 0, 0)
 
 
 def test_a_one_worker_search_keeps_its_stream_and_every_stream_repeats() -> None:
-    assert [sampler_seed(_plan(seed), 1, 0) for seed in (0, 5)] == [1, 6]
+    assert [sampler_seed(_plan(seed), 0, 0) for seed in (0, 5)] == [0, 5]
     assert sampler_seed(_plan(3), 2, 0) == sampler_seed(_plan(3), 2, 0)
 
 
@@ -32,7 +35,7 @@ def test_two_seeds_of_a_two_worker_search_draw_different_trials() -> None:
 
     def draws(seed: int) -> set[float]:
         out = set()
-        for worker in (1, 2):
+        for worker in (0, 1, 2):  # --promote leader numbers its workers from 0, plain searches from 1
             sampler = optuna.samplers.RandomSampler(seed=sampler_seed(_plan(seed), worker, 0))
             study = optuna.create_study(sampler=sampler)
             out |= {study.ask(space).params["x"] for _ in range(4)}

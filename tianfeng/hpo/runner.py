@@ -105,13 +105,14 @@ class WaitWhilePaused:
 
 def sampler_seed(plan: SearchPlan, worker: int, stream: int) -> int:
     """Each worker of each process draws from its own stream, and so does each --seed. A new
-    study's first worker draws from seed + worker (a one-worker search repeats with the same
-    --seed); every other worker, and a process joining or resuming a study (stream != 0, or it
-    would sample the study's first trials again), from a hash of (seed, worker, stream). Not
-    seed + worker for them all: --seed 1's second worker would draw --seed 2's first worker's
-    trials, and two seeds would share half their trials."""
-    if stream == 0 and worker <= 1:
-        return plan.seed + worker
+    study's worker 0 (the search process itself: a one-worker search, or `--promote leader`'s
+    own worker) draws from the seed, so a one-worker search repeats with the same --seed; every
+    other worker, and a process joining or resuming a study (stream != 0, or it would sample the
+    study's first trials again), from a hash of (seed, worker, stream). Not seed + worker: --seed
+    1's worker 1 would draw --seed 2's worker 0's trials, and two seeds would share half their
+    trials."""
+    if stream == 0 and worker == 0:
+        return plan.seed
     return derived_seed(plan.seed, worker, stream)
 
 
