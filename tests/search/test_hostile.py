@@ -124,7 +124,8 @@ def test_ctrl_c_with_two_workers_requeues_every_cut_trial_and_resume_finishes(tm
             trials = optuna.load_study(study_name="w", storage=db).get_trials()
         except (KeyError, ValueError):
             continue
-        running = [t for t in trials if t.state == TrialState.RUNNING and
+        # both with a checkpoint, and neither so near its end that it could finish before the signal
+        running = [t for t in trials if t.state == TrialState.RUNNING and len(t.intermediate_values) < 45 and
                    (Path(t.user_attrs.get("run_dir", "/nonexistent")) / "checkpoints" / "last.pt").exists()]
         if len(running) == 2:
             proc.send_signal(signal.SIGINT)

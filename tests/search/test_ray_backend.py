@@ -92,3 +92,41 @@ def test_a_trial_that_trained_all_its_epochs_is_complete_whatever_its_length(tmp
     searcher.on_trial_complete("ray-0", {"status": "completed", "epoch": 1, "val_top1": 55.0})
     trial = study.get_trials()[0]
     assert trial.state == TrialState.COMPLETE and trial.value == 55.0
+
+
+def test_ctrl_c_while_a_finished_trial_is_written_lets_the_write_end_then_stops(
+        tmp_path: Path, tiny_space: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The searcher forgets a trial before it tells the study; a Ctrl-C in between left the trial
+    RUNNING in the study, where neither the end of the search nor a resume would find it."""
+    import os
+    import signal
+
+    import tianfeng.hpo.ray_backend as ray_backend
+    from tianfeng import interrupts
+    from tianfeng.hpo.plan import SearchPlan, plan_space
+    from tianfeng.hpo.study_setup import open_study
+
+    plan = SearchPlan(space_path=str(write_space(tmp_path, tiny_space)), data=None,
+                      storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="none", seed=0,
+                      trials=2, timeout_s=None, runs_root=str(tmp_path / "runs"), rung="proxy")
+    space = plan_space(plan)
+    study = open_study(plan, space, resume=False)
+    searcher = ray_backend.StudySearcher(study, space, plan, ray_backend.RayOptions())
+    searcher.suggest("ray-0")
+    for epoch, score in ((1, 48.0), (2, 61.0)):
+        searcher.on_trial_result("ray-0", {"status": "running", "epoch": epoch, "val_top1": score})
+    original = ray_backend.record_final
+
+    def ctrl_c_midway(*args, **kwargs) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # a real signal, in the middle of the trial's writes
+        original(*args, **kwargs)
+
+    monkeypatch.setattr(ray_backend, "record_final", ctrl_c_midway)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            searcher.on_trial_complete("ray-0", {"status": "completed", "epoch": 2, "val_top1": 61.0})
+    finally:
+        interrupts.clear()  # handled: the later tests of this process must not see it again
+    [trial] = study.get_trials()
+    assert trial.state == TrialState.COMPLETE and trial.value == 61.0
+    assert searcher.close_unfinished() == []

@@ -250,6 +250,37 @@ def test_a_trial_cut_while_it_is_being_prepared_is_queued_again_with_its_paramet
     assert len(queued) == 1 and queued[0].params == failed.params
 
 
+def test_a_trial_cut_after_training_while_its_results_are_written_is_queued_again_and_not_retrained(
+        tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C after the engine returned but before the objective did: the trial used to fail with
+    the engine's status ("complete"), so it was neither requeued nor scored, and its run was lost."""
+    import tianfeng.hpo.objective as objective_module
+    from tianfeng.trainers.checkpoint import load as load_checkpoint
+
+    plan = plan_for(tmp_path, tiny_space_file, trials=1)
+    original = objective_module.record_final
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(objective_module, "record_final", cut)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(plan, workers=1, resume=False)
+    [cut_trial, queued] = trials_of(plan)
+    assert cut_trial.state == TrialState.FAIL and cut_trial.user_attrs["status"] == "interrupted"
+    assert queued.state == TrialState.WAITING and queued.system_attrs["failed_trial"] == cut_trial.number
+    checkpoints = Path(cut_trial.user_attrs["run_dir"]) / "checkpoints"
+    trained = load_checkpoint(checkpoints)["position"]
+
+    monkeypatch.setattr(objective_module, "record_final", original)
+    run_search(plan, workers=1, resume=True)
+    retry = trials_of(plan)[1]
+    assert retry.state == TrialState.COMPLETE and retry.params == cut_trial.params
+    assert retry.user_attrs["run_dir"] == cut_trial.user_attrs["run_dir"]
+    assert load_checkpoint(checkpoints)["position"] == trained  # it went on from the end: nothing retrained
+    assert retry.value == retry.user_attrs["score"]
+
+
 def test_a_trial_cut_while_optuna_asks_for_it_is_queued_again_and_the_resume_spends_the_whole_budget(
         tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C after Optuna has started the trial in the database but before the objective (and the

@@ -164,12 +164,18 @@ class ProxyObjective:
         self.trainer = trainer
         self.peers = peers  # pareto and time-to-target: Optuna's pruners judge one objective only
 
-    def __call__(self, trial: optuna.Trial) -> float:
+    def __call__(self, trial: optuna.Trial) -> float | tuple[float, float]:
         try:
-            cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung)
-        except KeyboardInterrupt:  # cut before training: queued again like one cut while training
+            return self._run(trial)
+        except KeyboardInterrupt:
+            # cut before, during or after training (while its results are written): queued again
+            # with its run directory, so a resume continues it from its last checkpoint
             trial.set_user_attr("status", TrialStatus.INTERRUPTED)
             raise
+
+    def _run(self, trial: optuna.Trial) -> float | tuple[float, float]:
+        try:
+            cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung)
         except Exception as exc:
             mark_failed(trial, exc)
             raise
@@ -193,9 +199,6 @@ class ProxyObjective:
         engine_log.addFilter(tag)  # with --verbose, the engine's epoch lines say whose they are
         try:
             result = self.trainer(cfg, report)
-        except KeyboardInterrupt:
-            trial.set_user_attr("status", TrialStatus.INTERRUPTED)
-            raise
         except Exception as exc:
             mark_failed(trial, exc)
             raise

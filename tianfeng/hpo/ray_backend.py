@@ -39,6 +39,7 @@ from tianfeng.hpo.runner import new_stream, requeue_interrupted, sampler_seed
 from tianfeng.hpo.space import SearchSpace
 from tianfeng.hpo.study_setup import open_study
 from tianfeng.hpo.trial_log import TrialLogger, log_objective
+from tianfeng.interrupts import deferred_interrupt
 from tianfeng.logs import quiet_optuna
 from tianfeng.ray_cluster import start_or_join
 from tianfeng.trainers.config import ConfigError, config_to_dict
@@ -157,6 +158,15 @@ class StudySearcher(Searcher):
             return
         result = result or {}
         self.on_trial_result(trial_id, result)  # a result that stopped the trial skips on_trial_result
+        with deferred_interrupt():  # written whole: cut in between, it would be RUNNING yet forgotten
+            trial = self._finish(trial_id, result, error)
+        frozen = next(t for t in self.study.get_trials(deepcopy=False) if t.number == trial.number)
+        self.log_trial(self.study, frozen)
+        if self.progress is not None:
+            self.progress.update(self.study)
+
+    def _finish(self, trial_id: str, result: dict, error: bool) -> optuna.Trial:
+        """Tell the study how the trial ended, and forget it."""
         trial, values = self.trials.pop(trial_id), list(self.values.pop(trial_id).values())
         own_epochs = self.epochs.pop(trial_id)
         status = result.get("status", TrialStatus.FAILED if error else TrialStatus.RUNNING)
@@ -182,10 +192,7 @@ class StudySearcher(Searcher):
                 self.study.tell(trial, objective_values(trial, self.space.objective, value))
             else:
                 self.study.tell(trial, state=TrialState.PRUNED)
-        frozen = next(t for t in self.study.get_trials(deepcopy=False) if t.number == trial.number)
-        self.log_trial(self.study, frozen)
-        if self.progress is not None:
-            self.progress.update(self.study)
+        return trial
 
     def close_unfinished(self) -> list[int]:
         """Trials Ray never finished (Ctrl-C, time budget): failed with status `interrupted`, so
