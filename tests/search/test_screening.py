@@ -83,20 +83,23 @@ def test_a_bad_stop_after_epochs_is_one_line_naming_the_key(tmp_path: Path, tiny
     assert not (tmp_path / "tianfeng.db").exists()
 
 
-@pytest.mark.slow
 def whole_run(run_dir: Path) -> RunConfig:
     """A screened trial's run config without its stop: the full run it screened."""
     cfg = config_from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
     return with_changes(cfg, engine=dataclasses.replace(cfg.engine, stop_after_epochs=0))
 
 
+@pytest.mark.slow
 def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole(
-        tmp_path: Path, tiny_space: dict) -> None:
+        tmp_path: Path, tiny_space: dict, caplog: pytest.LogCaptureFixture) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    study = tianfeng.search(write_space(tmp_path, _screening_space(tiny_space)), storage=storage, study="screen",
-                            fidelity="screen", trials=5, workers=1, seed=1,
-                            runs_dir=tmp_path / "runs", promote="leader", progress=False)
+    with caplog.at_level("INFO", logger="tianfeng"):
+        study = tianfeng.search(write_space(tmp_path, _screening_space(tiny_space)), storage=storage,
+                                study="screen", fidelity="screen", trials=5, workers=1, seed=1,
+                                runs_dir=tmp_path / "runs", promote="leader", progress=False)
     assert study.user_attrs["sampler"] == "random"  # the default sampler, auto, on a screening rung
+    # the start line names what judges the trials: no pruner cuts a screen short
+    assert "sampler random, pruner none (screened trials are judged at the screen's end)" in caplog.text
     trials = study.get_trials()
     assert len(trials) == 5 and all(t.state == TrialState.COMPLETE for t in trials)
     for t in trials:

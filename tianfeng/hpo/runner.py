@@ -34,7 +34,7 @@ from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epo
 from tianfeng.hpo.progress import StudyProgress
 from tianfeng.hpo.registry import make_sampler
 from tianfeng.hpo.space import SearchSpace
-from tianfeng.hpo.study_setup import make_pruner, open_storage, open_study
+from tianfeng.hpo.study_setup import make_pruner, open_storage, open_study, pruner_label
 from tianfeng.hpo.trial_log import TrialLogger, budget_text, log_objective
 from tianfeng.interrupts import (
     deferred_interrupt,
@@ -142,7 +142,7 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: Sea
     done = finished_count(study)
     workers, why = resolve_workers(workers, plan.trials - done)
     log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s) (%s)",
-             plan.study, done, budget_text(plan), plan.sampler, plan.pruner, plan.rung, workers, why)
+             plan.study, done, budget_text(plan), plan.sampler, pruner_label(space, plan), plan.rung, workers, why)
     total = plan.trials if plan.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
     stream = new_stream() if resume else 0
     with StudyProgress(total, space.objective.metric, enabled=progress) as bar:

@@ -66,6 +66,17 @@ def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePrun
     return PastWarmup(PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
 
 
+def pruner_label(space: SearchSpace, plan: SearchPlan) -> str:
+    """What stops this plan's trials early, as the search's start line names it (`make_pruner`)."""
+    if plan.pruner == "none":
+        return "none"
+    if space.objective.mode != ObjectiveMode.ACCURACY:
+        return "peers (the median of trials as fast or faster)"
+    if space.fidelities[plan.rung].stop_after_epochs:
+        return "none (screened trials are judged at the screen's end)"
+    return plan.pruner
+
+
 def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
                seed: int | None = None) -> optuna.Study:
     """The plan's study, created whole (Ctrl-C waits for it) or loaded to be resumed."""
