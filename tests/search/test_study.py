@@ -258,7 +258,6 @@ def test_a_trial_cut_after_training_while_its_results_are_written_is_queued_agai
     from tianfeng.trainers.checkpoint import load as load_checkpoint
 
     plan = plan_for(tmp_path, tiny_space_file, trials=1)
-    original = objective_module.record_final
 
     def cut(*args, **kwargs):
         raise KeyboardInterrupt
@@ -272,7 +271,7 @@ def test_a_trial_cut_after_training_while_its_results_are_written_is_queued_agai
     checkpoints = Path(cut_trial.user_attrs["run_dir"]) / "checkpoints"
     trained = load_checkpoint(checkpoints)["position"]
 
-    monkeypatch.setattr(objective_module, "record_final", original)
+    monkeypatch.undo()
     run_search(plan, workers=1, resume=True)
     retry = trials_of(plan)[1]
     assert retry.state == TrialState.COMPLETE and retry.params == cut_trial.params

@@ -37,7 +37,7 @@ from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.progress import StudyProgress
 from tianfeng.hpo.runner import new_stream, requeue_interrupted, sampler_seed
 from tianfeng.hpo.space import SearchSpace
-from tianfeng.hpo.study_setup import open_study
+from tianfeng.hpo.study_setup import judged_by_peers, open_study
 from tianfeng.hpo.trial_log import TrialLogger, log_objective
 from tianfeng.interrupts import deferred_interrupt
 from tianfeng.logs import quiet_optuna
@@ -273,7 +273,7 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
     log_objective(space)
     epochs = rung_epochs(space, plan.rung)
     pruner = plan.pruner
-    if space.objective.mode != ObjectiveMode.ACCURACY and pruner != "none":
+    if judged_by_peers(space, plan):
         log.warning("Ray's schedulers stop trials on the metric alone; with objective %s no trial is "
                     "pruned under --backend ray (the optuna backend compares trials of similar "
                     "predicted time)", space.objective.mode)

@@ -19,7 +19,6 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.budget import Budget, StopOnRepeatedFailure, finished_count, raise_if_failing
 from tianfeng.hpo.locked_storage import (
     BudgetReached,
@@ -34,7 +33,13 @@ from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epo
 from tianfeng.hpo.progress import StudyProgress
 from tianfeng.hpo.registry import make_sampler
 from tianfeng.hpo.space import SearchSpace
-from tianfeng.hpo.study_setup import make_pruner, open_storage, open_study, pruner_label
+from tianfeng.hpo.study_setup import (
+    judged_by_peers,
+    make_pruner,
+    open_storage,
+    open_study,
+    pruner_label,
+)
 from tianfeng.hpo.trial_log import TrialLogger, budget_text, log_objective
 from tianfeng.interrupts import (
     deferred_interrupt,
@@ -75,7 +80,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
         return
     if isinstance(storage, LockedSQLiteStorage):  # the count checked as each trial starts
         storage.limit(plan.study, budget.exhausted_by)
-    peers = PeerPruner() if space.objective.mode != ObjectiveMode.ACCURACY and plan.pruner != "none" else None
+    peers = PeerPruner() if judged_by_peers(space, plan) else None
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, peers=peers)
     callbacks = [budget, StopOnRepeatedFailure(plan.failure_limit), TrialLogger(space.objective.metric)] + (
         [progress.update] if progress else []) + [lambda study, trial: raise_if_interrupted()] + (

@@ -66,12 +66,18 @@ def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePrun
     return PastWarmup(PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
 
 
+def judged_by_peers(space: SearchSpace, plan: SearchPlan) -> bool:
+    """Pareto and time-to-target trials are pruned by `PeerPruner` (Optuna's pruners judge one
+    objective only), unless the plan prunes nothing."""
+    return space.objective.mode != ObjectiveMode.ACCURACY and plan.pruner != "none"
+
+
 def pruner_label(space: SearchSpace, plan: SearchPlan) -> str:
     """What stops this plan's trials early, as the search's start line names it (`make_pruner`)."""
+    if judged_by_peers(space, plan):
+        return "peers (the median of trials as fast or faster)"
     if plan.pruner == "none":
         return "none"
-    if space.objective.mode != ObjectiveMode.ACCURACY:
-        return "peers (the median of trials as fast or faster)"
     if space.fidelities[plan.rung].stop_after_epochs:
         return "none (screened trials are judged at the screen's end)"
     return plan.pruner
