@@ -265,9 +265,11 @@ def read_back(method: str, directory: Path, t0: float) -> dict:
     core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get("cores", 1))
                  for t in ended)
     if method in RUN_CORES:
-        runs = [r for r in RunStore(storage).runs(method) if r["status"] == RunRecordStatus.COMPLETED]
-        events = [(_utc(r["updated"]) - t0, r["final_score"]) for r in runs]
-        core_s += sum((_utc(r["updated"]) - _utc(r["created"])) * RUN_CORES[method] for r in runs)
+        ended_runs = [r for r in RunStore(storage).runs(method) if r["status"] != RunRecordStatus.RUNNING]
+        events = [(_utc(r["updated"]) - t0, r["final_score"]) for r in ended_runs
+                  if r["status"] == RunRecordStatus.COMPLETED]
+        # a run that diverged, collapsed or failed spent its compute all the same
+        core_s += sum((_utc(r["updated"]) - _utc(r["created"])) * RUN_CORES[method] for r in ended_runs)
     else:
         events = [(t.datetime_complete.timestamp() - t0, t.value) for t in ended
                   if t.state == TrialState.COMPLETE and t.value is not None]

@@ -26,7 +26,7 @@ from tianfeng.hpo.registry import resolve_sampler
 from tianfeng.hpo.screen_check import agreeing_length, check_screen, screen_length, screened_alike
 from tianfeng.hpo.space import load_space
 from tianfeng.hpo.space_types import corner_value
-from tianfeng.promotion.leaders import proxy_leader
+from tianfeng.promotion.leaders import full_run_curves, proxy_leader
 from tianfeng.promotion.transfer import transfer
 from tianfeng.store import RunRecordStatus, RunStore
 from tianfeng.trainers.config import RunConfig, config_from_dict, with_changes
@@ -202,6 +202,24 @@ def test_a_study_screens_longer_once_its_full_runs_disagree_and_leaders_come_fro
                                             user_attrs={"screened_epochs": length}))
     assert proxy_leader(study, screen_epochs=1).value == 60.0  # the best of the three screened for 9 epochs
     assert [t.value for t in screened_alike(study.get_trials(), 1)] == [90.0, 70.0]
+
+
+def test_a_full_run_that_collapsed_says_nothing_about_the_screens_ranking(tmp_path: Path) -> None:
+    """A full run the engine ended as collapsed (status diverged) led its screen and ends at
+    chance: counted, it would lengthen the screen and drag the forecast's gain slope below zero."""
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    store = RunStore(storage)
+    collapsed = [52.6, 57.6, 29.6, 19.1, 18.8, 17.5]
+    for number, (status, curve) in enumerate([(RunRecordStatus.COMPLETED, A), (RunRecordStatus.DIVERGED, collapsed),
+                                              (RunRecordStatus.COMPLETED, C)]):
+        run_id, _ = store.open_run(study="s", trial_number=number, config_hash=str(number), kind="promote",
+                                   run_dir=str(tmp_path / str(number)), config_yaml="", proxy_score=curve[0])
+        store.update(run_id, status=status, final_score=curve[-1], epochs=[{"val_top1": v} for v in curve])
+    assert [n for n, _ in full_run_curves(store, "s", "val_top1")] == [0, 2]
+    curves = [c for _, c in full_run_curves(store, "s", "val_top1")]
+    assert check_screen(study, curves, 1) == 1 and "screen_epochs" not in study.user_attrs
+    assert check_screen(study, [A, collapsed], 1) == 3  # what counting it would have done
 
 
 @pytest.mark.slow

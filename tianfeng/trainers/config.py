@@ -177,6 +177,9 @@ class EngineConfig:
     # stop after this many epochs of the schedule (status stopped; 0 trains them all): a screen
     # of the full run, whose choices (compile auto) then count only the epochs it trains
     stop_after_epochs: int = _bounded(0, ge=0)
+    # end the run as diverged after this many epochs at a uniform guess (chance top-1, training
+    # loss ln(classes)) once it had learned (trainers/collapse.py); 0 never
+    collapse_patience: int = _bounded(3, ge=0)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from torch import nn
 
 from tianfeng.trainers import checkpoint, compilation, memory_format, per_gpu_bn, sync_bn
 from tianfeng.trainers import distributed as dist_utils
+from tianfeng.trainers.collapse import collapse_message
 from tianfeng.trainers.comm import compression, fusion, hierarchical
 from tianfeng.trainers.comm import state as comm_state
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
@@ -41,7 +42,7 @@ log = logging.getLogger("tianfeng.engine")
 class RunStatus(StrEnum):
     """How a run ended."""
     COMPLETED = "completed"
-    DIVERGED = "diverged"  # a non-finite loss on any rank
+    DIVERGED = "diverged"  # a non-finite loss on any rank, or collapsed to a uniform guess (collapse.py)
     PRUNED = "pruned"  # stopped by its epoch callback (a pruner)
     STOPPED = "stopped"  # max_steps or engine.stop_after_epochs reached, or stopped by the callback
 
@@ -300,6 +301,7 @@ class _Run:
     started: float = 0.0
     board: object = None
     end_epoch: int = 0  # the epochs this run trains: engine.stop_after_epochs, else all
+    classes: int = 0  # of the data set: chance and a uniform guess's loss (collapse)
 
 
 @dataclass
@@ -330,6 +332,11 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
             metrics = _end_epoch(run, phase, sums)
             if on_epoch_end is not None:
                 on_epoch_end(metrics)
+            collapsed = (collapse_message(run.history, run.classes, run.cfg.engine.collapse_patience)
+                         if run.pos.epoch < run.end_epoch else None)  # the last epoch is trained: nothing to save
+            if collapsed:
+                status, message = RunStatus.DIVERGED, collapsed
+                break
         if status == RunStatus.COMPLETED and run.end_epoch < run.plan.total_epochs:
             status = RunStatus.STOPPED
             message = f"stopped after epoch {run.end_epoch} of {run.plan.total_epochs} (engine.stop_after_epochs)"
@@ -400,7 +407,7 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
                      "/".join(str(p.batch_size // total // cfg.accumulate_steps) for p in plan.phases),
                      f" (micro-batches of {cfg.accumulate_steps} accumulated)" if cfg.accumulate_steps > 1 else "")
     return _Run(cfg, ctx, device, local_size, run_dir, ckpt_dir, plan, data, model, train_model, comm, optimizer,
-                precision, loss_fn, layout), saved
+                precision, loss_fn, layout, classes=source.num_classes), saved
 
 
 def _resume(run: _Run, saved: dict) -> None:
