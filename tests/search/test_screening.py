@@ -194,7 +194,10 @@ def test_a_study_screens_longer_once_its_full_runs_disagree_and_leaders_come_fro
     storage = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
     assert check_screen(study, [A], 1) == 1 and screen_length(study, 1) == 1  # one full run says nothing
+    # b leads after 1 and 3 epochs, a after 9: one step (x3) for each full run that disagrees
+    assert check_screen(study, [A, B], 1) == 3 and screen_length(study, 1) == 3
     assert check_screen(study, [A, B], 1) == 9 and screen_length(study, 1) == 9
+    assert check_screen(study, [A, B], 1) == 9  # they agree at 9
     assert check_screen(study, [A, C], 1) == 9  # never shorter again
     dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
     for value, length in ((90.0, 1), (60.0, 9), (50.0, 9), (70.0, 1), (40.0, 9)):
@@ -219,7 +222,7 @@ def test_a_full_run_that_collapsed_says_nothing_about_the_screens_ranking(tmp_pa
     assert [n for n, _ in full_run_curves(store, "s", "val_top1")] == [0, 2]
     curves = [c for _, c in full_run_curves(store, "s", "val_top1")]
     assert check_screen(study, curves, 1) == 1 and "screen_epochs" not in study.user_attrs
-    assert check_screen(study, [A, collapsed], 1) == 3  # what counting it would have done
+    assert check_screen(study, [A, collapsed], 1) == 3  # counted, it would have lengthened the screen
 
 
 @pytest.mark.slow

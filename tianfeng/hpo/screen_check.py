@@ -6,10 +6,13 @@ as their full runs do depends on the problem: one epoch ranks cifar5-dev recipes
 LCBench's 52-epoch curves poorly. The full runs of the promoted leaders carry the answer: their
 own curves. Once two or more are whole, the screen's forecast of their ends (screen_forecast:
 the score after N epochs plus what a run of that length gains) must rank their best as their
-ends rank it; when it does not, the screen lengthens to the first of 3N, 9N, ... epochs that does, and leaders
-are chosen among the trials screened that long from then on (shorter screens score lower and are
-not compared with longer ones). The length is a study attribute, so every worker and a resumed
-search screen alike."""
+ends rank it. When it does not, and a longer screen (3N, 9N, ... epochs) would, the screen
+lengthens to 3N, and leaders are chosen among the trials screened that long from then on
+(shorter screens score lower and are not compared with longer ones). One step per full run that
+disagrees, not at once to the length that agrees: a handful of full runs is thin evidence (one
+short recipe that plateaus can misrank), and every step triples the cost of each later screen; a
+disagreement that holds lengthens it again after the next full run. The length is a study
+attribute, so every worker and a resumed search screen alike."""
 
 from __future__ import annotations
 
@@ -58,15 +61,14 @@ def agreeing_length(curves: list[list[float]], start: int, maximize: bool) -> in
 
 
 def check_screen(study: optuna.Study, curves: list[list[float]], rung_epochs: int) -> int:
-    """After a promoted run: lengthen the study's screen when the full runs' `curves` (the metric
-    after each epoch, one list per completed full run) rank their best unlike their ends at the
-    current length. Returns the length from now on."""
+    """After a promoted run: lengthen the study's screen one step (x3) when the full runs'
+    `curves` (the metric after each epoch, one list per completed full run) rank their best
+    unlike their ends at the current length. Returns the length from now on."""
     length = screen_length(study, rung_epochs)
-    if len(curves) < 2:
+    if len(curves) < 2 or agreeing_length(curves, length, maximizing(study)) == length:
         return length
-    agreed = agreeing_length(curves, length, maximizing(study))
-    if agreed > length:
-        study.set_user_attr(LENGTH_ATTR, agreed)
-        log.info("the full runs rank their best unlike their first %d epoch(s) do: screening %d epochs from now on",
-                 length, agreed)
-    return agreed
+    longer = length * GROWTH
+    study.set_user_attr(LENGTH_ATTR, longer)
+    log.info("the full runs rank their best unlike their first %d epoch(s) do: screening %d epochs from now on",
+             length, longer)
+    return longer
