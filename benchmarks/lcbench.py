@@ -42,7 +42,7 @@ from tianfeng.hpo.objective import judge_epoch
 from tianfeng.hpo.past_warmup import PastWarmup
 from tianfeng.hpo.peer_pruning import PeerPruner
 from tianfeng.hpo.registry import PRUNERS, make_sampler
-from tianfeng.hpo.screen_check import agreeing_length
+from tianfeng.hpo.screen_check import next_length
 
 DATA = ROOT.parent / "shared" / "data" / "yahpo-lcbench"
 FRACTIONS = (0.125, 0.25, 0.5, 1.0)
@@ -232,10 +232,10 @@ def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.
                 best = max(best, leader["val_accuracy"][-1])
                 out.spent.append(spent)
                 out.best.append(best)
-                if checked and len(promoted) >= 2:
-                    agreed = agreeing_length(list(promoted.values()), length, maximize=True)
-                    if agreed > length:  # shorter screens' scores are not compared with longer ones
-                        length, scored = agreed, []
+                if checked:
+                    longer = next_length(list(promoted.values()), length, maximize=True)
+                    if longer > length:  # shorter screens' scores are not compared with longer ones
+                        length, scored = longer, []
         return out
     return run
 

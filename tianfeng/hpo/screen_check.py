@@ -60,14 +60,22 @@ def agreeing_length(curves: list[list[float]], start: int, maximize: bool) -> in
     return tried
 
 
+def next_length(curves: list[list[float]], length: int, maximize: bool) -> int:
+    """The screen's length after a full run: one step (x3) longer when the full runs' `curves`
+    rank their best unlike their ends at `length` and a longer screen would, else `length`."""
+    if len(curves) < 2 or agreeing_length(curves, length, maximize) == length:
+        return length
+    return length * GROWTH
+
+
 def check_screen(study: optuna.Study, curves: list[list[float]], rung_epochs: int) -> int:
-    """After a promoted run: lengthen the study's screen one step (x3) when the full runs'
+    """After a promoted run: lengthen the study's screen (next_length) when the full runs'
     `curves` (the metric after each epoch, one list per completed full run) rank their best
     unlike their ends at the current length. Returns the length from now on."""
     length = screen_length(study, rung_epochs)
-    if len(curves) < 2 or agreeing_length(curves, length, maximizing(study)) == length:
+    longer = next_length(curves, length, maximizing(study))
+    if longer == length:
         return length
-    longer = length * GROWTH
     study.set_user_attr(LENGTH_ATTR, longer)
     log.info("the full runs rank their best unlike their first %d epoch(s) do: screening %d epochs from now on",
              length, longer)
