@@ -2,15 +2,16 @@
 
 Large-batch recipes with a high peak learning rate can lose everything they learned at the end
 of their warm-up: the training loss climbs back to ln(classes), the loss of a uniform guess, and
-the validation accuracy to chance. A network there predicts the same for every input; its
-gradients carry nothing to learn from and, in the runs seen so far, the rest of the schedule
-trains it at chance to the end. `engine.collapse_patience` epochs in that state end the run as
-diverged, so its GPUs (or a search's budget) go to something else.
+the validation accuracy to chance. A network there predicts alike for every input, and in the
+runs recorded here the rest of the schedule trained it at chance to the end.
+`engine.collapse_patience` epochs in that state end the run as diverged, so its GPUs (or a
+search's budget) go to something else.
 
 A run counts only after it once reached `LEARNED_POINTS` above chance (a run slow to leave
 chance at its start is not collapsed), and only while both signs hold: a training loss no better
 than a uniform guess and a validation accuracy at chance. A run whose loss falls below a uniform
-guess again, or whose accuracy rises, is not stopped."""
+guess again, or whose accuracy rises, is not stopped. On a validation set with unequal classes
+a constant guess scores the largest class's share, above chance, and nothing is stopped."""
 
 from __future__ import annotations
 
