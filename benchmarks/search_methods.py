@@ -32,7 +32,7 @@ from tianfeng.store import RunRecordStatus, RunStore
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
 METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe", "tpe-hyperband", "ray-asha",
-           "one-epoch", "one-epoch-leader", "tianfeng-screen", "tianfeng-screen-tpe", "tianfeng-screen-qmc")
+           "one-epoch", "one-epoch-leader", "tianfeng-screen", "tianfeng-screen-tpe", "tianfeng-screen-qmc", "pbt")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
 PROMOTE_ETA = 3  # the tianfeng-* methods that promote as trials qualify: ASHA's factor, as in the default pruner
 # a promoted run's threads (tianfeng-leader: `tianfeng search --promote leader` gives it every core)
@@ -246,6 +246,18 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         _finish_best_first_epochs(study, objective)
     elif method == "one-epoch-leader":  # one-epoch's screening, --promote leader's timing
         _screen_and_finish_leaders(*_full_fidelity_random_study(directory, method, seed, data))
+    elif method == "pbt":  # Population Based Training, one member at a time with every core
+        import torch
+        from pbt import run_pbt
+
+        from tianfeng.hpo.study_setup import open_study
+
+        plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
+        space = plan_space(plan)
+        study = open_study(plan, space, resume=False, heartbeat=False)  # ask and tell: no heartbeat
+        study.sampler = optuna.samplers.RandomSampler(seed=seed)
+        torch.set_num_threads(os.cpu_count() or 1)
+        run_pbt(study, space, Path(plan.runs_root), seed=seed)
     else:
         raise SystemExit(f"unknown method {method!r}; one of {', '.join(METHODS)}")
 
