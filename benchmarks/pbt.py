@@ -13,9 +13,10 @@ population would converge on it). When a population ends, a new one is drawn, un
 
 Each member is one Optuna trial of a study at the space's target rung (random sampler, no
 priors), told its lineage's last score when it ends; its `pbt` attribute records each take-over.
-The synchronous rounds are the original paper's truncation selection; Ray Tune's asynchronous
-scheduler would need the engine to hand Tune a checkpoint inside its epoch callback, which runs
-before the engine writes that epoch's checkpoint.
+The rounds are synchronous, the paper's truncation selection. Ray Tune's
+PopulationBasedTraining makes the same choices asynchronously over trials that Ray places side by
+side; this loop trains one member at a time on every core, as the screened search trains its
+full runs, so the two methods get the cores alike.
 """
 
 from __future__ import annotations
