@@ -78,10 +78,7 @@ def take_over(donor: RunConfig, member: RunConfig) -> None:
     engine sets it every step from the config's schedule."""
     source, target = donor.resolved_checkpoint_dir, member.resolved_checkpoint_dir
     shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
-    for path in source.iterdir():
-        if path.is_file() and path.suffix == ".pt":
-            shutil.copy2(path, target / path.name)
+    checkpoint.copy_files(source, target)
     saved = checkpoint.load(target)
     saved["config"] = config_to_dict(member)
     for group in saved["optimizer"]["param_groups"]:
@@ -124,7 +121,7 @@ def _select(members: list[Member], space: SearchSpace, epoch: int, rng: random.R
         values = explore(donor.values, space, rng)
         cfg = build_config(space, values, "target", name=loser.cfg.name, run_dir=str(loser.cfg.resolved_run_dir))
         take_over(donor.cfg, cfg)
-        loser.values, loser.cfg, loser.score = values, cfg, donor.score
+        loser.values, loser.cfg = values, cfg
         loser.history.append({"epoch": epoch, "from": donor.trial.number,
                               **{k: values[k] for k in PERTURBED + REDRAWN if k in values}})
         loser.trial.set_user_attr("pbt", loser.history)

@@ -174,6 +174,19 @@ def _screen_and_finish_leaders(study: optuna.Study, screen_objective, objective,
         study.optimize(objective, n_trials=1, catch=(Exception,))
 
 
+def _random_target_study(directory: Path, method: str, seed: int, data: str | None,
+                         heartbeat: bool = True) -> tuple[SearchPlan, SearchSpace, optuna.Study]:
+    """A study of random recipes at the space's target rung, no priors (ask and tell need no
+    heartbeat)."""
+    from tianfeng.hpo.study_setup import open_study
+
+    plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
+    space = plan_space(plan)
+    study = open_study(plan, space, resume=False, heartbeat=heartbeat)
+    study.sampler = optuna.samplers.RandomSampler(seed=seed)
+    return plan, space, study
+
+
 def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: str | None):
     """The one-epoch methods' study (random recipes at the space's target rung, no priors), the
     objective that screens its trials (the engine told they stop after the first epoch, as a
@@ -181,13 +194,9 @@ def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: s
     and the one that trains them whole."""
     from tianfeng.hpo.materialize import stopping_after
     from tianfeng.hpo.objective import ProxyObjective
-    from tianfeng.hpo.study_setup import open_study
     from tianfeng.trainers.engine import train
 
-    plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
-    space = plan_space(plan)
-    study = open_study(plan, space, resume=False)
-    study.sampler = optuna.samplers.RandomSampler(seed=seed)
+    plan, space, study = _random_target_study(directory, method, seed, data)
     screen = ProxyObjective(space, plan.study, Path(plan.runs_root), "target",
                             trainer=lambda cfg, report: train(stopping_after(cfg, 1), report))
     return study, screen, ProxyObjective(space, plan.study, Path(plan.runs_root), "target")
@@ -250,12 +259,7 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         import torch
         from pbt import run_pbt
 
-        from tianfeng.hpo.study_setup import open_study
-
-        plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
-        space = plan_space(plan)
-        study = open_study(plan, space, resume=False, heartbeat=False)  # ask and tell: no heartbeat
-        study.sampler = optuna.samplers.RandomSampler(seed=seed)
+        plan, space, study = _random_target_study(directory, method, seed, data, heartbeat=False)
         torch.set_num_threads(os.cpu_count() or 1)
         run_pbt(study, space, Path(plan.runs_root), seed=seed)
     else:

@@ -10,7 +10,6 @@ config that differs (another batch, an override) starts from scratch, as before.
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 from optuna.trial import FrozenTrial
@@ -46,10 +45,7 @@ def continue_screen(trial: FrozenTrial, full: RunConfig) -> list[dict]:
         return []
     if saved is None or checkpoint.config_changes(saved["config"], config_to_dict(full)):
         return []
-    target.mkdir(parents=True, exist_ok=True)
-    for path in source.iterdir():
-        if path.is_file() and path.suffix == ".pt":
-            shutil.copy2(path, target / path.name)
+    checkpoint.copy_files(source, target)
     history = list(saved["position"]["history"])
     log.info("trial %d: its full run continues from the screen's checkpoint after epoch %d (the same run), "
              "so those epochs are not trained again", trial.number, len(history))

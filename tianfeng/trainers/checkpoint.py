@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,15 @@ def _load_safely(path: Path, what: str) -> Any:
 
 def save(directory: Path, payload: dict[str, Any]) -> Path:
     return _write_atomically(directory / LAST, payload)
+
+
+def copy_files(source: Path, target: Path) -> None:
+    """Copy every checkpoint file of `source` (rank 0's last one and the ranks' own states) into
+    `target`, which is created if missing."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():
+        if path.is_file() and path.suffix == ".pt":
+            shutil.copy2(path, target / path.name)
 
 
 def load(directory: Path) -> dict[str, Any] | None:
