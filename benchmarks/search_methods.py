@@ -31,14 +31,16 @@ from tianfeng.logs import quiet_optuna
 from tianfeng.store import RunRecordStatus, RunStore
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
+# `tianfeng search --fidelity screen --promote leader` and the options each variant adds
+SCREENS = {"tianfeng-screen": {}, "tianfeng-screen-tpe": {"sampler": "tpe"}, "tianfeng-screen-qmc": {"sampler": "qmc"},
+           "tianfeng-screen-to75": {"objective": "time-to-target", "target": 75.0}}
 METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe", "tpe-hyperband", "ray-asha",
-           "one-epoch", "one-epoch-leader", "tianfeng-screen", "tianfeng-screen-tpe", "tianfeng-screen-qmc", "pbt")
+           "one-epoch", "one-epoch-leader", *SCREENS, "pbt")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
 PROMOTE_ETA = 3  # the tianfeng-* methods that promote as trials qualify: ASHA's factor, as in the default pruner
 # a promoted run's threads (tianfeng-leader: `tianfeng search --promote leader` gives it every core)
 RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": os.cpu_count() or 1,
-             "tianfeng-screen": os.cpu_count() or 1, "tianfeng-screen-tpe": os.cpu_count() or 1,
-             "tianfeng-screen-qmc": os.cpu_count() or 1}
+             **dict.fromkeys(SCREENS, os.cpu_count() or 1)}
 
 
 def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
@@ -230,14 +232,13 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         plan = _plan(directory, method, seed, data)
         tianfeng.search(SPACE, storage=plan.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", promote="leader", progress=False)
-    elif method.startswith("tianfeng-screen"):  # tianfeng search --fidelity screen --promote leader
+    elif method in SCREENS:  # tianfeng search --fidelity screen --promote leader
         import tianfeng
 
         plan = _plan(directory, method, seed, data)
-        tianfeng.search(SPACE, storage=plan.storage, study=method, data=data, objective="accuracy", seed=seed,
-                        trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", fidelity="screen", promote="leader",
-                        sampler=method.removeprefix("tianfeng-screen-") if "-screen-" in method else "auto",
-                        progress=False)
+        tianfeng.search(SPACE, storage=plan.storage, study=method, data=data, seed=seed, trials=UNLIMITED_TRIALS,
+                        runs_dir=directory / "runs", fidelity="screen", promote="leader", progress=False,
+                        **{"objective": "accuracy", "sampler": "auto", **SCREENS[method]})
     elif method in ("optuna-tpe", "tpe-hyperband"):
         pruner = "none" if method == "optuna-tpe" else "hyperband"
         run_search(_plan(directory, method, seed, data, rung="target", priors=False, pruner=pruner), 2, resume=False,

@@ -61,12 +61,62 @@ def test_a_longer_recipe_with_a_lower_screen_leads_once_full_runs_show_its_budge
     assert proxy_leader(study, screen_epochs=1, full_curves=[[sign * 60.0] * 12]).value == sign * 57.0
 
 
-def test_time_to_target_leaders_stay_the_fastest_feasible() -> None:
+def _timed(study: optuna.Study, screened: float, epochs: int, seconds: float) -> int:
+    """A time-to-target screen: Optuna's value is the predicted time, the metric is `score`."""
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    study.add_trial(optuna.create_trial(value=seconds, params={"x": 0.5}, distributions=dist, user_attrs={
+        "score": screened, "predicted": {"seconds": seconds},
+        "config": {"phases": [{"epochs": epochs}]}}))
+    return study.trials[-1].number
+
+
+def _time_to_target_study(target: float | None) -> optuna.Study:
     study = optuna.create_study(direction="minimize")
     study.set_user_attr("objective_mode", "time-to-target")
-    for value, epochs in ((30.0, 6), (90.0, 18), (60.0, 12)):
-        _screened(study, value, epochs)
-    assert proxy_leader(study, screen_epochs=1, full_curves=[SHORT, LONG]).value == 30.0
+    study.set_user_attr("direction", "maximize")
+    study.set_user_attr("target", target)
+    return study
+
+
+def test_time_to_target_screens_promote_the_fastest_recipe_forecast_to_reach_the_target() -> None:
+    study = _time_to_target_study(75.0)
+    prior = _timed(study, 50.0, 12, 50.0)
+    slow = _timed(study, 56.0, 29, 90.0)  # forecast above 75, but slow
+    fast = _timed(study, 60.0, 7, 40.0)  # just above 75 with the prior's slope, the fastest
+    short = _timed(study, 49.0, 6, 30.0)  # fastest of all, forecast below 75
+    # no full run yet: no slope, no forecast reaches 75, so the best screen leads (the accuracy rule)
+    assert proxy_leader(study, screen_epochs=1).number == fast
+    prior_run = [50.0] + [60.0] * 10 + [70.0]  # 12 epochs, +20 over its first: slope 20 / ln 12
+    slope = 20.0 / math.log(12)
+    assert 60.0 + slope * math.log(7) >= 75.0 > 49.0 + slope * math.log(6)
+    assert proxy_leader(study, screen_epochs=1, full_curves=[prior_run], full_ends={prior: 70.0}).number == fast
+    # its full run ended at 66: out of the running, and the slower recipe forecast to reach 75 is next
+    ends = {prior: 70.0, fast: 66.0}
+    assert proxy_leader(study, screen_epochs=1, full_curves=[prior_run], full_ends=ends).number == slow
+    # a promoted trial whose run did not complete (None) is not promoted again either
+    assert proxy_leader(study, screen_epochs=1, full_curves=[prior_run], full_ends={prior: 70.0, fast: None}).number == slow
+    # once a full run reached the target only faster recipes are worth one: none here, so the leader
+    # is the fastest that reached it, already trained
+    ends = {prior: 70.0, fast: 66.0, slow: 81.0}
+    assert proxy_leader(study, screen_epochs=1, full_curves=[prior_run], full_ends=ends).number == slow
+    faster = _timed(study, 60.0, 20, 70.0)
+    assert proxy_leader(study, screen_epochs=1, full_curves=[prior_run], full_ends=ends).number == faster
+    assert short not in (prior, slow, fast, faster)
+
+
+def test_time_to_target_screens_of_a_minimised_metric_reach_downwards() -> None:
+    study = _time_to_target_study(0.5)
+    study.set_user_attr("direction", "minimize")
+    prior = _timed(study, 2.0, 12, 50.0)
+    slow, fast = _timed(study, 1.6, 30, 90.0), _timed(study, 1.4, 6, 40.0)
+    prior_run = [2.0] + [1.5] * 10 + [1.0]  # a loss: -1.0 over its first epoch
+    # fast's forecast 1.4 - ln 6 / ln 12 = 0.68 misses 0.5; slow's, credited 12 epochs, 0.6 misses
+    # too: the best forecast leads, as in accuracy mode
+    assert proxy_leader(study, screen_epochs=1, full_curves=[prior_run], full_ends={prior: 1.0}).number == slow
+    study.set_user_attr("target", 0.7)  # now both reach it: the faster leads
+    assert proxy_leader(study, screen_epochs=1, full_curves=[prior_run], full_ends={prior: 1.0}).number == fast
+    assert proxy_leader(study, screen_epochs=1, full_curves=[prior_run],
+                        full_ends={prior: 1.0, fast: 0.9}).number == slow
 
 
 def test_the_screen_does_not_lengthen_when_the_budgets_gain_explains_the_full_runs(tmp_path) -> None:

@@ -23,6 +23,7 @@ from tests.search.conftest import write_space
 from tianfeng.hpo.materialize import max_rung_epochs, sample_active
 from tianfeng.hpo.plan import with_objective
 from tianfeng.hpo.registry import resolve_sampler
+from tianfeng.hpo.scores import predicted_s
 from tianfeng.hpo.screen_check import agreeing_length, check_screen, screen_length, screened_alike
 from tianfeng.hpo.space import load_space
 from tianfeng.hpo.space_types import corner_value
@@ -56,6 +57,10 @@ def test_the_auto_sampler_screens_at_random_and_searches_other_rungs_with_tpe(tm
     assert resolve_sampler("tpe", space, "screen") == "tpe" and resolve_sampler("qmc", space, "target") == "qmc"
     pareto = with_objective(space, "pareto", None, 50.0)  # pareto's sampler gives the metric its share of trials
     assert resolve_sampler("auto", pareto, "screen") == "tpe"
+    # a screen scores a recipe's first epoch, which rarely reaches the full run's target: random too
+    to_target = with_objective(space, "time-to-target", 40.0, None)
+    assert resolve_sampler("auto", to_target, "screen") == "random"
+    assert resolve_sampler("auto", to_target, "target") == "tpe"
 
 
 def test_promotion_shows_the_epochs_a_screened_trial_did_not_train(tmp_path: Path, tiny_space: dict) -> None:
@@ -242,3 +247,27 @@ def test_trials_train_as_long_as_the_studys_screen_is_now(tmp_path: Path, tiny_s
         assert yaml.safe_load((Path(t.user_attrs["run_dir"]) / "config.yaml").read_text())["engine"] == {
             **yaml.safe_load((Path(trials[0].user_attrs["run_dir"]) / "config.yaml").read_text())["engine"],
             "stop_after_epochs": 2}
+
+
+@pytest.mark.slow
+def test_a_time_to_target_screen_trains_whole_only_recipes_faster_than_one_that_reached_the_target(
+        tmp_path: Path, tiny_space: dict) -> None:
+    storage, target = f"sqlite:///{tmp_path / 'study.db'}", 40.0
+    space = _screening_space(tiny_space)  # recipes of 2 to 8 epochs, LRs that learn in a few
+    space["parameters"] |= {"epochs": {"type": "int", "low": 2, "high": 8},
+                            "base_lr": {"type": "float", "low": 0.3, "high": 3.0, "log": True}}
+    space["phases"]["epochs"] = "epochs"
+    study = tianfeng.search(write_space(tmp_path, space), storage=storage, study="ttt", fidelity="screen",
+                            objective="time-to-target", target=target, trials=10, workers=1, seed=2,
+                            runs_dir=tmp_path / "runs", promote="leader", progress=False)
+    by_number = {t.number: t for t in study.trials}
+    runs = RunStore(storage).runs("ttt")
+    numbers = [r["trial_number"] for r in runs]
+    assert len(numbers) >= 3 and len(set(numbers)) == len(numbers)
+    fastest = float("inf")
+    for r in runs:  # in the order they were trained
+        seconds = predicted_s(by_number[r["trial_number"]])
+        assert seconds < fastest  # nothing slower than a recipe that already reached the target
+        if r["final_score"] >= target:
+            fastest = seconds
+    assert fastest < float("inf")

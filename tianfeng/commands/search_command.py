@@ -80,7 +80,7 @@ def add_search_arguments(parser) -> None:
     add_storage(parser)
     parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="auto",
                         help="how recipes are sampled (Optuna's samplers); auto (default): random when the rung "
-                             "screens the full run's first epochs (--fidelity screen) for accuracy, else tpe")
+                             "screens the full run's first epochs (--fidelity screen) for accuracy or a target, else tpe")
     parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha",
                         help="how losers are stopped early (default asha; pareto and time-to-target use a peer rule)")
     parser.add_argument("--trials", type=int, default=30, help="the study's trial budget, counting trials already done (default 30)")

@@ -61,13 +61,15 @@ def _qmc(study_seed: int, seed: int) -> optuna.samplers.QMCSampler:
 
 def resolve_sampler(name: str, space: SearchSpace, rung: str) -> str:
     """The sampler `auto` stands for at `rung`: random where the rung screens the full run (its
-    first epochs) for the metric, TPE elsewhere. TPE fitted on a screen's few epochs learns which
-    recipes start fast, and short schedules start fast: on cifar5-dev its screened leaders ended
-    below random screening's (see the results page). Any other name is kept."""
+    first epochs) for the metric or a target, TPE elsewhere. TPE fitted on a screen's few epochs
+    learns which recipes start fast, and short schedules start fast: on cifar5-dev its screened
+    leaders ended below random screening's (see the results page); and a screen rarely reaches a
+    full run's target, so time-to-target's constraint leaves it nothing feasible to fit. Any
+    other name is kept."""
     if name != "auto":
         return name
     screens = space.fidelities[rung].stop_after_epochs is not None
-    return "random" if screens and space.objective.mode == ObjectiveMode.ACCURACY else "tpe"
+    return "random" if screens and space.objective.mode != ObjectiveMode.PARETO else "tpe"
 
 
 def make_sampler(name: str, space: SearchSpace, seed: int, study_seed: int | None = None) -> optuna.samplers.BaseSampler:

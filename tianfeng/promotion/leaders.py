@@ -7,12 +7,13 @@ than its proxy said does not send the runner-up after it. The first promotion wa
 `FIRST_AFTER` complete proxy trials, so the leader is the best of a few (ASHA's top third). In a
 screening study the leader is the trial whose full run is forecast to end best: its screen
 score plus what the study's full runs gained over their screens for its epoch budget, up to the
-longest of them (screen_forecast)."""
+longest of them (screen_forecast). In a time-to-target screening study it is the recipe with the
+least predicted time whose forecast reaches the target (screen_target)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import optuna
@@ -22,6 +23,7 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.scores import best_among, completed, maximizing, mode_of
 from tianfeng.hpo.screen_check import check_screen, screen_length, screened_alike
 from tianfeng.hpo.screen_forecast import forecast, gain_slope
+from tianfeng.hpo.screen_target import fastest_to_target
 from tianfeng.promotion.run import promote
 from tianfeng.store import RunRecordStatus, RunStore
 
@@ -38,11 +40,15 @@ def full_run_curves(store: RunStore, study_name: str, metric: str) -> list[tuple
 
 
 def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epochs: int | None = None,
-                 full_curves: Sequence[list[float]] = ()) -> FrozenTrial | None:
+                 full_curves: Sequence[list[float]] = (), full_ends: Mapping[int, float | None] | None = None,
+                 ) -> FrozenTrial | None:
     """The study's best trial (time-to-target: the fastest that reached the target), once
     `first_after` trials are complete; in a screening study (`screen_epochs`, the rung's
     `stop_after_epochs`) among the trials screened as long as the screen is now (screen_check),
-    and in accuracy mode by their forecast full-run score, fitted to the study's `full_curves`."""
+    by their forecast full-run score fitted to the study's `full_curves`. A time-to-target
+    screening study with a target takes the fastest recipe forecast to reach it that has no full
+    run yet (`full_ends`: each promoted trial's full-run end, None when it did not complete) and is
+    faster than every full run that reached it; while there is none, the best forecast leads."""
     trials = completed(study)
     if screen_epochs is None:
         return best_among(study, trials) if len(trials) >= first_after else None
@@ -50,9 +56,15 @@ def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epo
     trials = screened_alike(trials, length)
     if len(trials) < first_after:
         return None
-    if mode_of(study) != ObjectiveMode.ACCURACY:
+    mode, target = mode_of(study), study.user_attrs.get("target")
+    if mode == ObjectiveMode.PARETO:
         return best_among(study, trials)
     slope, longest = gain_slope(full_curves, length), max((len(c) for c in full_curves), default=None)
+    if mode == ObjectiveMode.TIME_TO_TARGET and target is not None:
+        fastest = fastest_to_target(study, trials, {t.number: forecast(t, length, slope, longest) for t in trials},
+                                    float(target), full_ends or {})
+        if fastest is not None:
+            return fastest
     return sorted(trials, key=lambda t: forecast(t, length, slope, longest), reverse=maximizing(study))[0]
 
 
@@ -73,9 +85,11 @@ class LeaderPromotion:
                                    if r["kind"] == "promote" and r["status"] in DONE}
         # the full runs change only when this search promotes: read once here and after each one
         self.curves = self._full_curves() if screen_epochs is not None else []
+        self.ends = self._full_ends()
 
     def __call__(self, study: optuna.Study) -> Callable[[], None] | None:
-        leader = proxy_leader(study, screen_epochs=self.screen_epochs, full_curves=self.curves)
+        leader = proxy_leader(study, screen_epochs=self.screen_epochs, full_curves=self.curves,
+                              full_ends={n: self.ends.get(n) for n in self.promoted})
         if leader is None or leader.number in self.promoted:
             return None
         self.promoted.add(leader.number)
@@ -83,12 +97,18 @@ class LeaderPromotion:
 
     def _promote_and_check(self, study: optuna.Study, number: int) -> None:
         self._promote(number)
+        self.ends = self._full_ends()
         if self.screen_epochs is not None:
             self.curves = self._full_curves()
             check_screen(study, self.curves, self.screen_epochs)
 
     def _full_curves(self) -> list[list[float]]:
         return [c for _, c in full_run_curves(self.store, self.study_name, self.metric)]
+
+    def _full_ends(self) -> dict[int, float | None]:
+        """Each completed full run's score by trial number."""
+        return {r["trial_number"]: r["final_score"] for r in self.store.runs(self.study_name)
+                if r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED}
 
     def _promote(self, number: int) -> None:
         log.info("trial %d leads the search: training it at full fidelity while the search waits", number)

@@ -1,0 +1,41 @@
+"""The next full run of a time-to-target screening study: the recipe likeliest to reach the target
+soonest on the target cluster.
+
+A screen scores each recipe after its first epochs, and its forecast (screen_forecast) says where
+its full run ends. In a time-to-target study what matters is the least predicted wall time among
+the recipes that reach the target, so the next full run is the fastest recipe forecast to reach
+it, among those not trained whole yet. A full run that ends below the target takes its recipe
+out of the running (the forecasts are refitted to it); one that reaches it leaves only faster
+recipes worth a full run. While no recipe is forecast to reach the target, there is no such
+candidate and the caller falls back to the best forecast, so the full runs still climb towards it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from tianfeng.hpo.scores import maximizing, predicted_s
+
+
+def fastest_to_target(study: optuna.Study, trials: list[FrozenTrial], forecasts: Mapping[int, float | None],
+                      target: float, full_ends: Mapping[int, float | None]) -> FrozenTrial | None:
+    """The trial with the least predicted time whose forecast (`forecasts`, by trial number)
+    reaches `target`, has no full run in `full_ends` (trial number: its full run's end, None if it
+    did not complete) and is faster than every full run that reached the target. When no recipe
+    qualifies: the fastest trial whose full run reached the target (trained already), else None."""
+    sign = 1.0 if maximizing(study) else -1.0
+
+    def reaches(value: float | None) -> bool:
+        return value is not None and sign * value >= sign * target
+
+    by_number = {t.number: t for t in trials}
+    reached = [by_number[n] for n, end in full_ends.items() if reaches(end) and n in by_number]
+    bound = min((s for t in reached if (s := predicted_s(t)) is not None), default=None)
+    candidates = [t for t in trials if t.number not in full_ends and reaches(forecasts.get(t.number))
+                  and (s := predicted_s(t)) is not None and (bound is None or s < bound)]
+    if candidates:
+        return min(candidates, key=lambda t: (predicted_s(t), t.number))
+    return min(reached, key=lambda t: (predicted_s(t) or float("inf"), t.number), default=None)
