@@ -21,12 +21,14 @@ from optuna.trial import TrialState
 import tianfeng
 from tests.search.conftest import write_space
 from tianfeng.hpo.materialize import max_rung_epochs, sample_active
-from tianfeng.hpo.plan import with_objective
+from tianfeng.hpo.plan import SearchPlan, with_objective
 from tianfeng.hpo.registry import resolve_sampler
 from tianfeng.hpo.scores import predicted_s
 from tianfeng.hpo.screen_check import agreeing_length, check_screen, screen_length, screened_alike
 from tianfeng.hpo.space import load_space
 from tianfeng.hpo.space_types import corner_value
+from tianfeng.hpo.study_setup import judged_by_peers, pruner_label
+from tianfeng.hpo.summary import print_summary
 from tianfeng.promotion.leaders import full_run_curves, proxy_leader
 from tianfeng.promotion.transfer import transfer
 from tianfeng.store import RunRecordStatus, RunStore
@@ -61,6 +63,12 @@ def test_the_auto_sampler_screens_at_random_and_searches_other_rungs_with_tpe(tm
     to_target = with_objective(space, "time-to-target", 40.0, None)
     assert resolve_sampler("auto", to_target, "screen") == "random"
     assert resolve_sampler("auto", to_target, "target") == "tpe"
+    # and judged at the screen's end, as for accuracy: no peer cuts a (lengthened) screen short
+    screen_plan = SearchPlan(space_path=str(space.path), data=None, storage="sqlite://", study="s", sampler="auto",
+                             pruner="asha", seed=0, trials=1, timeout_s=None, runs_root=str(tmp_path), rung="screen")
+    assert not judged_by_peers(to_target, screen_plan)
+    assert pruner_label(to_target, screen_plan) == "none (screened trials are judged at the screen's end)"
+    assert judged_by_peers(to_target, dataclasses.replace(screen_plan, rung="proxy"))
 
 
 def test_promotion_shows_the_epochs_a_screened_trial_did_not_train(tmp_path: Path, tiny_space: dict) -> None:
@@ -251,7 +259,7 @@ def test_trials_train_as_long_as_the_studys_screen_is_now(tmp_path: Path, tiny_s
 
 @pytest.mark.slow
 def test_a_time_to_target_screen_trains_whole_only_recipes_faster_than_one_that_reached_the_target(
-        tmp_path: Path, tiny_space: dict) -> None:
+        tmp_path: Path, tiny_space: dict, capsys: pytest.CaptureFixture) -> None:
     storage, target = f"sqlite:///{tmp_path / 'study.db'}", 40.0
     space = _screening_space(tiny_space)  # recipes of 2 to 8 epochs, LRs that learn in a few
     space["parameters"] |= {"epochs": {"type": "int", "low": 2, "high": 8},
@@ -271,3 +279,8 @@ def test_a_time_to_target_screen_trains_whole_only_recipes_faster_than_one_that_
         if r["final_score"] >= target:
             fastest = seconds
     assert fastest < float("inf")
+    # the summary answers the study's question: the fastest recipe whose full run reached the target
+    answer = min((n for n, r in zip(numbers, runs, strict=True) if r["final_score"] >= target),
+                 key=lambda n: predicted_s(by_number[n]))
+    print_summary(study, storage)
+    assert f"fastest full run reaching the target: #{answer}  full run predicted" in capsys.readouterr().out

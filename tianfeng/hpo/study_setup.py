@@ -68,8 +68,10 @@ def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePrun
 
 def judged_by_peers(space: SearchSpace, plan: SearchPlan) -> bool:
     """Pareto and time-to-target trials are pruned by `PeerPruner` (Optuna's pruners judge one
-    objective only), unless the plan prunes nothing."""
-    return space.objective.mode != ObjectiveMode.ACCURACY and plan.pruner != "none"
+    objective only), unless the plan prunes nothing or its rung screens (a screened trial is
+    judged at the screen's end, see make_pruner)."""
+    return (space.objective.mode != ObjectiveMode.ACCURACY and plan.pruner != "none"
+            and not space.fidelities[plan.rung].stop_after_epochs)
 
 
 def pruner_label(space: SearchSpace, plan: SearchPlan) -> str:

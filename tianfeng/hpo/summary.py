@@ -60,9 +60,28 @@ def print_summary(study, storage: str) -> int:
         print(f"full-fidelity run of #{run['trial_number']}: {metric} "
               f"{'-' if full is None else f'{full:.4f}'} ({run['status']}; proxy {run['proxy_score']:.4f}) "
               f"in {run['run_dir']}")
-    if best.number not in {run["trial_number"] for run in runs}:
+    fastest = fastest_full_run_to_target(study, runs)
+    if fastest is not None:
+        print(f"fastest full run reaching the target: #{fastest.number}  full run predicted "
+              f"{format_seconds(fastest.user_attrs['predicted']['seconds'])}")
+    elif best.number not in {run["trial_number"] for run in runs}:
         print(f"promote it with:\n  tianfeng promote {best.number} --study {study.study_name}{storage}")
     return 0
+
+
+def fastest_full_run_to_target(study, runs: list[dict]):
+    """time-to-target: the trial with the least predicted time whose full run reached the target
+    (a screening study's trials rarely reach it at their screen), else None."""
+    from tianfeng.hpo.scores import mode_of, predicted_s
+
+    target = study.user_attrs.get("target")
+    if mode_of(study) != ObjectiveMode.TIME_TO_TARGET or target is None:
+        return None
+    sign = 1.0 if study.user_attrs.get("direction", "maximize") == "maximize" else -1.0
+    reached = {r["trial_number"] for r in runs if r["final_score"] is not None
+               and sign * r["final_score"] >= sign * float(target)}
+    trials = [t for t in study.get_trials(deepcopy=False) if t.number in reached and predicted_s(t) is not None]
+    return min(trials, key=predicted_s, default=None)
 
 
 def promoted_runs(study, storage: str) -> list[dict]:
