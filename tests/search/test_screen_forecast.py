@@ -104,6 +104,29 @@ def test_time_to_target_screens_promote_the_fastest_recipe_forecast_to_reach_the
     assert short not in (prior, slow, fast, faster)
 
 
+def test_a_full_run_that_reached_the_target_bounds_the_next_whatever_its_screens_length() -> None:
+    study = _time_to_target_study(75.0)
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+
+    def screened(score: float, seconds: float, length: int) -> int:
+        study.add_trial(optuna.create_trial(value=seconds, params={"x": 0.5}, distributions=dist, user_attrs={
+            "score": score, "predicted": {"seconds": seconds}, "screened_epochs": length,
+            "config": {"phases": [{"epochs": 12}]}}))
+        return study.trials[-1].number
+
+    reached = screened(60.0, 50.0, 1)  # screened for 1 epoch; its full run ended at 80
+    study.set_user_attr("screen_epochs", 3)  # the screen has lengthened since
+    slower, faster = screened(70.0, 60.0, 3), screened(70.0, 45.0, 3)  # both forecast at 90
+    screened(40.0, 90.0, 3)  # forecast at 60
+    curves, ends = [[60.0] * 11 + [80.0]], {reached: 80.0}
+    assert proxy_leader(study, screen_epochs=1, full_curves=curves, full_ends=ends).number == faster
+    # the faster one missed: the slower one is not worth a full run, though the run that reached
+    # the target was screened for 1 epoch and is not among the trials the leader is chosen from
+    ends[faster] = 70.0
+    assert proxy_leader(study, screen_epochs=1, full_curves=curves, full_ends=ends).number == reached
+    assert slower not in ends
+
+
 def test_time_to_target_screens_of_a_minimised_metric_reach_downwards() -> None:
     study = _time_to_target_study(0.5)
     study.set_user_attr("direction", "minimize")
