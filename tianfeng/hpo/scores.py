@@ -25,6 +25,14 @@ def maximizing(study: optuna.Study) -> bool:
     return study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
 
 
+def reaches_target(study: optuna.Study, value: float | None) -> bool:
+    """Whether `value` of the metric reaches the study's time-to-target target (False without one)."""
+    target = study.user_attrs.get("target")
+    if value is None or target is None:
+        return False
+    return value >= target if maximizing(study) else value <= target
+
+
 def score(trial: FrozenTrial) -> float | None:
     """The trial's proxy metric (None until it completes)."""
     if "score" in trial.user_attrs:

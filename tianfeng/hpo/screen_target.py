@@ -17,25 +17,20 @@ from collections.abc import Mapping
 import optuna
 from optuna.trial import FrozenTrial
 
-from tianfeng.hpo.scores import maximizing, predicted_s
+from tianfeng.hpo.scores import predicted_s, reaches_target
 
 
 def fastest_to_target(study: optuna.Study, trials: list[FrozenTrial], forecasts: Mapping[int, float | None],
-                      target: float, full_ends: Mapping[int, float | None]) -> FrozenTrial | None:
+                      full_ends: Mapping[int, float | None]) -> FrozenTrial | None:
     """The trial of `trials` with the least predicted time whose forecast (`forecasts`, by trial
-    number) reaches `target`, has no full run in `full_ends` (trial number: its full run's end, None
-    if it did not complete) and is faster than every full run that reached the target, whichever
-    screen length its trial had. When no recipe qualifies: the fastest trial whose full run reached
-    the target (trained already), else None."""
-    sign = 1.0 if maximizing(study) else -1.0
-
-    def reaches(value: float | None) -> bool:
-        return value is not None and sign * value >= sign * target
-
-    numbers = {n for n, end in full_ends.items() if reaches(end)}
+    number) reaches the study's target, has no full run in `full_ends` (trial number: its full
+    run's end, None if it did not complete) and is faster than every full run that reached the
+    target, whichever screen length its trial had. When no recipe qualifies: the fastest trial
+    whose full run reached the target (trained already), else None."""
+    numbers = {n for n, end in full_ends.items() if reaches_target(study, end)}
     reached = [t for t in study.get_trials(deepcopy=False) if t.number in numbers]
     bound = min((s for t in reached if (s := predicted_s(t)) is not None), default=None)
-    candidates = [t for t in trials if t.number not in full_ends and reaches(forecasts.get(t.number))
+    candidates = [t for t in trials if t.number not in full_ends and reaches_target(study, forecasts.get(t.number))
                   and (s := predicted_s(t)) is not None and (bound is None or s < bound)]
     if candidates:
         return min(candidates, key=lambda t: (predicted_s(t), t.number))

@@ -72,14 +72,11 @@ def print_summary(study, storage: str) -> int:
 def fastest_full_run_to_target(study, runs: list[dict]):
     """time-to-target: the trial with the least predicted time whose full run reached the target
     (a screening study's trials rarely reach it at their screen), else None."""
-    from tianfeng.hpo.scores import maximizing, mode_of, predicted_s
+    from tianfeng.hpo.scores import mode_of, predicted_s, reaches_target
 
-    target = study.user_attrs.get("target")
-    if mode_of(study) != ObjectiveMode.TIME_TO_TARGET or target is None:
+    if mode_of(study) != ObjectiveMode.TIME_TO_TARGET:
         return None
-    sign = 1.0 if maximizing(study) else -1.0
-    reached = {r["trial_number"] for r in runs if r["final_score"] is not None
-               and sign * r["final_score"] >= sign * float(target)}
+    reached = {r["trial_number"] for r in runs if reaches_target(study, r["final_score"])}
     trials = [t for t in study.get_trials(deepcopy=False) if t.number in reached and predicted_s(t) is not None]
     return min(trials, key=predicted_s, default=None)
 

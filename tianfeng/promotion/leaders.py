@@ -56,13 +56,13 @@ def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epo
     trials = screened_alike(trials, length)
     if len(trials) < first_after:
         return None
-    mode, target = mode_of(study), study.user_attrs.get("target")
+    mode = mode_of(study)
     if mode == ObjectiveMode.PARETO:
         return best_among(study, trials)
     slope, longest = gain_slope(full_curves, length), max((len(c) for c in full_curves), default=None)
-    if mode == ObjectiveMode.TIME_TO_TARGET and target is not None:
+    if mode == ObjectiveMode.TIME_TO_TARGET:
         fastest = fastest_to_target(study, trials, {t.number: forecast(t, length, slope, longest) for t in trials},
-                                    float(target), full_ends or {})
+                                    full_ends or {})
         if fastest is not None:
             return fastest
     return sorted(trials, key=lambda t: forecast(t, length, slope, longest), reverse=maximizing(study))[0]
