@@ -20,6 +20,14 @@ from optuna.trial import FrozenTrial
 from tianfeng.hpo.scores import predicted_s, reaches_target
 
 
+def fastest_reached(study: optuna.Study, full_ends: Mapping[int, float | None]) -> FrozenTrial | None:
+    """The trial with the least predicted time whose full run (`full_ends`: trial number -> its
+    end, None if it did not complete) reached the study's target, else None."""
+    numbers = {n for n, end in full_ends.items() if reaches_target(study, end)}
+    reached = [t for t in study.get_trials(deepcopy=False) if t.number in numbers and predicted_s(t) is not None]
+    return min(reached, key=lambda t: (predicted_s(t), t.number), default=None)
+
+
 def fastest_to_target(study: optuna.Study, trials: list[FrozenTrial], forecasts: Mapping[int, float | None],
                       full_ends: Mapping[int, float | None]) -> FrozenTrial | None:
     """The trial of `trials` with the least predicted time whose forecast (`forecasts`, by trial
@@ -27,11 +35,8 @@ def fastest_to_target(study: optuna.Study, trials: list[FrozenTrial], forecasts:
     run's end, None if it did not complete) and is faster than every full run that reached the
     target, whichever screen length its trial had. When no recipe qualifies: the fastest trial
     whose full run reached the target (trained already), else None."""
-    numbers = {n for n, end in full_ends.items() if reaches_target(study, end)}
-    reached = [t for t in study.get_trials(deepcopy=False) if t.number in numbers]
-    bound = min((s for t in reached if (s := predicted_s(t)) is not None), default=None)
+    reached = fastest_reached(study, full_ends)
+    bound = predicted_s(reached) if reached is not None else None
     candidates = [t for t in trials if t.number not in full_ends and reaches_target(study, forecasts.get(t.number))
                   and (s := predicted_s(t)) is not None and (bound is None or s < bound)]
-    if candidates:
-        return min(candidates, key=lambda t: (predicted_s(t), t.number))
-    return min(reached, key=lambda t: (predicted_s(t) or float("inf"), t.number), default=None)
+    return min(candidates, key=lambda t: (predicted_s(t), t.number)) if candidates else reached

@@ -72,13 +72,12 @@ def print_summary(study, storage: str) -> int:
 def fastest_full_run_to_target(study, runs: list[dict]):
     """time-to-target: the trial with the least predicted time whose full run reached the target
     (a screening study's trials rarely reach it at their screen), else None."""
-    from tianfeng.hpo.scores import mode_of, predicted_s, reaches_target
+    from tianfeng.hpo.scores import mode_of
+    from tianfeng.hpo.screen_target import fastest_reached
 
     if mode_of(study) != ObjectiveMode.TIME_TO_TARGET:
         return None
-    reached = {r["trial_number"] for r in runs if reaches_target(study, r["final_score"])}
-    trials = [t for t in study.get_trials(deepcopy=False) if t.number in reached and predicted_s(t) is not None]
-    return min(trials, key=predicted_s, default=None)
+    return fastest_reached(study, {r["trial_number"]: r["final_score"] for r in runs})
 
 
 def promoted_runs(study, storage: str) -> list[dict]:

@@ -34,9 +34,16 @@ DONE = (RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED)
 
 def full_run_curves(store: RunStore, study_name: str, metric: str) -> list[tuple[int, list[float]]]:
     """(trial number, the metric after each epoch) of every completed full run of the study."""
-    runs = [(r["trial_number"], [e[metric] for e in r["epochs"] if e.get(metric) is not None])
-            for r in store.runs(study_name) if r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED]
-    return [(number, curve) for number, curve in runs if curve]
+    return _curves(_completed_full_runs(store.runs(study_name)), metric)
+
+
+def _completed_full_runs(runs: list[dict]) -> list[dict]:
+    return [r for r in runs if r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED]
+
+
+def _curves(runs: list[dict], metric: str) -> list[tuple[int, list[float]]]:
+    curves = [(r["trial_number"], [e[metric] for e in r["epochs"] if e.get(metric) is not None]) for r in runs]
+    return [(number, curve) for number, curve in curves if curve]
 
 
 def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epochs: int | None = None,
@@ -81,11 +88,14 @@ class LeaderPromotion:
         self.storage, self.study_name, self.runs_dir = storage, study_name, runs_dir
         self.screen_epochs, self.metric = screen_epochs, metric  # screen_epochs: a screening rung's
         self.store = RunStore(storage)
-        self.promoted: set[int] = {r["trial_number"] for r in self.store.runs(study_name)
-                                   if r["kind"] == "promote" and r["status"] in DONE}
-        # the full runs change only when this search promotes: read once here and after each one
-        self.curves = self._full_curves() if screen_epochs is not None else []
-        self.ends = self._full_ends()
+        runs = self.store.runs(study_name)
+        self.promoted: set[int] = {r["trial_number"] for r in runs if r["kind"] == "promote" and r["status"] in DONE}
+        # a screening study's leader rule reads the completed full runs (their curves and ends),
+        # which change only when this search promotes: read here and after each promotion
+        self.curves: list[list[float]] = []
+        self.ends: dict[int, float | None] = {}
+        if screen_epochs is not None:
+            self._keep_full_runs(runs)
 
     def __call__(self, study: optuna.Study) -> Callable[[], None] | None:
         leader = proxy_leader(study, screen_epochs=self.screen_epochs, full_curves=self.curves,
@@ -97,18 +107,14 @@ class LeaderPromotion:
 
     def _promote_and_check(self, study: optuna.Study, number: int) -> None:
         self._promote(number)
-        self.ends = self._full_ends()
         if self.screen_epochs is not None:
-            self.curves = self._full_curves()
+            self._keep_full_runs(self.store.runs(self.study_name))
             check_screen(study, self.curves, self.screen_epochs)
 
-    def _full_curves(self) -> list[list[float]]:
-        return [c for _, c in full_run_curves(self.store, self.study_name, self.metric)]
-
-    def _full_ends(self) -> dict[int, float | None]:
-        """Each completed full run's score by trial number."""
-        return {r["trial_number"]: r["final_score"] for r in self.store.runs(self.study_name)
-                if r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED}
+    def _keep_full_runs(self, runs: list[dict]) -> None:
+        completed_runs = _completed_full_runs(runs)
+        self.curves = [c for _, c in _curves(completed_runs, self.metric)]
+        self.ends = {r["trial_number"]: r["final_score"] for r in completed_runs}
 
     def _promote(self, number: int) -> None:
         log.info("trial %d leads the search: training it at full fidelity while the search waits", number)
