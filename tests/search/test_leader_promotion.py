@@ -134,7 +134,7 @@ def test_ctrl_c_in_a_promoted_run_then_resume_continues_it_from_its_checkpoint(t
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err.decode()[-2000:]
     assert "--promote leader --resume" in err.decode()
-    assert next(r for r in RunStore(storage).runs("cut") if r["id"] == cut["id"])["status"] == RunRecordStatus.FAILED
+    assert next(r for r in RunStore(storage).runs("cut") if r["id"] == cut["id"])["status"] == RunRecordStatus.INTERRUPTED
     resumed = datetime.now(UTC).replace(microsecond=0)
     out = subprocess.run(_cli(*common, "--resume"), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -162,6 +162,9 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     try:
         with RunProgress(f"trial {trial_number} at full scale", full.total_epochs, metric) as bar:
             result = train(full, record)
+    except KeyboardInterrupt:
+        store.update(run_id, status=RunRecordStatus.INTERRUPTED)
+        raise
     except BaseException:
         store.update(run_id, status=RunRecordStatus.FAILED)
         raise
