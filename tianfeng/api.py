@@ -184,10 +184,12 @@ def front(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[o
 
 def runs(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[dict]:
     """The promoted runs recorded in `storage` (of one study, or all): status, epochs, proxy and
-    full scores, run directory. As `tianfeng runs`."""
+    full scores, run directory. As `tianfeng runs`: a run recorded as running whose process is gone
+    (its run directory is here and nobody holds its training lock) is listed as interrupted."""
+    from tianfeng.promotion.run_lock import with_live_status
     from tianfeng.store import RunStore
 
-    return RunStore(storage).runs(study)
+    return [with_live_status(r) for r in RunStore(storage).runs(study)]
 
 
 def spaces() -> list[dict]:

@@ -51,7 +51,7 @@ class RunRecordStatus(StrEnum):
     PRUNED = "pruned"
     STOPPED = "stopped"
     FAILED = "failed"
-    INTERRUPTED = "interrupted"  # cut by Ctrl-C: promoting it again (or --resume) continues it
+    INTERRUPTED = "interrupted"  # cut by Ctrl-C (or killed: see run_lock): promoting it again continues it
     PLANNED = "planned"  # a launch plan for GPU nodes, collected when promoted again
 
 

@@ -249,3 +249,53 @@ def test_a_study_made_before_complete_priors_still_promotes(tmp_path: Path, tiny
     study.set_user_attr("space_format", 2)  # the same space in a new study is refused
     with pytest.raises(ConfigError, match="sets no value for 'warmup_epochs'"):
         promote(plan.storage, "old", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=True)
+
+
+@pytest.mark.slow
+def test_a_killed_promotion_is_listed_as_interrupted_and_resumes(finished_study, tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """A real `tianfeng promote` process: while it trains, a second promotion of the same run is
+    refused (its run directory is locked) and `tianfeng runs` says running; after SIGKILL, which
+    the process cannot answer, the record still says running but the listing says interrupted,
+    and promoting again continues from the checkpoint."""
+    import os
+    import signal
+    import time
+
+    base = [sys.executable, "-m", "tianfeng.cli"]
+    storage = finished_study.storage
+    promote_args = [*base, "promote", "0", "--study", "p", "--storage", storage, "--runs-dir", str(tmp_path / "r"),
+                    "--set", "phases.0.epochs=120"]
+    first = subprocess.Popen(promote_args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 180
+        while not any(len(r["epochs"]) >= 2 for r in RunStore(storage).runs("p")):
+            assert first.poll() is None and time.monotonic() < deadline, "the promotion ended before two epochs"
+            time.sleep(0.2)
+        listed = subprocess.run([*base, "runs", "--storage", storage, "--json"], capture_output=True, text=True,
+                                timeout=120, cwd=tmp_path)
+        assert [r["status"] for r in json.loads(listed.stdout)] == ["running"]
+        second = subprocess.run(promote_args, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+        assert "is being trained by another process" in second.stderr
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    record = RunStore(storage).runs("p")[0]
+    assert record["status"] == "running"  # nothing could say otherwise: the process was killed
+    done = len(record["epochs"])
+    listed = subprocess.run([*base, "runs", "--storage", storage, "--json"], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert [r["status"] for r in json.loads(listed.stdout)] == ["interrupted"]
+
+    with caplog.at_level("INFO", logger="tianfeng.engine"):
+        resumed = promote(storage, "p", 0, batch_size=None, overrides=["phases.0.epochs=120"],
+                          runs_dir=tmp_path / "r", dry_run=False)
+    # the checkpoint of an epoch is written before its record: the kill may fall in between
+    at = [int(m.split(" at epoch ")[1].split(",")[0]) for m in caplog.messages if m.startswith("resumed from ")]
+    assert len(at) == 1 and done + 1 <= at[0] <= done + 2, caplog.messages
+    assert resumed["resumed"] is True and resumed["status"] == "completed"
+    record = RunStore(storage).runs("p")[0]
+    assert record["status"] == "completed" and len(record["epochs"]) == 120 and done >= 2

@@ -25,6 +25,7 @@ from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
 from tianfeng.logs import quiet_optuna
 from tianfeng.ownership import check_folder, claim_folder, study_owner
 from tianfeng.promotion.continuation import continue_screen
+from tianfeng.promotion.run_lock import refuse_if_trained, training_lock
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.run_progress import RunProgress
 from tianfeng.store import RunRecordStatus, RunStore
@@ -120,6 +121,8 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
         claim_folder(folder, owner)
     run_dir = Path(existing["run_dir"]) if existing else folder / f"{kind}-trial-{trial_number}-{digest}"
     full = with_changes(full, name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
+    if not dry_run:
+        refuse_if_trained(run_dir, trial_number, study.study_name)
     print_changes(changes, Console(stderr=True))
     config_yaml = yaml.safe_dump(config_to_dict(full), sort_keys=False)
     plan = _write_launch_plan(full, config_yaml, launch, run_dir) if launch else None
@@ -133,45 +136,46 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
         return {"run": existing["id"], "study": study.study_name, "trial": trial_number, "resumed": True,
                 "reused": True, "run_dir": str(run_dir), "proxy_score": score(trial),
                 "status": existing["status"], f"full_{metric}": existing["final_score"]}
-    run_id, resumed = store.open_run(study=study.study_name, trial_number=trial_number, config_hash=digest,
-                                     kind=kind, run_dir=str(run_dir), config_yaml=config_yaml,
-                                     proxy_score=score(trial))
-    log.info("%s trial %d of %s as run %d in %s", "resuming" if resumed else "promoting",
-             trial_number, study.study_name, run_id, run_dir)
-    epochs: list[dict] = []
+    with training_lock(run_dir, trial_number, study.study_name):  # one process trains a run
+        run_id, resumed = store.open_run(study=study.study_name, trial_number=trial_number, config_hash=digest,
+                                         kind=kind, run_dir=str(run_dir), config_yaml=config_yaml,
+                                         proxy_score=score(trial))
+        log.info("%s trial %d of %s as run %d in %s", "resuming" if resumed else "promoting",
+                 trial_number, study.study_name, run_id, run_dir)
+        epochs: list[dict] = []
 
-    def record(m: EpochMetrics) -> None:
-        epochs.append(asdict(m))
-        store.update(run_id, epochs=epochs_so_far + epochs)
-        bar.epoch(m.epoch, getattr(m, metric, None))
+        def record(m: EpochMetrics) -> None:
+            epochs.append(asdict(m))
+            store.update(run_id, epochs=epochs_so_far + epochs)
+            bar.epoch(m.epoch, getattr(m, metric, None))
 
-    epochs_so_far = store.runs(study.study_name)
-    epochs_so_far = next(r["epochs"] for r in epochs_so_far if r["id"] == run_id)
-    out = {"run": run_id, "study": study.study_name, "trial": trial_number, "resumed": resumed,
-           "run_dir": str(run_dir), "proxy_score": score(trial)}
-    if trial.user_attrs.get("predicted"):
-        out["predicted_full_run"] = trial.user_attrs["predicted"]
-    if not resumed and plan is None:  # a screened trial's own run goes on from its screen
-        continued = continue_screen(trial, full)
-        if continued:
-            epochs_so_far = continued
-            store.update(run_id, epochs=continued)
-            out["continued_after_epoch"] = len(continued)
-    if plan is not None:
-        return out | _run_plan(plan, launch, run_dir, store, run_id, space)
-    try:
-        with RunProgress(f"trial {trial_number} at full scale", full.total_epochs, metric) as bar:
-            result = train(full, record)
-    except KeyboardInterrupt:
-        store.update(run_id, status=RunRecordStatus.INTERRUPTED)
-        raise
-    except BaseException:
-        store.update(run_id, status=RunRecordStatus.FAILED)
-        raise
-    final = full_score(space, [asdict(m) for m in result.epochs])
-    store.update(run_id, status=result.status, final_score=final, epochs=[asdict(m) for m in result.epochs],
-                 checkpoint=str(full.resolved_checkpoint_dir / "last.pt"))
-    return out | {"status": result.status, f"full_{metric}": final}
+        epochs_so_far = store.runs(study.study_name)
+        epochs_so_far = next(r["epochs"] for r in epochs_so_far if r["id"] == run_id)
+        out = {"run": run_id, "study": study.study_name, "trial": trial_number, "resumed": resumed,
+               "run_dir": str(run_dir), "proxy_score": score(trial)}
+        if trial.user_attrs.get("predicted"):
+            out["predicted_full_run"] = trial.user_attrs["predicted"]
+        if not resumed and plan is None:  # a screened trial's own run goes on from its screen
+            continued = continue_screen(trial, full)
+            if continued:
+                epochs_so_far = continued
+                store.update(run_id, epochs=continued)
+                out["continued_after_epoch"] = len(continued)
+        if plan is not None:
+            return out | _run_plan(plan, launch, run_dir, store, run_id, space)
+        try:
+            with RunProgress(f"trial {trial_number} at full scale", full.total_epochs, metric) as bar:
+                result = train(full, record)
+        except KeyboardInterrupt:
+            store.update(run_id, status=RunRecordStatus.INTERRUPTED)
+            raise
+        except BaseException:
+            store.update(run_id, status=RunRecordStatus.FAILED)
+            raise
+        final = full_score(space, [asdict(m) for m in result.epochs])
+        store.update(run_id, status=result.status, final_score=final, epochs=[asdict(m) for m in result.epochs],
+                     checkpoint=str(full.resolved_checkpoint_dir / "last.pt"))
+        return out | {"status": result.status, f"full_{metric}": final}
 
 
 def _write_launch_plan(full: RunConfig, config_yaml: str, launch: Launch, run_dir: Path) -> LaunchPlan:
