@@ -30,6 +30,9 @@ also drawn to an HTML file), and the compute used.
 
     python benchmarks/time_to_target.py --budget 12m --seeds 0,1,2 --keep /tmp/ttt --plot ttt.html
     python benchmarks/time_to_target.py --report /tmp/ttt --targets 70,75,80   # the kept runs again
+
+Each result records the machine's host name; `--report` over results of several machines warns
+on stderr, since two VMs of the same kind can train the same recipe at very different speeds.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import platform
 import signal
 import statistics
 import subprocess
@@ -75,7 +79,8 @@ def run_one(method: str, seed: int, root: Path, budget_s: float, data: str, own_
         _stop(child)
         if isinstance(stopped, KeyboardInterrupt):  # the user's Ctrl-C: the method's own session got none
             raise
-    result = {"method": method, "seed": seed, "budget_s": budget_s, **read_back(method, directory, t0)}
+    result = {"method": method, "seed": seed, "budget_s": budget_s, "machine": platform.node(),
+              **read_back(method, directory, t0)}
     result["events"] = [(t, v) for t, v in result["events"] if t <= budget_s]  # nothing after the budget counts
     (root / f"{method}-s{seed}.json").write_text(json.dumps(result))
     return result
@@ -122,6 +127,17 @@ def time_spread(times: list[float | None], budget_s: float) -> str:
     text = "not reached" if math.isinf(middle) else f"{middle:.0f} s"
     text += f" [{min(there):.0f} s, {top}]" if len(times) > 1 else ""
     return text if len(there) == len(times) else f"{text} ({len(there)}/{len(times)} seeds)"
+
+
+def mixed_machines(results: list[dict]) -> str | None:
+    """A warning when the results were measured on more than one machine (by host name): the same
+    recipe can train at very different speeds on two VMs of the same kind, so their times do not
+    pool; None when they share one machine."""
+    hosts = sorted({r.get("machine") or "unrecorded" for r in results})
+    if len(hosts) < 2:
+        return None
+    return (f"time_to_target: these results come from {len(hosts)} machines ({', '.join(hosts)}): their times are "
+            "pooled below; compare methods within the results of one machine")
 
 
 def _methods(results: list[dict]) -> list[str]:
@@ -186,6 +202,8 @@ def main() -> None:
     targets = [float(t) for t in args.targets.split(",")]
     if args.report:
         results = [json.loads(p.read_text()) for p in sorted(args.report.glob("*-s*.json"))]
+        if warning := mixed_machines(results):
+            print(warning, file=sys.stderr)
     else:
         methods = [m.strip() for m in args.methods.split(",")]
         unknown = sorted(set(methods) - set(METHODS))

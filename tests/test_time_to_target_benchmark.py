@@ -18,7 +18,7 @@ import optuna  # noqa: E402
 from optuna.distributions import FloatDistribution  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 from search_methods import next_promotion  # noqa: E402
-from time_to_target import best_by, spread, summarise, time_spread, time_to  # noqa: E402
+from time_to_target import best_by, mixed_machines, spread, summarise, time_spread, time_to  # noqa: E402
 
 
 def test_time_to_a_target_and_best_so_far_read_the_events_in_time_order() -> None:
@@ -65,6 +65,13 @@ def test_async_promotion_takes_the_best_unpromoted_trial_of_the_top_third_of_com
     assert next_promotion(trials, {1}, eta=2).number == 4 and next_promotion(trials, {1, 4}, eta=2).number == 2
 
 
+def test_report_warns_when_results_come_from_several_machines() -> None:
+    one = [{"method": "a", "seed": 0, "machine": "vm-1"}, {"method": "b", "seed": 0, "machine": "vm-1"}]
+    assert mixed_machines(one) is None
+    warning = mixed_machines([*one, {"method": "a", "seed": 1}, {"method": "a", "seed": 2, "machine": "vm-2"}])
+    assert "3 machines (unrecorded, vm-1, vm-2)" in warning and "\n" not in warning
+
+
 @pytest.mark.alone
 @pytest.mark.slow
 def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -> None:
@@ -77,7 +84,7 @@ def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -
         for seed in (0, 1):
             result = json.loads((tmp_path / f"{method}-s{seed}.json").read_text())
             times = [t for t, _ in result["events"]]
-            assert result["trials"] >= 1 and result["core_s"] > 0
+            assert result["trials"] >= 1 and result["core_s"] > 0 and result["machine"]
             assert times == sorted(times) and all(0 < t <= 20 for t in times)
             # each run measured compiles and layouts in a cache of its own, the data set's folders shared
             own = tmp_path / f"{method}-s{seed}" / "cache"
@@ -87,3 +94,4 @@ def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -
     again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--report", str(tmp_path),
                             "--targets", "50"], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and again.stdout.splitlines()[-3:] == out.stdout.splitlines()[-5:-2], again.stdout
+    assert "machines" not in again.stderr  # one machine measured them all
