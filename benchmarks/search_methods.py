@@ -32,9 +32,9 @@ from tianfeng.store import RunRecordStatus, RunStore
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
 # `tianfeng search --fidelity screen --promote leader` and the options each variant adds
+TO_75 = {"objective": "time-to-target", "target": 75.0}
 SCREENS = {"tianfeng-screen": {}, "tianfeng-screen-tpe": {"sampler": "tpe"}, "tianfeng-screen-qmc": {"sampler": "qmc"},
-           "tianfeng-screen-to75": {"objective": "time-to-target", "target": 75.0},
-           "tianfeng-screen-tpe-to75": {"sampler": "tpe", "objective": "time-to-target", "target": 75.0}}
+           "tianfeng-screen-to75": TO_75, "tianfeng-screen-tpe-to75": {"sampler": "tpe", **TO_75}}
 METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe", "tpe-hyperband", "ray-asha",
            "one-epoch", "one-epoch-leader", *SCREENS, "pbt")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
