@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 import tianfeng
 from tests.search.conftest import write_space
 from tianfeng.hpo.locked_storage import worker_id
-from tianfeng.promotion.leaders import FIRST_AFTER, proxy_leader
+from tianfeng.promotion.leaders import FIRST_AFTER, LeaderPromotion, proxy_leader
 from tianfeng.store import RunRecordStatus, RunStore
 
 
@@ -37,6 +37,50 @@ def test_the_leader_is_the_best_complete_trial_once_three_are_complete(direction
     study.add_trial(_trial(TrialState.COMPLETE, 60.0))
     leader = proxy_leader(study)
     assert leader is not None and leader.value == (70.0 if direction == "maximize" else 50.0)
+
+
+def _screened(study: optuna.Study, screen: float, epochs: int, seconds: float) -> None:
+    """A recipe of `epochs` epochs screened for one, predicted to take `seconds` on the cluster."""
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    study.add_trial(optuna.create_trial(value=seconds, params={"x": 0.5}, distributions=dist,
+                                        user_attrs={"score": screen, "predicted": {"seconds": seconds},
+                                                    "config": {"phases": [{"epochs": epochs}]}}))
+
+
+def _full_run(store: RunStore, tmp_path: Path, number: int, curve: list[float], took_s: float) -> None:
+    run_id, _ = store.open_run(study="s", trial_number=number, config_hash=str(number), kind="promote",
+                               run_dir=str(tmp_path / str(number)), config_yaml="", proxy_score=curve[0])
+    epochs = [{"val_top1": v, "elapsed_s": took_s * (i + 1) / len(curve)} for i, v in enumerate(curve)]
+    store.update(run_id, status=RunRecordStatus.COMPLETED, final_score=curve[-1], epochs=epochs)
+
+
+def test_hunting_its_target_a_screen_trains_the_best_untrained_forecast_after_screening_as_long_as_a_full_run(
+        tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="minimize")
+    for key, value in {"objective_mode": "time-to-target", "target": 75.0, "direction": "maximize"}.items():
+        study.set_user_attr(key, value)
+    for screen, epochs, seconds in ((50.0, 10, 100.0), (45.0, 10, 90.0), (48.0, 20, 150.0), (40.0, 5, 50.0)):
+        _screened(study, screen, epochs, seconds)
+    store = RunStore(storage)
+    _full_run(store, tmp_path, 0, [50.0, 58.0, 62.0, 64.0, 66.0, 67.0, 68.0, 69.0, 69.5, 70.0], took_s=100.0)
+    now = [1000.0]
+    promotion = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0])
+    # no recipe is forecast to reach 75 and the best forecast (trial 0) ended at 70: no new leader
+    assert proxy_leader(study, screen_epochs=1, full_curves=promotion.curves, full_ends={0: 70.0}).number == 0
+    now[0] += 99.0
+    assert promotion(study) is None and promotion.promoted == {0}
+    now[0] += 2.0  # screened longer than the last full run took (100 s, read from its record)
+    assert promotion(study) is not None and promotion.promoted == {0, 2}  # 48 after 1 of 20 epochs
+    assert promotion(study) is None  # trial 2's run is pending: the wait starts again when it ends
+
+    accuracy = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0] + 1e6)
+    study.set_user_attr("objective_mode", "accuracy")
+    assert accuracy(study) is None  # an accuracy screen promotes only new leaders
+    study.set_user_attr("objective_mode", "time-to-target")
+    _full_run(store, tmp_path, 2, [48.0, 60.0, 70.0, 76.0], took_s=150.0)
+    reached = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0] + 1e6)
+    assert reached(study) is None  # a full run reached the target: only faster recipes forecast to reach it
 
 
 def _leaders_in_order(trials: list[optuna.trial.FrozenTrial]) -> list[int]:

@@ -8,11 +8,14 @@ than its proxy said does not send the runner-up after it. The first promotion wa
 screening study the leader is the trial whose full run is forecast to end best: its screen
 score plus what the study's full runs gained over their screens for its epoch budget, up to the
 longest of them (screen_forecast). In a time-to-target screening study it is the recipe with the
-least predicted time whose forecast reaches the target (screen_target)."""
+least predicted time whose forecast reaches the target (screen_target); until a full run reaches
+the target, the best untrained forecast is trained too whenever the search has screened as long as
+its last full run took without a new leader, so full runs keep at least half the time."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -23,7 +26,7 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.scores import best_among, completed, maximizing, mode_of
 from tianfeng.hpo.screen_check import check_screen, screen_length, screened_alike
 from tianfeng.hpo.screen_forecast import forecast, gain_slope
-from tianfeng.hpo.screen_target import fastest_to_target
+from tianfeng.hpo.screen_target import fastest_to_target, untrained_best
 from tianfeng.promotion.run import promote
 from tianfeng.store import RunRecordStatus, RunStore
 
@@ -46,6 +49,12 @@ def _curves(runs: list[dict], metric: str) -> list[tuple[int, list[float]]]:
     return [(number, curve) for number, curve in curves if curve]
 
 
+def _last_took(runs: list[dict]) -> float | None:
+    """The training time of the last completed full run in `runs` (its last epoch's elapsed_s)."""
+    timed = [r for r in _completed_full_runs(runs) if r["epochs"] and r["epochs"][-1].get("elapsed_s") is not None]
+    return max(timed, key=lambda r: (r["updated"], r["id"]))["epochs"][-1]["elapsed_s"] if timed else None
+
+
 def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epochs: int | None = None,
                  full_curves: Sequence[list[float]] = (), full_ends: Mapping[int, float | None] | None = None,
                  ) -> FrozenTrial | None:
@@ -59,20 +68,27 @@ def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epo
     trials = completed(study)
     if screen_epochs is None:
         return best_among(study, trials) if len(trials) >= first_after else None
-    length = screen_length(study, screen_epochs)
-    trials = screened_alike(trials, length)
+    trials, forecasts = screen_forecasts(study, screen_epochs, full_curves)
     if len(trials) < first_after:
         return None
     mode = mode_of(study)
     if mode == ObjectiveMode.PARETO:
         return best_among(study, trials)
-    slope, longest = gain_slope(full_curves, length), max((len(c) for c in full_curves), default=None)
     if mode == ObjectiveMode.TIME_TO_TARGET:
-        fastest = fastest_to_target(study, trials, {t.number: forecast(t, length, slope, longest) for t in trials},
-                                    full_ends or {})
+        fastest = fastest_to_target(study, trials, forecasts, full_ends or {})
         if fastest is not None:
             return fastest
-    return sorted(trials, key=lambda t: forecast(t, length, slope, longest), reverse=maximizing(study))[0]
+    return sorted(trials, key=lambda t: forecasts[t.number], reverse=maximizing(study))[0]
+
+
+def screen_forecasts(study: optuna.Study, screen_epochs: int, full_curves: Sequence[list[float]],
+                     ) -> tuple[list[FrozenTrial], dict[int, float | None]]:
+    """The complete trials screened as long as the study's screen is now, and each one's forecast
+    full-run score (by trial number) fitted to the study's `full_curves`."""
+    length = screen_length(study, screen_epochs)
+    trials = screened_alike(completed(study), length)
+    slope, longest = gain_slope(full_curves, length), max((len(c) for c in full_curves), default=None)
+    return trials, {t.number: forecast(t, length, slope, longest) for t in trials}
 
 
 class LeaderPromotion:
@@ -81,10 +97,12 @@ class LeaderPromotion:
     same search, then resumed) is not trained again; one whose run was cut continues it from its
     checkpoint. A promotion that fails is logged and the search goes on. With a screening rung
     (`screen_epochs`, its `stop_after_epochs`) each full run checks the screen's length against
-    the full runs' curves (`metric`), see screen_check."""
+    the full runs' curves (`metric`), see screen_check. A time-to-target screening study none of
+    whose full runs has reached the target yet also trains its best untrained forecast once the
+    screening since the last full run (`clock`'s seconds) has lasted as long as that run took."""
 
     def __init__(self, storage: str, study_name: str, runs_dir: Path, screen_epochs: int | None = None,
-                 metric: str = "val_top1") -> None:
+                 metric: str = "val_top1", clock: Callable[[], float] = time.monotonic) -> None:
         self.storage, self.study_name, self.runs_dir = storage, study_name, runs_dir
         self.screen_epochs, self.metric = screen_epochs, metric  # screen_epochs: a screening rung's
         self.store = RunStore(storage)
@@ -94,19 +112,41 @@ class LeaderPromotion:
         # which change only when this search promotes: read here and after each promotion
         self.curves: list[list[float]] = []
         self.ends: dict[int, float | None] = {}
+        # screening since the last full run ended, and how long that run took (after a resume: the
+        # last completed full run's training time, the screening counted from now)
+        self.clock, self.last_end, self.last_took = clock, clock(), _last_took(runs)
         if screen_epochs is not None:
             self._keep_full_runs(runs)
 
     def __call__(self, study: optuna.Study) -> Callable[[], None] | None:
-        leader = proxy_leader(study, screen_epochs=self.screen_epochs, full_curves=self.curves,
-                              full_ends={n: self.ends.get(n) for n in self.promoted})
+        full_ends = {n: self.ends.get(n) for n in self.promoted}
+        leader = proxy_leader(study, screen_epochs=self.screen_epochs, full_curves=self.curves, full_ends=full_ends)
         if leader is None or leader.number in self.promoted:
+            leader = self._overdue(study, full_ends)
+        if leader is None:
             return None
         self.promoted.add(leader.number)
+        self.last_end = self.clock()  # no overdue run while this one is pending
         return lambda: self._promote_and_check(study, leader.number)
 
+    def _overdue(self, study: optuna.Study, full_ends: dict[int, float | None]) -> FrozenTrial | None:
+        """The best untrained forecast of a time-to-target screen hunting its target, once the
+        screening since the last full run has lasted as long as that run took; else None."""
+        if (self.screen_epochs is None or self.last_took is None or mode_of(study) != ObjectiveMode.TIME_TO_TARGET
+                or self.clock() - self.last_end < self.last_took):
+            return None
+        trials, forecasts = screen_forecasts(study, self.screen_epochs, self.curves)
+        chosen = untrained_best(study, trials, forecasts, full_ends)
+        if chosen is not None:
+            log.info("no new leader in %.0f s of screening, as long as the last full run took: training the best "
+                     "untrained forecast, trial %d", self.clock() - self.last_end, chosen.number)
+        return chosen
+
     def _promote_and_check(self, study: optuna.Study, number: int) -> None:
+        began = self.clock()
         self._promote(number)
+        self.last_end = self.clock()
+        self.last_took = self.last_end - began
         if self.screen_epochs is not None:
             self._keep_full_runs(self.store.runs(self.study_name))
             check_screen(study, self.curves, self.screen_epochs)
