@@ -65,8 +65,8 @@ def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epo
     screening study with a target takes the fastest recipe forecast to reach it that has no full
     run yet (`full_ends`: each promoted trial's full-run end, None when it did not complete) and is
     faster than every full run that reached it; while there is none, the best forecast leads."""
-    trials = completed(study)
     if screen_epochs is None:
+        trials = completed(study)
         return best_among(study, trials) if len(trials) >= first_after else None
     trials, forecasts = screen_forecasts(study, screen_epochs, full_curves)
     if len(trials) < first_after:
