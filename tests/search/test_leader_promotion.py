@@ -54,26 +54,34 @@ def _full_run(store: RunStore, tmp_path: Path, number: int, curve: list[float], 
     store.update(run_id, status=RunRecordStatus.COMPLETED, final_score=curve[-1], epochs=epochs)
 
 
-def test_hunting_its_target_a_screen_trains_the_best_untrained_forecast_after_screening_as_long_as_a_full_run(
-        tmp_path: Path) -> None:
+def _hunting(tmp_path: Path) -> tuple[optuna.Study, LeaderPromotion, list[float]]:
+    """A time-to-target screen whose first full run (trial 0, 100 s) ended at 70 and none of whose
+    recipes is forecast to reach 75; its clock stands 99 s into the 100-s wait."""
     storage = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(study_name="s", storage=storage, direction="minimize")
     for key, value in {"objective_mode": "time-to-target", "target": 75.0, "direction": "maximize"}.items():
         study.set_user_attr(key, value)
     for screen, epochs, seconds in ((50.0, 10, 100.0), (45.0, 10, 90.0), (48.0, 20, 150.0), (40.0, 5, 50.0)):
         _screened(study, screen, epochs, seconds)
-    store = RunStore(storage)
-    _full_run(store, tmp_path, 0, [50.0, 58.0, 62.0, 64.0, 66.0, 67.0, 68.0, 69.0, 69.5, 70.0], took_s=100.0)
+    _full_run(RunStore(storage), tmp_path, 0, [50.0, 58.0, 62.0, 64.0, 66.0, 67.0, 68.0, 69.0, 69.5, 70.0],
+              took_s=100.0)
     now = [1000.0]
     promotion = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0])
+    now[0] += 99.0
+    return study, promotion, now
+
+
+def test_hunting_its_target_a_screen_trains_the_best_untrained_forecast_after_screening_as_long_as_a_full_run(
+        tmp_path: Path) -> None:
+    study, promotion, now = _hunting(tmp_path)
     # no recipe is forecast to reach 75 and the best forecast (trial 0) ended at 70: no new leader
     assert proxy_leader(study, screen_epochs=1, full_curves=promotion.curves, full_ends={0: 70.0}).number == 0
-    now[0] += 99.0
     assert promotion(study) is None and promotion.promoted == {0}
     now[0] += 2.0  # screened longer than the last full run took (100 s, read from its record)
     assert promotion(study) is not None and promotion.promoted == {0, 2}  # 48 after 1 of 20 epochs
     assert promotion(study) is None  # trial 2's run is pending: the wait starts again when it ends
 
+    storage, store = promotion.storage, promotion.store
     accuracy = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0] + 1e6)
     study.set_user_attr("objective_mode", "accuracy")
     assert accuracy(study) is None  # an accuracy screen promotes only new leaders
@@ -81,6 +89,30 @@ def test_hunting_its_target_a_screen_trains_the_best_untrained_forecast_after_sc
     _full_run(store, tmp_path, 2, [48.0, 60.0, 70.0, 76.0], took_s=150.0)
     reached = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0] + 1e6)
     assert reached(study) is None  # a full run reached the target: only faster recipes forecast to reach it
+
+
+def test_the_untrained_best_waits_for_the_screens_running_when_the_wait_ran_out(tmp_path: Path) -> None:
+    study, promotion, now = _hunting(tmp_path)
+    now[0] += 2.0
+    running = study.ask()  # another worker's screen, running when the wait ran out
+    assert promotion(study) is None and promotion.promoted == {0}
+    for key, value in {"score": 49.0, "predicted": {"seconds": 140.0}, "config": {"phases": [{"epochs": 20}]}}.items():
+        running.set_user_attr(key, value)
+    study.tell(running, 140.0)  # forecast 69: not above trial 0's 70, so not a new leader
+    later = study.ask()  # started after the wait ran out: not waited for
+    assert promotion(study) is not None and promotion.promoted == {0, running.number}  # not trial 2 (forecast 68)
+    assert later.number not in promotion.promoted
+
+
+def test_a_screen_left_running_holds_the_untrained_best_for_half_a_full_run_at_most(tmp_path: Path) -> None:
+    study, promotion, now = _hunting(tmp_path)
+    now[0] += 2.0
+    study.ask()  # running, as a dead worker's trial stays
+    assert promotion(study) is None
+    now[0] += 49.0
+    assert promotion(study) is None
+    now[0] += 2.0  # half the last full run's 100 s
+    assert promotion(study) is not None and promotion.promoted == {0, 2}
 
 
 def _leaders_in_order(trials: list[optuna.trial.FrozenTrial]) -> list[int]:

@@ -10,7 +10,9 @@ score plus what the study's full runs gained over their screens for its epoch bu
 longest of them (screen_forecast). In a time-to-target screening study it is the recipe with the
 least predicted time whose forecast reaches the target (screen_target); until a full run reaches
 the target, the best untrained forecast is trained too whenever the search has screened as long as
-its last full run took without a new leader, so full runs keep at least half the time."""
+its last full run took without a new leader, so full runs keep at least half the time. That choice
+first waits for the screens already running when the wait ran out: they are paid for, end within
+a screen's time, and one of them may be the leader."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.scores import best_among, completed, maximizing, mode_of
@@ -99,7 +101,8 @@ class LeaderPromotion:
     (`screen_epochs`, its `stop_after_epochs`) each full run checks the screen's length against
     the full runs' curves (`metric`), see screen_check. A time-to-target screening study none of
     whose full runs has reached the target yet also trains its best untrained forecast once the
-    screening since the last full run (`clock`'s seconds) has lasted as long as that run took."""
+    screening since the last full run (`clock`'s seconds) has lasted as long as that run took, and
+    the screens running then have ended (waiting for them at most half that run's time)."""
 
     def __init__(self, storage: str, study_name: str, runs_dir: Path, screen_epochs: int | None = None,
                  metric: str = "val_top1", clock: Callable[[], float] = time.monotonic) -> None:
@@ -115,6 +118,8 @@ class LeaderPromotion:
         # screening since the last full run ended, and how long that run took (after a resume: the
         # last completed full run's training time, the screening counted from now)
         self.clock, self.last_end, self.last_took = clock, clock(), _last_took(runs)
+        self.awaited: set[int] | None = None  # the trials running when the wait ran out
+        self.awaited_since = 0.0
         if screen_epochs is not None:
             self._keep_full_runs(runs)
 
@@ -127,13 +132,14 @@ class LeaderPromotion:
             return None
         self.promoted.add(leader.number)
         self.last_end = self.clock()  # no overdue run while this one is pending
+        self.awaited = None
         return lambda: self._promote_and_check(study, leader.number)
 
     def _overdue(self, study: optuna.Study, full_ends: dict[int, float | None]) -> FrozenTrial | None:
         """The best untrained forecast of a time-to-target screen hunting its target, once the
         screening since the last full run has lasted as long as that run took; else None."""
         if (self.screen_epochs is None or self.last_took is None or mode_of(study) != ObjectiveMode.TIME_TO_TARGET
-                or self.clock() - self.last_end < self.last_took):
+                or self.clock() - self.last_end < self.last_took or self._screens_in_flight(study)):
             return None
         trials, forecasts = screen_forecasts(study, self.screen_epochs, self.curves)
         chosen = untrained_best(study, trials, forecasts, full_ends)
@@ -141,6 +147,15 @@ class LeaderPromotion:
             log.info("no new leader in %.0f s of screening, as long as the last full run took: training the best "
                      "untrained forecast, trial %d", self.clock() - self.last_end, chosen.number)
         return chosen
+
+    def _screens_in_flight(self, study: optuna.Study) -> bool:
+        """Whether a trial that was running when the wait was first found over still runs (for at
+        most half the last full run's time: a trial left running by a dead worker does not hold
+        the search)."""
+        running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        if self.awaited is None:
+            self.awaited, self.awaited_since = running, self.clock()
+        return bool(self.awaited & running) and self.clock() - self.awaited_since < self.last_took / 2
 
     def _promote_and_check(self, study: optuna.Study, number: int) -> None:
         began = self.clock()
