@@ -36,7 +36,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import optuna
-from common import ROOT, print_table
+from common import print_table
 
 from tianfeng.hpo.objective import judge_epoch
 from tianfeng.hpo.past_warmup import PastWarmup
@@ -44,7 +44,7 @@ from tianfeng.hpo.peer_pruning import PeerPruner
 from tianfeng.hpo.registry import PRUNERS, make_sampler
 from tianfeng.hpo.screen_check import next_length
 
-DATA = ROOT.parent / "shared" / "data" / "yahpo-lcbench"
+DATA = Path(__file__).resolve().parent / "data" / "yahpo-lcbench"  # shipped beside the benchmark (Apache-2.0)
 FRACTIONS = (0.125, 0.25, 0.5, 1.0)
 EPOCHS = 52
 
@@ -70,7 +70,7 @@ class Surrogate:
 
     def __init__(self, data: Path) -> None:
         if not (data / "model.onnx").exists():
-            sys.exit(f"lcbench: needs the LCBench surrogate files in {data}: the development data, a folder beside the checkout")
+            sys.exit(f"lcbench: needs the LCBench surrogate files in {data} (config_space.json, encoding.json, model.onnx)")
         self._dir = tempfile.TemporaryDirectory()
         (Path(self._dir.name) / "lcbench").symlink_to(data.resolve())
         self._proc = subprocess.Popen([str(surrogate_python()), str(Path(__file__).with_name("lcbench_surrogate.py")),

@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.conftest import SMALL_CLASSES
 from tianfeng.trainers.config import DataConfig
 from tianfeng.trainers.data import loaders
 from tianfeng.trainers.data.augment import (
@@ -63,7 +64,7 @@ def test_stratified_subset_is_seeded_and_proportional() -> None:
 
 def test_imagefolder_reads_real_jpegs(small_imagefolder: Path) -> None:
     src = imagefolder_source(str(small_imagefolder))
-    assert src.class_names == ["airplane", "automobile", "bird", "cat", "deer"]
+    assert src.class_names == list(SMALL_CLASSES)
     assert len(src.train) == 200 and len(src.val) == 50
 
 
@@ -74,11 +75,11 @@ def test_reopening_a_folder_reuses_the_scan_until_images_change(small_imagefolde
     shutil.copytree(small_imagefolder, folder)
     first = imagefolder_source(str(folder))
     assert imagefolder_source(str(folder)) is first  # every trial of a search opens it again
-    victim = sorted((folder / "train" / "cat").iterdir())[0]
+    victim = sorted((folder / "train" / "digit3").iterdir())[0]
     victim.unlink()
     after = imagefolder_source(str(folder))
     assert len(after.train) == len(first.train) - 1 and after.key != first.key
-    shutil.copy(sorted((folder / "train" / "deer").iterdir())[0], folder / "train" / "cat" / "extra.jpg")
+    shutil.copy(sorted((folder / "train" / "digit4").iterdir())[0], folder / "train" / "digit3" / "extra.jpg")
     again = imagefolder_source(str(folder))
     assert len(again.train) == len(first.train) and again.key not in (first.key, after.key)
 
@@ -99,7 +100,7 @@ def test_a_new_process_reads_the_scan_index_instead_of_stating_every_file(
     again = imagefolder_source(str(folder))
     assert scans == [] and again.key == first.key and again.class_names == first.class_names
     assert again.train.files == first.train.files and np.array_equal(again.val.labels, first.val.labels)
-    (folder / "train" / "cat" / sorted(p.name for p in (folder / "train" / "cat").iterdir())[0]).unlink()
+    (folder / "train" / "digit3" / sorted(p.name for p in (folder / "train" / "digit3").iterdir())[0]).unlink()
     sources._OPENED.clear()
     changed = imagefolder_source(str(folder))  # another folder state: scanned, not read back
     assert len(scans) == 2 and changed.key != first.key and len(changed.train) == len(first.train) - 1
