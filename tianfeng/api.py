@@ -77,19 +77,22 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
     if rung not in loaded.fidelities:
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
     classes = check_data(loaded)
-    min_accuracy, obj = o.min_accuracy, loaded.objective
+    min_accuracy, obj, floor_attrs = o.min_accuracy, loaded.objective, {}
     if obj.mode == ObjectiveMode.PARETO and min_accuracy is None and obj.min_accuracy is None \
             and obj.direction == "maximize":
-        from tianfeng.hpo.front import default_floor
+        from tianfeng.hpo.front import chance_level, default_floor
 
         min_accuracy = default_floor(obj.metric, classes)  # resolved once: every worker uses the same floor
         loaded = with_objective(loaded, None, None, min_accuracy)
+        # the default floor also rises with the study's best: the front reads the chance level
+        floor_attrs = {"chance": chance_level(obj.metric, classes)} if min_accuracy is not None else {}
     plan = SearchPlan(space_path=str(path), data=o.data, storage=o.storage, study=study_name,
                       sampler=resolve_sampler(o.sampler, loaded, rung), pruner=o.pruner, seed=o.seed,
                       trials=o.trials, timeout_s=o.timeout_s,
                       runs_root=str(o.runs_dir), rung=rung, heartbeat_s=o.heartbeat_s, grace_s=o.grace_s,
                       verbose=o.verbose, failure_limit=o.failure_limit, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
-                      objective=o.objective, target=o.target, min_accuracy=min_accuracy)
+                      objective=o.objective, target=o.target, min_accuracy=min_accuracy,
+                      study_attrs=floor_attrs)
     if o.backend == "ray":
         from tianfeng.hpo.ray_backend import RayOptions, run_ray_search
 

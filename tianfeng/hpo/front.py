@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 from rich.console import Console
 
-from tianfeng.hpo.scores import pareto_front, predicted_s, score
+from tianfeng.hpo.scores import front_floor, pareto_front, predicted_s, score
 from tianfeng.hpo.walltime import format_seconds, schedule_text
 from tianfeng.tables import add_plain_row, plain_table
 
@@ -13,8 +13,8 @@ from tianfeng.tables import add_plain_row, plain_table
 def front_table(study: optuna.Study, trials: list | None = None):
     metric = study.user_attrs.get("metric", "value")
     cluster = study.user_attrs.get("cluster", "")
-    floor = study.user_attrs.get("min_accuracy")
-    below = f" (trials below {floor:g} are off it)" if floor is not None else ""
+    floor = front_floor(study)
+    below = f" (trials below {floor:.4g} are off it)" if floor is not None else ""
     table = plain_table(title=f"Pareto front of {study.study_name}: {metric} at the search rung against the "
                               f"full run's predicted wall time on {cluster}{below}",
                         columns=("trial", metric, "predicted time", "GPU-hours", "batch", "resolution schedule"))
@@ -31,16 +31,24 @@ def print_front(study: optuna.Study, console: Console | None = None) -> None:
     (console or Console(width=160)).print(front_table(study))
 
 
-def default_floor(metric: str, classes: int) -> float | None:
-    """The accuracy a pareto search needs for a place on the front unless told otherwise: chance
-    plus as much again (at least 10 points above chance), at most halfway from chance to 100.
-    5 classes: 40% top-1; 10: 20%; 1000: 10.1%; 2: 75%. None where chance is 100% (top-5 of five
-    classes) or the metric is not an accuracy."""
+def chance_level(metric: str, classes: int) -> float | None:
+    """The accuracy of guessing, in percent; None where the metric is not an accuracy or guessing
+    is always right (top-5 of five classes)."""
     picks = {"val_top1": 1, "val_top5": 5}.get(metric)
     if picks is None or classes < 1:
         return None
     chance = min(100.0, 100.0 * picks / classes)
-    if chance >= 100.0:
+    return None if chance >= 100.0 else chance
+
+
+def default_floor(metric: str, classes: int) -> float | None:
+    """The accuracy a pareto search needs for a place on the front unless told otherwise: chance
+    plus as much again (at least 10 points above chance), at most halfway from chance to 100.
+    5 classes: 40% top-1; 10: 20%; 1000: 10.1%; 2: 75%. None where chance is 100% (top-5 of five
+    classes) or the metric is not an accuracy. The front also asks for halfway from chance to the
+    study's best (`tianfeng.hpo.scores.front_floor`)."""
+    chance = chance_level(metric, classes)
+    if chance is None:
         return None
     return round(min(chance + max(chance, 10.0), chance + (100.0 - chance) / 2), 2)
 

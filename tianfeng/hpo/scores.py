@@ -66,14 +66,31 @@ def ranked(study: optuna.Study) -> list[FrozenTrial]:
     return sorted(completed(study), key=lambda t: score(t), reverse=maximizing(study))
 
 
+def front_floor(study: optuna.Study, done: list[FrozenTrial] | None = None) -> float | None:
+    """The score a trial needs for a place on the front: the study's accuracy floor and, where that
+    floor is the default (the study records the metric's chance level), at least halfway from
+    chance to the best completed score, so a near-chance recipe never leads the front. A floor
+    the user gave (--min-accuracy, objective.min_accuracy) stands alone."""
+    floor = study.user_attrs.get("min_accuracy")
+    chance = study.user_attrs.get("chance")
+    done = completed(study) if done is None else done
+    if chance is None or not done or not maximizing(study):
+        return floor
+    relative = chance + (max(score(t) for t in done) - chance) / 2
+    return relative if floor is None else max(floor, relative)
+
+
 def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
-    """Completed trials no other beats on both metric and predicted time, fastest first."""
+    """Completed trials no other beats on both metric and predicted time, fastest first; none
+    below the floor (`front_floor`) or failing a constraint."""
     sign = 1 if maximizing(study) else -1
-    # below the accuracy floor (or failing a constraint) a trial is infeasible: never on the front
-    done = [t for t in completed(study) if predicted_s(t) is not None and all(c <= 0 for c in t.constraints.values())]
-    front = [t for t in done if not any(
+    done = completed(study)
+    floor = front_floor(study, done)
+    feasible = [t for t in done if predicted_s(t) is not None and all(c <= 0 for c in t.constraints.values())
+                and (floor is None or score(t) >= floor)]
+    front = [t for t in feasible if not any(
         sign * score(o) >= sign * score(t) and predicted_s(o) <= predicted_s(t)
-        and (sign * score(o) > sign * score(t) or predicted_s(o) < predicted_s(t)) for o in done)]
+        and (sign * score(o) > sign * score(t) or predicted_s(o) < predicted_s(t)) for o in feasible)]
     return sorted(front, key=predicted_s)
 
 

@@ -35,11 +35,11 @@ def print_summary(study, storage: str) -> int:
     metric = study.user_attrs.get("metric", "value")
     storage_url, storage = storage, storage_flag(storage)
     if mode == ObjectiveMode.PARETO:
-        from tianfeng.hpo.scores import pareto_front
+        from tianfeng.hpo.scores import front_floor, pareto_front
 
-        floor = study.user_attrs.get("min_accuracy")
+        floor = front_floor(study)
         if not pareto_front(study):
-            print(f"no complete trial reaches the accuracy floor of {floor:g} {metric}: the front is empty; "
+            print(f"no complete trial reaches the accuracy floor of {floor:.4g} {metric}: the front is empty; "
                   "search on with a lower --min-accuracy (or more epochs at the search rung)", file=sys.stderr)
             return 0
         print_front(study)
