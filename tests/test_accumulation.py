@@ -112,3 +112,28 @@ def test_accumulation_is_priced_and_lets_a_batch_beyond_memory_fit(tmp_path) -> 
     model = _step_models(cfg(1), spec, 3, 1000)[224]
     assert split.parts["compute"] - whole.parts["compute"] == pytest.approx(steps * model.fixed_s, rel=1e-9)
     assert split.parts["exchange"] >= whole.parts["exchange"]
+
+
+def test_accumulation_hides_the_exchange_behind_the_last_micro_batch_only(tmp_path) -> None:
+    """Over a slow network (1 Gbit/s between two nodes) the exchange outlasts any backward pass,
+    so what it hides is visible: behind one micro-batch of 256 images, not behind both (the
+    whole step) and not behind the whole batch of 512 as without accumulation."""
+    from tianfeng.hpo.cluster import ClusterSpec
+    from tianfeng.hpo.walltime import _step_models, predict_wall_time
+
+    phases = [{"epochs": 1, "resolution": 224, "batch_size": 512 * 16}]
+    spec = ClusterSpec(gpus=16, gpus_per_node=8, device="v100", inter_gbps=1.0)
+
+    def cfg(k: int):
+        return make_config(tmp_path, model={"name": "resnet50"}, phases=phases, precision={"mode": "bf16"},
+                           accumulate_steps=k, noise_scale_every=0)
+
+    whole, split = (predict_wall_time(cfg(k), spec, train_images=100_000, val_images=1000, classes=1000)
+                    for k in (1, 2))
+    steps = 100_000 // (512 * 16)
+    model = _step_models(cfg(1), spec, 3, 1000)[224]
+    # each exposed exchange is the exchange less what the overlapped backward share hides
+    hidden_whole, hidden_split = spec.overlap * model.step_s(512), spec.overlap * model.step_s(256)
+    assert split.parts["exchange"] - whole.parts["exchange"] == pytest.approx(
+        steps * (hidden_whole - hidden_split), rel=1e-9)
+    assert split.parts["exchange"] > whole.parts["exchange"] > 0

@@ -111,8 +111,12 @@ def test_callback_can_prune_and_sees_every_epoch(tmp_path: Path) -> None:
     cfg = make_config(tmp_path, phases=[{"epochs": 4, "resolution": 8, "batch_size": 64}])
     result = train(cfg, callback)
     assert result.status == "pruned" and [m.epoch for m in seen] == [1, 2]
-    m = seen[-1]
-    assert 0 <= m.data_wait_fraction < 1 and m.samples_per_s > 0 and m.val_top5 >= m.val_top1
+    # the callback sees each epoch as the run records it, before the run goes on
+    recorded = [json.loads(line) for line in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in recorded] == [1, 2]
+    for m, r in zip(seen, recorded, strict=True):
+        assert (m.val_top1, m.train_loss, m.lr) == (r["val_top1"], r["train_loss"], r["lr"])
+    assert seen[-1].val_top5 >= seen[-1].val_top1
 
 
 def test_multi_phase_run_changes_resolution_and_batch(tmp_path: Path) -> None:

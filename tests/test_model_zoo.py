@@ -4,6 +4,7 @@ digits, per-GPU BatchNorm for timm's BatchNorm-with-activation layers, nothing d
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import timm
@@ -31,7 +32,11 @@ def test_the_engine_trains_a_named_model_on_digits(tmp_path, name, kwargs) -> No
     result = train(cfg)
     assert result.status == "completed" and len(result.epochs) == 1
     first_loss = result.epochs[0].train_loss
-    assert 0 < first_loss < 10 and 0 <= result.final.val_top1 <= 100
+    assert 0 < first_loss < 10
+    # the named model is the one trained: the checkpoint holds its parameters, name by name
+    saved = torch.load(Path(cfg.run_dir) / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+    built = build_model(cfg.model, in_channels=1, num_classes=10)
+    assert set(saved["model"]) == set(built.state_dict())
 
 
 def test_digits_one_channel_reaches_the_first_convolution() -> None:

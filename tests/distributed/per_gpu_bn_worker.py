@@ -55,7 +55,9 @@ def main() -> None:
             json.dump({"loss_ddp": torch.stack(losses).mean().item(), "loss_emulated": whole.item(),
                        "loss_whole_batch_bn": plain_loss.item(), "grad_diff": grad_diff,
                        "grad_scale": grad_scale,
-                       "running_mean_diff": (bn.running_mean - first_bn.running_mean).abs().max().item()}, f)
+                       "running_mean_diff": (bn.running_mean - first_bn.running_mean).abs().max().item(),
+                       "running_var_diff": (bn.running_var - first_bn.running_var).abs().max().item(),
+                       "running_var_moved": (first_bn.running_var - 1).abs().max().item()}, f)
     dist.barrier()
     dist.destroy_process_group()
     exit_rank(0)

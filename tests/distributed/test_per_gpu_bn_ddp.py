@@ -22,5 +22,6 @@ def test_one_process_with_per_gpu_batchnorm_trains_as_four_ranks_do(tmp_path: Pa
     assert abs(r["loss_ddp"] - r["loss_emulated"]) < 1e-5, r
     assert r["grad_diff"] < 1e-5 * max(1.0, r["grad_scale"]), r
     assert r["running_mean_diff"] < 1e-6, r  # rank 0's statistics, which DDP broadcasts
+    assert r["running_var_diff"] < 1e-6 < r["running_var_moved"], r  # the variance too (the unbiased one)
     # and normalising over the whole batch instead is measurably another model
     assert abs(r["loss_whole_batch_bn"] - r["loss_ddp"]) > 1e-3, r

@@ -190,9 +190,7 @@ def test_a_search_whose_trials_all_fail_stops_after_three_and_resumes(tmp_path: 
     # one worker: with more, each stops after its own run of failures (the budget's N-1 overshoot)
     common = ["--space", str(space_file), "--storage", db, "--study", "f", "--trials", "1000",
               "--runs-dir", str(tmp_path / "runs"), "--workers", "1"]
-    started = time.monotonic()
     out = subprocess.run(_cli(*common), capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert time.monotonic() - started < 60
     assert out.returncode == 1
     errors = [line for line in out.stderr.splitlines() if line.startswith("tianfeng: error:")]
     assert len(errors) == 1 and "the last 3 trials of study f failed with: ConfigError: phases.0.batch_size: " \

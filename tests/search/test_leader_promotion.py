@@ -129,12 +129,12 @@ def _leaders_in_order(trials: list[optuna.trial.FrozenTrial]) -> list[int]:
 
 
 def _utc(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC)  # run records keep milliseconds
 
 
 def _second(when: datetime) -> datetime:
-    """A trial's time to the whole second, as the run records keep theirs."""
-    return when.astimezone(UTC).replace(microsecond=0)
+    """A trial's time in UTC, to the millisecond as the run records keep theirs."""
+    return when.astimezone(UTC).replace(microsecond=when.microsecond // 1000 * 1000)
 
 
 def _search(tmp_path: Path, tiny_space: dict, workers: int, trials: int) -> tuple[optuna.Study, list[dict]]:

@@ -15,6 +15,7 @@ import pytest
 
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
+from tianfeng.hpo.materialize import build_config
 from tianfeng.hpo.runner import run_search
 from tianfeng.hpo.space import load_space
 from tianfeng.promotion.run import promote
@@ -65,11 +66,18 @@ def test_every_phase_shows_its_own_peak_lr(tmp_path: Path, tiny_space: dict) -> 
     space = load_space(write_space(tmp_path, tiny_space))
     values = {"optimizer": "sgd", "base_lr": 0.4, "warmup_epochs": 0.0, "batch_size": 64, "momentum": 0.9}
     full, changes = transfer(space, values, "proxy", batch_size=256)
+    proxy = build_config(space, values, "proxy")
     rows = {c.key: c for c in changes if "peak LR" in c.key}
     assert set(rows) == {"phase 0 peak LR (computed)", "phase 1 peak LR (computed)"}
-    for i, phase in enumerate(full.phases):  # each follows its own phase's batch, not the last one's
-        assert rows[f"phase {i} peak LR (computed)"].full == pytest.approx(0.4 * phase.batch_size / 256)
+    # --batch-size names the last phase's batch; the earlier phase keeps its share of it
+    assert full.phases[-1].batch_size == 256
+    assert full.phases[0].batch_size == round(proxy.phases[0].batch_size * 256 / proxy.phases[-1].batch_size)
     assert full.phases[0].batch_size != full.phases[1].batch_size
+    for i, (small, big) in enumerate(zip(proxy.phases, full.phases, strict=True)):
+        row = rows[f"phase {i} peak LR (computed)"]  # each follows its own phase's batch, not the last one's
+        assert row.proxy == pytest.approx(0.4 * small.batch_size / 256, abs=1e-6)
+        assert row.full == pytest.approx(0.4 * big.batch_size / 256)
+        assert f"batch {small.batch_size} -> {big.batch_size}" in row.rule
 
 
 def test_promote_dry_run_then_real_run_then_resume(finished_study, tmp_path: Path) -> None:

@@ -27,7 +27,16 @@ def test_no_two_seeds_or_workers_share_a_stream() -> None:
 
 def test_a_one_worker_search_keeps_its_stream_and_every_stream_repeats() -> None:
     assert [sampler_seed(_plan(seed), 0, 0) for seed in (0, 5)] == [0, 5]
-    assert sampler_seed(_plan(3), 2, 0) == sampler_seed(_plan(3), 2, 0)
+    # the same in another process (a worker is one): no per-process salt such as str's hash()
+    import subprocess
+    import sys
+
+    code = ("from tests.search.test_sampler_streams import _plan; from tianfeng.hpo.runner import sampler_seed; "
+            "print(sampler_seed(_plan(3), 2, 7))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**__import__("os").environ, "PYTHONHASHSEED": "random"})
+    assert other.returncode == 0, other.stderr
+    assert int(other.stdout) == sampler_seed(_plan(3), 2, 7)
 
 
 def test_two_seeds_of_a_two_worker_search_draw_different_trials() -> None:

@@ -154,19 +154,17 @@ def test_expressions_evaluate_and_short_circuit() -> None:
     "max(" * 60 + "1" + ")" * 60, "1" + "+1" * 499, "[1] * 10**9", "[0] + [0] * 2**40", "[[1, 2] * 9] * 9",
 ])
 def test_hostile_expressions_stop_fast_in_little_memory(text: str) -> None:
-    """Each either evaluates to something small or is refused, within a bound that only a hang
-    or a runaway allocation would break (the unbounded language took minutes and gigabytes)."""
-    import time
+    """Each either evaluates to something small or is refused, within a memory bound that only a
+    runaway allocation would break (the unbounded language took minutes and gigabytes); a hang
+    is the suite's timeout."""
     import tracemalloc
 
     tracemalloc.start()
-    started = time.monotonic()
     with contextlib.suppress(ExpressionError):
         Expression(text).evaluate({})
-    elapsed = time.monotonic() - started
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert elapsed < 5 and peak < 20 * 2**20, (elapsed, peak)
+    assert peak < 20 * 2**20, peak
 
 
 def test_list_literals_evaluate_but_cannot_be_computed_with() -> None:

@@ -189,20 +189,19 @@ def test_time_to_target_prefers_the_fastest_trial_that_reaches_it(tmp_path: Path
     tiny_space["parameters"]["batch_size"] = {"type": "categorical", "choices": [32, 64, 128, 256]}
     path = write_space(tmp_path, tiny_space)
     db = f"sqlite:///{tmp_path}/s.db"
+    # a target every trial reaches (digits' top-1 is never 0): the choice is the fastest of them;
+    # the choice among trials some of which miss the target is tested on studies built by hand
     assert main(["search", "--space", str(path), "--storage", db, "--trials", "6", "--objective", "time-to-target",
-                 "--target", "30", "--sampler", "random", "--study", "t"]) == 0
+                 "--target", "0", "--sampler", "random", "--study", "t"]) == 0
     study = optuna.load_study(study_name="t", storage=db)
     done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len({t.values[0] for t in done}) > 1  # the batch sizes make the predicted times differ
     for t in done:
         assert t.values == [t.user_attrs["predicted"]["seconds"]]
-        assert t.constraints["target"] == pytest.approx(30 - t.user_attrs["score"])
-    reached = [t for t in done if t.user_attrs["score"] >= 30]
+        assert t.constraints["target"] == pytest.approx(0 - t.user_attrs["score"])
     best = best_trial(study)
-    if reached:
-        assert best.number == min(reached, key=lambda t: t.values[0]).number
-        assert "fastest trial reaching the target" in capsys.readouterr().out
-    else:  # nothing reached it: the best metric stands in, and says so
-        assert best.user_attrs["score"] == max(t.user_attrs["score"] for t in done)
+    assert best.number == min(done, key=lambda t: t.values[0]).number
+    assert f"fastest trial reaching the target: #{best.number}" in capsys.readouterr().out
 
 
 def _trial(study: optuna.Study, seconds: float, rung_value: float | None, state=TrialState.COMPLETE):
@@ -320,11 +319,32 @@ def test_trials_below_the_accuracy_floor_are_infeasible_and_off_the_front(tmp_pa
     done = [t for t in study.trials if t.state == TrialState.COMPLETE]
     for t in done:  # Optuna's constraint: <= 0 feasible, the shortfall otherwise
         assert t.constraints["min_accuracy"] == pytest.approx(13 - t.values[0])
+    assert "chance" not in study.user_attrs  # a floor the user gave is not raised with the best
     front = {t.number for t in pareto_front(study)}
-    assert all(next(t for t in done if t.number == n).values[0] >= 13 for n in front)
-    below = [t for t in done if t.values[0] < 13]
-    assert not front & {t.number for t in below}
-    if front:
-        assert "trials below 13 are off it" in " ".join(out.out.split())  # the title may wrap
-    else:
-        assert "no complete trial reaches the accuracy floor of 13" in out.err
+    above = [t for t in done if t.values[0] >= 13]
+    by_hand = {t.number for t in above if not any(o.values[0] >= t.values[0] and o.values[1] <= t.values[1]
+                                                  and o.values != t.values for o in above)}
+    assert front == by_hand and front
+    assert "trials below 13 are off it" in " ".join(out.out.split())  # the title may wrap
+    # a floor above every score: the front is empty, and the summary says why
+    assert main(["search", "--space", str(path), "--storage", db, "--trials", "2", "--objective", "pareto",
+                 "--sampler", "random", "--study", "g", "--min-accuracy", "99.99"]) == 0
+    assert "no complete trial reaches the accuracy floor of 99.99" in capsys.readouterr().err
+    assert pareto_front(optuna.load_study(study_name="g", storage=db)) == []
+
+
+def test_the_default_floor_rises_with_the_best_and_keeps_near_chance_recipes_off_the_front(
+        tmp_path: Path, tiny_space: dict, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write_space(tmp_path, _space(tiny_space, cluster={"gpus": 8, "gpus_per_node": 8}))
+    db = f"sqlite:///{tmp_path}/s.db"
+    assert main(["search", "--space", str(path), "--storage", db, "--trials", "5", "--objective", "pareto",
+                 "--sampler", "random", "--study", "d"]) == 0
+    study = optuna.load_study(study_name="d", storage=db)
+    # digits has 10 classes: chance 10%, the default floor 20%, recorded for every worker
+    assert study.user_attrs["chance"] == 10.0 and study.user_attrs["min_accuracy"] == 20.0
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    halfway = 10.0 + (max(t.values[0] for t in done) - 10.0) / 2
+    front = pareto_front(study)
+    assert front and all(t.values[0] >= max(20.0, halfway) for t in front)
+    assert f"trials below {max(20.0, halfway):.4g} are off it" in " ".join(capsys.readouterr().out.split())

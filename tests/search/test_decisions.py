@@ -1,0 +1,276 @@
+"""The search's own decisions on studies built by hand, and their properties over many random
+studies (hypothesis): the Pareto front and its floor, the peer rule in both directions,
+time-to-target's choice and what the budget counts. Each test names the bug it is there for."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.budget import counted
+from tianfeng.hpo.outcomes import TrialStatus
+from tianfeng.hpo.peer_pruning import PeerPruner, rung_passed
+from tianfeng.hpo.scores import best_trial, front_floor, pareto_front
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _study(mode: ObjectiveMode = ObjectiveMode.PARETO, *, floor: float | None = None, chance: float | None = None,
+           target: float | None = None, direction: str = "maximize") -> optuna.Study:
+    directions = [direction, "minimize"] if mode == ObjectiveMode.PARETO else ["minimize"]
+    study = optuna.create_study(directions=directions)
+    study.set_user_attr("objective_mode", mode)
+    study.set_user_attr("direction", direction)
+    for key, value in (("min_accuracy", floor), ("chance", chance), ("target", target)):
+        if value is not None:
+            study.set_user_attr(key, value)
+    return study
+
+
+def _add(study: optuna.Study, score: float, seconds: float, *, constraints: tuple[float, ...] = (),
+         state: TrialState = TrialState.COMPLETE, rung: float | None = None, status: str | None = None) -> None:
+    attrs = {"predicted": {"seconds": seconds, "gpu_hours": seconds / 3600}, "score": score}
+    if rung is not None:
+        attrs["rung_values"] = {"0.333": rung}
+    if status is not None:
+        attrs["status"] = status
+    if state != TrialState.COMPLETE:
+        values = None
+    elif len(study.directions) == 2:
+        values = [score, seconds]
+    else:
+        values = [seconds]
+    study.add_trial(create_trial(state=state, values=values, params={"x": 0.5},
+                                 distributions={"x": FloatDistribution(0, 1)}, user_attrs=attrs,
+                                 constraints={f"c{i}": c for i, c in enumerate(constraints)} or None))
+
+
+def _seconds(trials) -> list[float]:
+    return [t.user_attrs["predicted"]["seconds"] for t in trials]
+
+
+# --- the front and its floor -----------------------------------------------------------------
+
+def test_a_fast_trial_failing_a_constraint_is_off_the_front() -> None:
+    """Bug: the constraint filter dropped. The infeasible trial is the fastest, so nothing
+    dominates it: only the filter keeps it off."""
+    study = _study()
+    _add(study, 60, 10, constraints=(0.5,))  # e.g. over a memory limit: infeasible
+    _add(study, 70, 20)
+    _add(study, 90, 40)
+    assert _seconds(pareto_front(study)) == [20, 40]
+
+
+def test_a_fast_trial_below_the_floor_is_off_the_front() -> None:
+    """Bug: the floor not applied to the front. The trial below the given floor is the fastest."""
+    study = _study(floor=50)
+    _add(study, 45, 5)
+    _add(study, 70, 20)
+    _add(study, 90, 40)
+    assert _seconds(pareto_front(study)) == [20, 40]
+
+
+def test_the_default_floor_rises_halfway_from_chance_to_the_best() -> None:
+    """Bug: a near-chance recipe first on the front. 10 classes: chance 10, default floor 20; the
+    best is 90, so the front asks for 50: the 21.7% recipe, faster than every other, is off it."""
+    study = _study(floor=20, chance=10)
+    _add(study, 21.7, 5)
+    _add(study, 49, 8)
+    _add(study, 50, 9)
+    _add(study, 90, 40)
+    assert front_floor(study) == pytest.approx(50.0)
+    assert _seconds(pareto_front(study)) == [9, 40]
+
+
+def test_a_floor_the_user_gave_is_not_raised() -> None:
+    study = _study(floor=20)  # --min-accuracy 20: no chance level recorded
+    _add(study, 21.7, 5)
+    _add(study, 90, 40)
+    assert front_floor(study) == 20 and _seconds(pareto_front(study)) == [5, 40]
+
+
+def test_a_higher_given_floor_wins_over_halfway() -> None:
+    study = _study(floor=80, chance=10)
+    _add(study, 70, 5)
+    _add(study, 90, 40)
+    assert front_floor(study) == 80 and _seconds(pareto_front(study)) == [40]
+
+
+def test_the_front_of_a_minimised_metric_keeps_the_low_ones() -> None:
+    """Bug: the metric's direction ignored by the front (a loss)."""
+    study = _study(direction="minimize")
+    _add(study, 0.9, 10)
+    _add(study, 0.5, 20)
+    _add(study, 0.7, 30)  # slower and worse than the 0.5 trial
+    assert _seconds(pareto_front(study)) == [10, 20]
+
+
+trial_sets = st.lists(st.tuples(st.floats(0, 100), st.floats(1, 1000), st.booleans()), min_size=1, max_size=12)
+
+
+@PROPERTY
+@given(trials=trial_sets, floor=st.one_of(st.none(), st.floats(0, 99)), chance=st.one_of(st.none(), st.floats(1, 50)))
+def test_front_properties(trials, floor, chance) -> None:
+    """No member dominated by a feasible trial, none below the floor or infeasible, and every
+    feasible non-member dominated by a member (so the front is all a user needs to look at)."""
+    study = _study(floor=floor, chance=chance)
+    for score, seconds, feasible in trials:
+        _add(study, score, seconds, constraints=() if feasible else (1.0,))
+    front = pareto_front(study)
+    level = front_floor(study)
+    done = study.get_trials(states=(TrialState.COMPLETE,))
+    eligible = [t for t in done if all(c <= 0 for c in t.constraints.values())
+                and (level is None or t.user_attrs["score"] >= level)]
+
+    def key(t):
+        return t.user_attrs["score"], t.user_attrs["predicted"]["seconds"]
+
+    def dominates(a, b) -> bool:
+        (sa, ta), (sb, tb) = key(a), key(b)
+        return sa >= sb and ta <= tb and (sa > sb or ta < tb)
+
+    numbers = {t.number for t in front}
+    assert numbers <= {t.number for t in eligible}
+    for t in front:
+        assert not any(dominates(o, t) for o in eligible)
+    for t in eligible:
+        if t.number not in numbers:
+            assert any(dominates(o, t) for o in front)
+    assert _seconds(front) == sorted(_seconds(front))
+    if chance is not None and done:
+        best = max(t.user_attrs["score"] for t in done)
+        assert level >= chance + (best - chance) / 2 - 1e-9
+        if floor is not None:
+            assert level >= floor
+
+
+# --- the peer rule ---------------------------------------------------------------------------
+
+def _judge(study: optuna.Study, pruner: PeerPruner, seconds: float, value: float, maximize: bool) -> bool:
+    trial = study.ask()
+    trial.set_user_attr("predicted", {"seconds": seconds})
+    verdict = pruner.should_prune(study, trial, "0.333", value, maximize=maximize)
+    study.tell(trial, state=TrialState.FAIL)
+    return verdict
+
+
+def test_peers_within_the_slack_count() -> None:
+    """Bug: the slack dropped (only peers at most as slow as the trial). Every peer is 20% slower
+    than the trial, inside the 1.25 slack: without it the trial has no peers and is never pruned."""
+    study = _study()
+    for value in (50, 60, 70, 80):
+        _add(study, value, 12.0, rung=value)
+    pruner = PeerPruner(slack=1.25, min_peers=4)
+    assert _judge(study, pruner, 10.0, 64, maximize=True)
+    assert not _judge(study, pruner, 10.0, 66, maximize=True)
+    assert not _judge(study, pruner, 10.0, 65, maximize=True)  # level with the median: kept
+    assert not _judge(study, pruner, 9.0, 1, maximize=True)  # 12 s is 1.33x 9 s: outside the slack
+
+
+def test_a_minimised_metric_prunes_the_high_ones() -> None:
+    """Bug: the minimise branch flipped (a low loss pruned for beating its peers)."""
+    study = _study(direction="minimize")
+    for value in (1.0, 2.0, 3.0, 4.0):  # losses: the median is 2.5
+        _add(study, value, 10.0, rung=value)
+    pruner = PeerPruner(slack=1.25, min_peers=4)
+    assert _judge(study, pruner, 10.0, 2.6, maximize=False)
+    assert not _judge(study, pruner, 10.0, 2.4, maximize=False)
+    assert not _judge(study, pruner, 10.0, 2.5, maximize=False)  # level with the median: kept
+
+
+def test_no_rung_at_a_runs_last_epoch() -> None:
+    """Bug: a rung at the last epoch (a finished trial judged, and pruned, after its last epoch)."""
+    assert rung_passed(1, 1) is None and rung_passed(2, 2) is None and rung_passed(3, 3) is None
+    assert rung_passed(1, 2) == "0.333" and rung_passed(2, 3) == "0.667"
+
+
+@PROPERTY
+@given(peers=st.lists(st.tuples(st.floats(1, 100), st.integers(0, 10).map(float)), min_size=0, max_size=10),
+       mine=st.floats(1, 100), value=st.integers(0, 10).map(float), maximize=st.booleans(),
+       slack=st.floats(1.0, 2.0), min_peers=st.integers(1, 5))
+def test_peer_rule_properties(peers, mine, value, maximize, slack, min_peers) -> None:
+    """The rule prunes exactly when enough peers within the slack reached the rung and the trial is
+    worse than their median in the metric's own direction; never a trial at least as good as that
+    median, never with too few peers, and peers slower than the slack never count."""
+    study = _study(direction="maximize" if maximize else "minimize")
+    for seconds, v in peers:
+        _add(study, v, seconds, rung=v)
+    within = sorted(v for seconds, v in peers if seconds <= slack * mine)
+    verdict = _judge(study, PeerPruner(slack=slack, min_peers=min_peers), mine, value, maximize)
+    if len(within) < min_peers:
+        assert not verdict
+        return
+    n = len(within)
+    median = within[n // 2] if n % 2 else (within[n // 2 - 1] + within[n // 2]) / 2
+    assert verdict == (value < median if maximize else value > median)
+
+
+# --- time to target --------------------------------------------------------------------------
+
+def test_time_to_target_picks_the_fastest_trial_that_reached_it() -> None:
+    """The fastest trial missed the target, the most accurate is the slowest: the choice is the
+    fastest of those that reached it."""
+    study = _study(ObjectiveMode.TIME_TO_TARGET, target=80)
+    _add(study, 70, 5, constraints=(10.0,))
+    _add(study, 85, 20, constraints=(-5.0,))
+    _add(study, 81, 30, constraints=(-1.0,))
+    _add(study, 95, 60, constraints=(-15.0,))
+    assert best_trial(study).user_attrs["score"] == 85
+
+
+def test_time_to_target_falls_back_to_the_best_metric() -> None:
+    study = _study(ObjectiveMode.TIME_TO_TARGET, target=99)
+    _add(study, 70, 5, constraints=(29.0,))
+    _add(study, 85, 20, constraints=(14.0,))
+    _add(study, 60, 2, constraints=(39.0,))
+    assert best_trial(study).user_attrs["score"] == 85
+
+
+@PROPERTY
+@given(trials=st.lists(st.tuples(st.floats(0, 100), st.floats(1, 1000)), min_size=1, max_size=12),
+       target=st.floats(0, 100))
+def test_time_to_target_choice_properties(trials, target) -> None:
+    study = _study(ObjectiveMode.TIME_TO_TARGET, target=target)
+    for score, seconds in trials:
+        _add(study, score, seconds, constraints=(target - score,))
+    chosen = best_trial(study)
+    reached = [(s, t) for s, t in trials if s >= target]
+    if reached:
+        assert chosen.user_attrs["score"] >= target
+        assert chosen.user_attrs["predicted"]["seconds"] == min(t for _, t in reached)
+    else:
+        assert chosen.user_attrs["score"] == max(s for s, _ in trials)
+
+
+# --- the budget --------------------------------------------------------------------------------
+
+ENDS = {
+    "complete": (TrialState.COMPLETE, None, True),
+    "pruned": (TrialState.PRUNED, None, True),
+    "failed": (TrialState.FAIL, TrialStatus.FAILED, True),  # the recipe raised: spent
+    "interrupted": (TrialState.FAIL, TrialStatus.INTERRUPTED, False),  # Ctrl-C, a dead worker: retried
+    "cut": (TrialState.FAIL, None, False),  # killed before it could say why
+    "running": (TrialState.RUNNING, None, True),
+    "waiting": (TrialState.WAITING, None, False),
+}
+
+
+@PROPERTY
+@given(ends=st.lists(st.sampled_from(sorted(ENDS)), max_size=15))
+def test_the_budget_counts_what_was_spent_and_not_what_is_retried(ends) -> None:
+    """Bug: interrupted trials counted (a Ctrl-C'd search ends short of its budget) or failed ones
+    not (a recipe that always fails never ends the search)."""
+    study = optuna.create_study()
+    for end in ends:
+        state, status, _ = ENDS[end]
+        attrs = {"status": status} if status else {}
+        values = [1.0] if state == TrialState.COMPLETE else None
+        study.add_trial(create_trial(state=state, values=values, params={"x": 0.5},
+                                     distributions={"x": FloatDistribution(0, 1)}, user_attrs=attrs))
+    assert len(counted(study)) == sum(ENDS[e][2] for e in ends)
