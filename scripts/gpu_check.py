@@ -5,7 +5,11 @@ Checks: nccl (torchrun, one process per GPU, synthetic ResNet-50 data, clean exi
 (kill -9 mid-run, resume at half the world size), precision (bf16/fp16 chosen by capability;
 host syncs and optimizer kernels per step under the profiler), overlap (flat and hierarchical
 exchange under the profiler: how much of the NCCL time runs beside compute), loaders (cache,
-DALI and torch loaders on a generated image folder: images/s, data wait, cache size)."""
+DALI and torch loaders on a generated image folder: images/s, data wait, cache size), and the
+figure checks of scripts/gpu_figures.py (per_gpu_bn, step_curve, dali, search). With --out DIR
+it writes versions.json and results.json there, after every check; the whole run stops starting
+checks after --budget seconds (8 minutes). --device cpu --quick rehearses the figure checks on
+this CPU (tests/test_gpu_check.py runs it)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_figures import FIGURE_CHECKS, Target, versions, write_json  # noqa: E402 - beside this script
+
 LIMIT_S = 600  # every check stops here
 
 
@@ -223,8 +230,10 @@ def check_loaders(gpus: int, work: Path) -> tuple[bool, str]:
     return ok, "; ".join(figures)
 
 
-CHECKS = {"nccl": check_nccl, "resume": check_resume, "precision": check_precision,
-          "overlap": check_overlap, "loaders": check_loaders}
+CUDA_CHECKS = {"nccl": check_nccl, "resume": check_resume, "precision": check_precision,
+               "overlap": check_overlap, "loaders": check_loaders}
+CHECKS = [*CUDA_CHECKS, *FIGURE_CHECKS]
+BUDGET_S = 8 * 60  # the whole script on one GPU node: no check starts past it
 
 
 def main() -> int:
@@ -233,6 +242,11 @@ def main() -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checks", nargs="*", help=f"some of {', '.join(CHECKS)} (default: all)")
+    parser.add_argument("--out", type=Path, help="write versions.json, results.json and each check's figures here")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu rehearses the figure checks (per_gpu_bn, step_curve, dali, search) on this CPU")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes: the rehearsal's sizes")
+    parser.add_argument("--budget", type=float, default=BUDGET_S, help=f"seconds in all (default {BUDGET_S})")
     args = parser.parse_args()
     unknown = [c for c in args.checks if c not in CHECKS]
     if unknown:
@@ -240,24 +254,43 @@ def main() -> int:
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus == 0:
+    names = args.checks or (CHECKS if args.device == "cuda" else list(FIGURE_CHECKS))
+    if args.device == "cpu" and any(n in CUDA_CHECKS for n in names):
+        parser.error(f"--device cpu: {', '.join(n for n in names if n in CUDA_CHECKS)} need a CUDA GPU")
+    if args.device == "cuda" and gpus == 0:
         print(f"gpu_check: no CUDA GPU visible to torch {torch.__version__} (CUDA build: "
               f"{torch.version.cuda or 'none'}): nothing was run. Run this on a GPU node.")
         return 0
-    print(f"gpu_check: {gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}")
-    failed = 0
+    found = versions()
+    print("gpu_check: " + ", ".join(f"{k} {v}" for k, v in found.items() if v is not None), flush=True)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json(args.out / "versions.json", found)
+    target, results, deadline = Target(args.device, args.quick), [], time.monotonic() + args.budget
     with tempfile.TemporaryDirectory(prefix="tianfeng-gpu-check-") as tmp:
-        for name in args.checks or CHECKS:
+        for name in names:
+            if time.monotonic() > deadline:
+                results.append({"check": name, "ok": False, "text": "not run: the time budget was spent"})
+                print(f"SKIP {name}: the {args.budget:.0f} s budget was spent", flush=True)
+                continue
             work = Path(tmp) / name
             work.mkdir()
             started = time.monotonic()
+            figures: dict = {}
             try:
-                ok, figures = CHECKS[name](gpus, work)
+                if name in CUDA_CHECKS:
+                    ok, text = CUDA_CHECKS[name](gpus, work)
+                else:
+                    ok, text, figures = FIGURE_CHECKS[name](target, work)
             except Exception as exc:  # noqa: BLE001 - one check's crash is its FAIL, not the script's
-                ok, figures = False, f"{type(exc).__name__}: {exc}"
-            print(f"{'PASS' if ok else 'FAIL'} {name} ({time.monotonic() - started:.0f} s): {figures}", flush=True)
-            failed += not ok
-    return 1 if failed else 0
+                ok, text = False, f"{type(exc).__name__}: {exc}"
+            took = time.monotonic() - started
+            print(f"{'PASS' if ok else 'FAIL'} {name} ({took:.0f} s): {text}", flush=True)
+            results.append({"check": name, "ok": ok, "seconds": round(took, 1), "text": text, "figures": figures})
+            if args.out:  # after every check: a run cut short keeps what it measured
+                write_json(args.out / "results.json", {"versions": found, "target": {"device": target.device, "quick": target.quick},
+                                                        "results": results})
+    return 0 if all(r["ok"] for r in results) else 1
 
 
 if __name__ == "__main__":
