@@ -274,3 +274,39 @@ def test_the_budget_counts_what_was_spent_and_not_what_is_retried(ends) -> None:
         study.add_trial(create_trial(state=state, values=values, params={"x": 0.5},
                                      distributions={"x": FloatDistribution(0, 1)}, user_attrs=attrs))
     assert len(counted(study)) == sum(ENDS[e][2] for e in ends)
+
+
+# --- the transfer rules ----------------------------------------------------------------------
+
+@PROPERTY
+@given(stages=st.integers(1, 3), batch=st.sampled_from([64, 128]), full_batch=st.sampled_from([96, 256, 1000]),
+       scale=st.booleans())
+def test_transfer_gives_each_phase_its_own_batch_and_lr(stages, batch, full_batch, scale) -> None:
+    """For 1-3 phases: --batch-size names the last phase's batch, every earlier phase keeps its
+    share of it, and each phase's peak LR on both sides follows that phase's own batch."""
+    import copy
+    import tempfile
+    from pathlib import Path
+
+    from tests.search.conftest import TINY_SPACE, write_space
+    from tianfeng.hpo.materialize import build_config
+    from tianfeng.hpo.space import load_space
+    from tianfeng.promotion.transfer import transfer
+
+    raw = copy.deepcopy(TINY_SPACE)
+    raw["phases"] = {"stages": stages, "start_resolution": 8, "end_resolution": 8 + 4 * (stages - 1),
+                     "batch_size": "batch_size", "scale_batch_with_resolution": scale}
+    raw["fidelities"]["proxy"]["epochs"] = 3  # an epoch for each of up to three phases
+    values = {"optimizer": "sgd", "base_lr": 0.4, "warmup_epochs": 0.0, "batch_size": batch, "momentum": 0.9}
+    with tempfile.TemporaryDirectory() as tmp:
+        space = load_space(write_space(Path(tmp), raw))
+        proxy = build_config(space, values, "proxy")
+        full, changes = transfer(space, values, "proxy", batch_size=full_batch)
+    assert len(full.phases) == len(proxy.phases) == stages
+    assert full.phases[-1].batch_size == full_batch
+    rows = {c.key: c for c in changes if "peak LR" in c.key}
+    for i, (small, big) in enumerate(zip(proxy.phases, full.phases, strict=True)):
+        assert big.batch_size == max(1, round(small.batch_size * full_batch / proxy.phases[-1].batch_size))
+        row = rows[f"phase {i} peak LR (computed)"]
+        assert row.proxy == pytest.approx(0.4 * small.batch_size / 256, abs=1e-6)
+        assert row.full == pytest.approx(0.4 * big.batch_size / 256, abs=1e-6)
