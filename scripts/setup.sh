@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv in the checkout and installs tianfeng into it. --dev adds DALI, Ray, the
 # PostgreSQL driver and the test tools, and the Debian packages the tests drive for real
-# (a PostgreSQL server, headless Chromium) when they are missing and we may install them.
+# (a PostgreSQL server, headless Chromium, a Slurm controller and node with munge) when they are
+# missing and we may install them.
 # torch and torchvision come as the tested pair in constraints.txt (pip finds both on this
 # machine's disk); nothing here may pull another torch build.
 set -euo pipefail
@@ -32,6 +33,7 @@ if [[ -n "$extras" ]]; then
   missing=()
   compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || missing+=(postgresql)
   command -v chromium > /dev/null || missing+=(chromium)
+  [[ -x /usr/sbin/slurmctld && -x /usr/sbin/munged ]] || missing+=(slurm-wlm munge)
   if (( ${#missing[@]} )); then
     if [[ $(id -u) == 0 ]] && command -v apt-get > /dev/null; then
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" > /dev/null

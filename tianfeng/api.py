@@ -132,6 +132,7 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
     holds what `tianfeng promote` takes as flags; keyword arguments change single options:
     `promote(7, study="large_batch", batch_size=4096)`."""
     from tianfeng.hpo.scores import score
+    from tianfeng.launch.scheduler import SchedulerOptions
     from tianfeng.promotion.run import Launch, load_study
     from tianfeng.promotion.run import promote as run_promotion
     from tianfeng.store import RunRecordStatus
@@ -144,10 +145,11 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
             "trial %d: the fastest front trial with %s >= %g (%.4g, full run predicted %.0f s)", pick.number,
             loaded.user_attrs.get("metric", "value"), o.fastest_to, score(pick), pick.user_attrs["predicted"]["seconds"])
         trial = pick.number
-    launch = Launch(o.nodes, o.gpus_per_node, o.device, o.master_addr) if o.nodes else None
+    launch = Launch(o.nodes, o.gpus_per_node, o.device, o.master_addr, o.launcher,
+                    SchedulerOptions(o.partition, o.account, o.time, tuple(o.scheduler_args))) if o.nodes else None
     out = run_promotion(o.storage, o.study, trial, batch_size=o.batch_size, overrides=list(o.overrides),
                         runs_dir=Path(o.runs_dir), dry_run=o.dry_run, launch=launch)
-    if o.mlflow and not o.dry_run and out["status"] != RunRecordStatus.PLANNED:
+    if o.mlflow and not o.dry_run and out["status"] not in (RunRecordStatus.PLANNED, RunRecordStatus.SUBMITTED):
         from tianfeng.tracking import export_study
 
         export_study(o.mlflow, load_study(o.storage, out["study"]), o.storage)
@@ -187,12 +189,18 @@ def front(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[o
 
 def runs(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[dict]:
     """The promoted runs recorded in `storage` (of one study, or all): status, epochs, proxy and
-    full scores, run directory. As `tianfeng runs`: a run recorded as running whose process is gone
-    (its run directory is here and nobody holds its training lock) is listed as interrupted."""
+    full scores, run directory, and for a submitted run its scheduler job (`job`: launcher, job
+    id, state, reason). As `tianfeng runs`: a run recorded as running whose process is gone (its
+    run directory is here and nobody holds its training lock) is listed as interrupted, and a
+    submitted run whose job ended is collected first."""
+    from tianfeng.promotion.jobs import with_jobs
+    from tianfeng.promotion.run import refresh_submitted
     from tianfeng.promotion.run_lock import with_live_status
     from tianfeng.store import RunStore
 
-    return [with_live_status(r) for r in RunStore(storage).runs(study)]
+    refresh_submitted(storage, study)  # runs a scheduler trains: their state now, collected when done
+    store = RunStore(storage)
+    return with_jobs(store, [with_live_status(r) for r in store.runs(study)])
 
 
 def spaces() -> list[dict]:

@@ -111,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                          help="with --nodes: cuda writes the plan for a cluster; cpu runs it here as emulated nodes")
     promote.add_argument("--master-addr", default="127.0.0.1", help="with --nodes: rendezvous host (the first node)")
+    promote.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                         help="with --nodes: local runs the plan here (cpu) or writes it (cuda); slurm submits it "
+                              "with sbatch, requeueable, and returns (tianfeng runs follows it)")
+    promote.add_argument("--partition", default=None, help="with --launcher slurm: the job's partition")
+    promote.add_argument("--account", default=None, help="with --launcher slurm: the job's account")
+    promote.add_argument("--time", default=None, help="with --launcher slurm: the job's time limit, e.g. 4:00:00")
+    promote.add_argument("--sbatch-arg", dest="scheduler_args", action="append", default=[], metavar="ARG",
+                         help="with --launcher slurm: passed to sbatch as it is (repeatable)")
     add_json(promote)
 
     runs = sub.add_parser("runs", help="list promoted runs", description="List the promoted runs recorded in a study database.")

@@ -43,6 +43,23 @@ class PromotedRun(_Base):
         return out
 
 
+class ScheduledJob(_Base):
+    """The scheduler's job that trains a promoted run (one row per run: a resubmission replaces it)."""
+    __tablename__ = "tianfeng_scheduled_jobs"
+
+    run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    launcher: Mapped[str] = mapped_column(String(16))  # slurm
+    job_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))  # pending | running | completed | failed | cancelled | ...
+    reason: Mapped[str] = mapped_column(Text, default="")
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    submitted: Mapped[str] = mapped_column(String(32))
+    updated: Mapped[str] = mapped_column(String(32))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {c.name: getattr(self, c.name) for c in self.__table__.columns}
+
+
 class RunRecordStatus(StrEnum):
     """A promoted run's status in the database: the engine's, or where it stands."""
     RUNNING = "running"
@@ -53,6 +70,7 @@ class RunRecordStatus(StrEnum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"  # cut by Ctrl-C (or killed: see run_lock): promoting it again continues it
     PLANNED = "planned"  # a launch plan for GPU nodes, collected when promoted again
+    SUBMITTED = "submitted"  # a scheduler's job trains it: its state is the job's (tianfeng runs)
 
 
 def _now() -> str:
@@ -104,3 +122,28 @@ class RunStore:
             if study is not None:
                 query = query.filter_by(study=study)
             return [row.as_dict() for row in session.scalars(query)]
+
+    def record_job(self, run_id: int, *, launcher: str, job_id: str, state: str) -> None:
+        with Session(self.engine) as session:
+            row = session.get(ScheduledJob, run_id)
+            if row is None:
+                row = ScheduledJob(run_id=run_id, launcher=launcher, job_id=job_id, state=state, reason="",
+                                   restarts=0, submitted=_now(), updated=_now())
+                session.add(row)
+            else:
+                row.launcher, row.job_id, row.state, row.reason, row.restarts = launcher, job_id, state, "", 0
+                row.submitted = row.updated = _now()
+            session.commit()
+
+    def update_job(self, run_id: int, **fields: Any) -> None:
+        with Session(self.engine) as session:
+            row = session.get(ScheduledJob, run_id)
+            for key, value in fields.items():
+                setattr(row, key, value)
+            row.updated = _now()
+            session.commit()
+
+    def jobs(self) -> dict[int, dict[str, Any]]:
+        """Every run's scheduler job, by run id."""
+        with Session(self.engine) as session:
+            return {row.run_id: row.as_dict() for row in session.scalars(select(ScheduledJob))}

@@ -29,6 +29,10 @@ def run_promote_command(args) -> int:
         where = f"; launch plan in {out['launch']}" if out["launch"] else ""
         print(f"# dry run: would train in {out['run_dir']}{where}", file=sys.stderr)
         return 0
+    if out["status"] == RunRecordStatus.SUBMITTED:
+        emit(args, out, [f"run {out['run']} is {out['launcher']} job {out['job']} ({out['job_state']}); "
+                         "tianfeng runs shows its state, and collects it when it ends"])
+        return 0
     if out["status"] == RunRecordStatus.PLANNED:
         emit(args, out, [f"launch plan written to {out['launch']} (run it on the cluster)"])
         return 0
@@ -57,10 +61,22 @@ def run_runs_command(args) -> int:
     table = plain_table(f"promoted runs in {args.storage}",
                         ("run", "study", "trial", "kind", "status", "epochs", "proxy", "full", "run dir"))
     for r in rows:
-        add_plain_row(table, str(r["id"]), r["study"], str(r["trial_number"]), r["kind"], r["status"],
+        add_plain_row(table, str(r["id"]), r["study"], str(r["trial_number"]), r["kind"], _status(r),
                       str(len(r["epochs"])), _fmt(r["proxy_score"]), _fmt(r["final_score"]), r["run_dir"])
     Console().print(table)
     return 0
+
+
+def _status(run: dict) -> str:
+    """`completed`, or for a submitted run its job: `slurm 12 pending (Resources)`, `slurm 12
+    running, epoch 3 of 8`."""
+    job = run.get("job")
+    if job is None or run["status"] != RunRecordStatus.SUBMITTED:
+        return run["status"]
+    reason = f" ({job['reason']})" if job["state"] == "pending" and job["reason"] else ""
+    total = sum(p["epochs"] for p in (yaml.safe_load(run["config_yaml"]) or {}).get("phases", []))
+    progress = f", epoch {len(run['epochs'])} of {total}" if job["state"] == "running" else ""
+    return f"{job['launcher']} {job['job_id']} {job['state']}{reason}{progress}"
 
 
 def _fmt(value: float | None) -> str:

@@ -26,6 +26,7 @@ class LaunchPlan:
     device: str  # cuda | cpu
     master_addr: str
     port: int
+    max_restarts: int = 0  # torchrun restarts every rank from the last checkpoint after a failure
 
     def __post_init__(self) -> None:
         check_name(self.run_name, "config", "name")  # becomes the Slurm job name and rendezvous id
@@ -43,7 +44,8 @@ class LaunchPlan:
     def torchrun_args(self) -> list[str]:
         # the same command on every node: c10d rendezvous assigns node ranks (ranks stay
         # contiguous per node, which the hierarchical hook's node groups rely on)
-        return ["torchrun", f"--nnodes={self.nodes}", f"--nproc-per-node={self.per_node}",
+        restarts = [f"--max-restarts={self.max_restarts}"] if self.max_restarts else []
+        return ["torchrun", f"--nnodes={self.nodes}", f"--nproc-per-node={self.per_node}", *restarts,
                 "--rdzv-backend=c10d", f"--rdzv-endpoint={self.master_addr}:{self.port}",
                 f"--rdzv-id={self.run_name}", *self.train_args()]
 
@@ -59,18 +61,33 @@ class LaunchPlan:
         return shlex.join(["ray", "job", "submit", f"--address=http://{self.master_addr}:{RAY_DASHBOARD_PORT}",
                            f"--submission-id={self.run_name}-{self.nodes}x{self.per_node}", "--", *entry])
 
-    def sbatch(self) -> str:
+    def sbatch(self, directives: tuple[str, ...] = ()) -> str:
         """One task per node, each running the same torchrun. Every argument is quoted once for
-        the batch shell, which expands only `$MASTER_ADDR`: no `bash -c` with quotes nested inside."""
+        the batch shell, which expands only `$MASTER_ADDR`: no `bash -c` with quotes nested inside.
+        `directives` (from a launcher: limits, output, --requeue, --signal=B:USR1@N) go in as they
+        are. srun runs in the background so that the batch shell's trap runs when the signal comes
+        (bash runs a trap only between commands): the job is requeued and, started again, resumes
+        from the run's last checkpoint."""
         gpus = f"#SBATCH --gpus-per-node={self.per_node}\n" if self.device == "cuda" else ""
         endpoint = f"--rdzv-endpoint={self.master_addr}:{self.port}"
         command = " ".join(f'--rdzv-endpoint="$MASTER_ADDR":{self.port}' if a == endpoint else shlex.quote(a)
                            for a in self.torchrun_args())
+        extra = "".join(f"{d}\n" for d in directives)
         return (f"#!/bin/bash\n#SBATCH --job-name={self.run_name}\n#SBATCH --nodes={self.nodes}\n"
-                f"#SBATCH --ntasks-per-node=1\n{gpus}#SBATCH --exclusive\n"
-                "set -euo pipefail\n"
+                f"#SBATCH --ntasks-per-node=1\n{gpus}#SBATCH --exclusive\n{extra}"
+                "set -uo pipefail\n"
                 "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
-                f"srun {command}\n")
+                "requeue() {\n"
+                "  echo \"tianfeng: job $SLURM_JOB_ID: signal before its time limit: requeued, it resumes from "
+                "the last checkpoint\" >&2\n"
+                "  scontrol requeue \"$SLURM_JOB_ID\"\n"
+                "}\n"
+                "trap requeue USR1\n"
+                f"srun {command} &\n"
+                "step=$!\n"
+                "wait \"$step\"; status=$?\n"
+                "while kill -0 \"$step\" 2> /dev/null; do wait \"$step\"; status=$?; done  # a trap cut the wait\n"
+                "exit \"$status\"\n")
 
 
 def check_fits(cfg: RunConfig, nodes: int, per_node: int, source: str) -> None:
@@ -91,7 +108,7 @@ def check_fits(cfg: RunConfig, nodes: int, per_node: int, source: str) -> None:
         raise ConfigError(source, "distributed.hook", "hierarchical needs --nodes >= 2")
 
 
-def write_plan(plan: LaunchPlan, out_dir: Path) -> list[Path]:
+def write_plan(plan: LaunchPlan, out_dir: Path, directives: tuple[str, ...] = ()) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for node in range(plan.nodes):
@@ -99,7 +116,7 @@ def write_plan(plan: LaunchPlan, out_dir: Path) -> list[Path]:
         path.write_text(f"#!/bin/bash\n# node {node} of {plan.nodes}: run on that node\n{plan.node_command()}\n")
         path.chmod(0o755)
         paths.append(path)
-    for name, text in (("sbatch.sh", plan.sbatch()),
+    for name, text in (("sbatch.sh", plan.sbatch(directives)),
                        ("ray-job.sh", f"#!/bin/bash\n# from any machine that reaches the Ray head node\n"
                                       f"{plan.ray_job_command()}\n")):
         path = out_dir / name

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from tianfeng.defaults import DEFAULT_STORAGE
+from tianfeng.launch.launchers import LAUNCHERS
+from tianfeng.launch.slurm import time_limit_s
 from tianfeng.options import with_changes
 from tianfeng.trainers.config import ConfigError
 
@@ -28,6 +30,11 @@ class PromoteOptions:
     device: str = "cuda"  # with nodes: cuda writes a cluster's plan; cpu runs it here
     master_addr: str = "127.0.0.1"
     mlflow: str | None = None  # a tracking URI: the study exported once the run trained
+    launcher: str = "local"  # with nodes: local runs (or plans) it here; slurm submits it
+    partition: str | None = None  # with --launcher slurm: the job's partition ...
+    account: str | None = None  # ... account ...
+    time: str | None = None  # ... and time limit (a Slurm time: 4:00:00)
+    scheduler_args: tuple[str, ...] = ()  # passed to sbatch as they are
 
     def changed(self, **changes: Any) -> PromoteOptions:
         """A copy with `changes`; an unknown name is one line with the closest known one."""
@@ -43,4 +50,14 @@ class PromoteOptions:
             raise ConfigError("--nodes", "", "give --nodes and --gpus-per-node together")
         if self.device not in ("cuda", "cpu"):
             raise ConfigError("--device", self.device, "allowed: cuda, cpu")
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError("--launcher", "", f"must be one of {', '.join(LAUNCHERS)}; got {self.launcher!r}")
+        if self.launcher != "local" and self.nodes is None:
+            raise ConfigError("--launcher", "", f"{self.launcher} needs --nodes and --gpus-per-node")
+        scheduler_only = [f for f, v in (("--partition", self.partition), ("--account", self.account),
+                                         ("--time", self.time), ("--sbatch-arg", self.scheduler_args)) if v]
+        if scheduler_only and self.launcher == "local":
+            raise ConfigError(scheduler_only[0], "", "goes with --launcher slurm")
+        if self.time is not None:
+            time_limit_s(self.time)
         return self

@@ -20,11 +20,15 @@ from tianfeng.hpo.scores import best_trial, score
 from tianfeng.hpo.screen_check import SCREENED_ATTR
 from tianfeng.hpo.space import SearchSpace, parse_space
 from tianfeng.hpo.stored_space import space_text
+from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.local import free_port, run_here
 from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
+from tianfeng.launch.scheduler import SchedulerOptions
+from tianfeng.launch.slurm import sbatch_directives, time_limit_s
 from tianfeng.logs import quiet_optuna
 from tianfeng.ownership import check_folder, claim_folder, study_owner
 from tianfeng.promotion.continuation import continue_screen
+from tianfeng.promotion.jobs import refresh_jobs, submit_run
 from tianfeng.promotion.run_lock import refuse_if_trained, training_lock
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.run_progress import RunProgress
@@ -92,11 +96,19 @@ def print_changes(changes: list[Change], console: Console) -> None:
 
 @dataclass(frozen=True)
 class Launch:
-    """Where a promoted run goes: N nodes x G devices through a launch plan."""
+    """Where a promoted run goes: N nodes x G devices through a launch plan, run here (`local`)
+    or submitted to a scheduler (`slurm`) with its options."""
     nodes: int
     per_node: int
     device: str = "cuda"  # cpu: the plan runs here, as emulated nodes of gloo processes
     master_addr: str = "127.0.0.1"
+    launcher: str = "local"
+    options: SchedulerOptions = SchedulerOptions()
+    max_restarts: int = 3  # torchrun's, for a submitted run
+
+    @property
+    def submitted(self) -> bool:
+        return self.launcher != "local"
 
 
 def promote(storage: str, study_name: str | None, trial_number: int, *, batch_size: int | None,
@@ -123,6 +135,8 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     full = with_changes(full, name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
     if not dry_run:
         refuse_if_trained(run_dir, trial_number, study.study_name)
+        if launch is not None and launch.submitted:
+            scheduler(launch.launcher).check(launch.options)  # before anything is printed or written
     print_changes(changes, Console(stderr=True))
     config_yaml = yaml.safe_dump(config_to_dict(full), sort_keys=False)
     plan = _write_launch_plan(full, config_yaml, launch, run_dir) if launch else None
@@ -162,6 +176,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
                 store.update(run_id, epochs=continued)
                 out["continued_after_epoch"] = len(continued)
         if plan is not None:
+            _warn_if_short(launch, trial.user_attrs.get("predicted"))
             return out | _run_plan(plan, launch, run_dir, store, run_id, space)
         try:
             with RunProgress(f"trial {trial_number} at full scale", full.total_epochs, metric) as bar:
@@ -183,13 +198,28 @@ def _write_launch_plan(full: RunConfig, config_yaml: str, launch: Launch, run_di
     launch_dir = run_dir / "launch"
     launch_dir.mkdir(parents=True, exist_ok=True)
     (launch_dir / "config.yaml").write_text(config_yaml)
-    local = launch.device == "cpu" and launch.master_addr == "127.0.0.1"
+    local = launch.device == "cpu" and launch.master_addr == "127.0.0.1" and not launch.submitted
     plan = LaunchPlan(config_path=str((launch_dir / "config.yaml").resolve()), run_name=full.name,
                       nodes=launch.nodes, per_node=launch.per_node, device=launch.device,
-                      master_addr=launch.master_addr, port=free_port() if local else 29500)
-    for path in write_plan(plan, launch_dir):
+                      master_addr=launch.master_addr, port=free_port() if local or launch.submitted else 29500,
+                      max_restarts=launch.max_restarts if launch.submitted else 0)
+    directives = tuple(sbatch_directives(launch.options, launch_dir.resolve())) if launch.launcher == "slurm" else ()
+    for path in write_plan(plan, launch_dir, directives):
         log.info("launch plan: %s", path)
     return plan
+
+
+def _warn_if_short(launch: Launch, predicted: dict | None) -> None:
+    """A time limit below the predicted full run: the job will be requeued at its limit, again and
+    again, each time resuming from the last checkpoint. Said with both numbers; not refused (the
+    prediction may be wrong)."""
+    if not (launch.submitted and launch.options.time and predicted and predicted.get("seconds")):
+        return
+    limit = time_limit_s(launch.options.time)
+    if limit < predicted["seconds"]:
+        log.warning("--time %s (%d s) is shorter than the full run's predicted %.0f s on %s: the job will "
+                    "reach its limit and be requeued from its last checkpoint", launch.options.time, limit,
+                    predicted["seconds"], predicted.get("cluster", "the cluster"))
 
 
 def full_score(space: SearchSpace, epochs: list[dict]) -> float | None:
@@ -203,6 +233,8 @@ def _run_plan(plan: LaunchPlan, launch: Launch, run_dir: Path, store: RunStore, 
               space: SearchSpace) -> dict:
     """Run the plan here (CPU, one machine) or leave it for the cluster; a run whose result is
     already in its directory (the cluster finished it) is collected instead."""
+    if launch.submitted and not (run_dir / "result.json").exists():
+        return submit_run(launch, run_dir, store, run_id)
     if not (run_dir / "result.json").exists():
         if launch.device != "cpu" or launch.master_addr != "127.0.0.1":
             store.update(run_id, status=RunRecordStatus.PLANNED)
@@ -226,3 +258,14 @@ def _collect(run_dir: Path, store: RunStore, run_id: int, space: SearchSpace) ->
     store.update(run_id, status=result["status"], final_score=final, epochs=epochs,
                  checkpoint=str(run_dir / "checkpoints" / "last.pt"))
     return {"status": result["status"], f"full_{metric}": final, "launch": str(run_dir / "launch")}
+
+
+def refresh_submitted(storage: str, study: str | None = None) -> None:
+    """Bring the scheduler's view of submitted runs into the study database: finished runs are
+    collected with their epochs and full-fidelity score, as a run trained here is."""
+    store = RunStore(storage)
+
+    def collect(run: dict) -> None:
+        _collect(Path(run["run_dir"]), store, run["id"], study_space(load_study(storage, run["study"])))
+
+    refresh_jobs(store, collect, study)

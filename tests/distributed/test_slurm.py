@@ -1,0 +1,157 @@
+"""Promoted runs on a real Slurm cluster started on this machine (tests/slurm.py): submitted,
+watched through scontrol, collected into the study by `tianfeng runs`; a job signalled before its
+time limit is requeued and resumes from its checkpoint to the uninterrupted run's metrics; the
+scheduler's refusals are one line, exit 2, nothing recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.search.conftest import TINY_SPACE, write_space
+from tests.search.test_study import plan_for
+from tests.slurm import slurm_cluster
+from tianfeng.hpo.runner import run_search
+from tianfeng.store import RunStore
+
+# one Slurm for the module; its jobs take the machine; each test waits for whole jobs
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(1200)]
+EPOCHS = 16  # the run the signal cuts: long enough to be cut mid-run and still be running after
+
+
+@pytest.fixture(scope="module")
+def slurm_env() -> Iterator[dict[str, str]]:
+    with slurm_cluster() as env:
+        # the job runs torchrun from the submitting environment, as a user's activated venv gives it
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+        yield env
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("slurm-study")
+    plan = plan_for(root, write_space(root, dict(TINY_SPACE)), trials=2, study="s")
+    run_search(plan, workers=1, resume=False)
+    return root / "study.db"
+
+
+def _cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tianfeng.cli", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=cwd)
+
+
+def _study_copy(searched: Path, tmp_path: Path, name: str) -> str:
+    folder = tmp_path / name
+    folder.mkdir()
+    shutil.copyfile(searched, folder / "study.db")
+    return f"sqlite:///{folder / 'study.db'}"
+
+
+def _promote(env, tmp_path: Path, storage: str, *extra: str) -> subprocess.CompletedProcess:
+    return _cli(env, tmp_path, "promote", "0", "--study", "s", "--storage", storage, "--nodes", "1",
+                "--gpus-per-node", "2", "--device", "cpu", "--launcher", "slurm",
+                "--runs-dir", str(Path(storage.removeprefix("sqlite:///")).parent / "runs"), *extra)
+
+
+def _runs(env, tmp_path: Path, storage: str) -> list[dict]:
+    out = _cli(env, tmp_path, "runs", "--storage", storage, "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def _wait_for(env, tmp_path: Path, storage: str, done, timeout_s: float = 300) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        runs = _runs(env, tmp_path, storage)
+        if done(runs):
+            return runs
+        time.sleep(1)
+    raise AssertionError(f"the runs never got there: {runs}")
+
+
+def _scontrol(env, job: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, env=env)
+    return dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+
+
+def test_a_submitted_promotion_is_watched_and_collected_into_the_study(slurm_env, searched, tmp_path) -> None:
+    storage = _study_copy(searched, tmp_path, "plain")
+    out = _promote(slurm_env, tmp_path, storage, "--time", "20", "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    submitted = json.loads(out.stdout)
+    assert submitted["status"] == "submitted" and submitted["launcher"] == "slurm" and submitted["job"].isdigit()
+    job = submitted["job"]
+    script = (Path(submitted["launch"]) / "sbatch.sh").read_text()
+    assert "#SBATCH --requeue" in script and "#SBATCH --signal=B:USR1@120" in script and "#SBATCH --time=20" in script
+    assert "--max-restarts=3" in script
+    runs = _wait_for(slurm_env, tmp_path, storage, lambda rs: rs and rs[0]["status"] != "submitted")
+    run = runs[0]
+    # collected by `tianfeng runs` with no second promote: the engine's epochs and the full score
+    assert run["status"] == "completed" and run["final_score"] is not None, run
+    assert len(run["epochs"]) == 3 and run["job"]["job_id"] == job and run["job"]["state"] == "completed"
+    assert run["final_score"] == json.loads((Path(run["run_dir"]) / "result.json").read_text())["final"]["val_top1"]
+    # the scheduler's own view agrees
+    view = _scontrol(slurm_env, job)
+    assert view["JobState"] == "COMPLETED" and view["ExitCode"] == "0:0" and view["Requeue"] == "1"
+    assert view["TimeLimit"] == "00:20:00"
+    log = Path(submitted["launch"]) / f"slurm-{job}.out"
+    assert "completed: val_top1" in log.read_text()
+
+
+def test_a_job_signalled_before_its_time_limit_is_requeued_and_resumes_exactly(slurm_env, searched, tmp_path) -> None:
+    longer = ("--set", f"phases.0.epochs={EPOCHS}")
+    whole_db = _study_copy(searched, tmp_path, "whole")
+    assert _promote(slurm_env, tmp_path, whole_db, *longer).returncode == 0
+    whole = _wait_for(slurm_env, tmp_path, whole_db, lambda rs: rs[0]["status"] != "submitted")[0]
+    assert whole["status"] == "completed"
+
+    cut_db = _study_copy(searched, tmp_path, "cut")
+    out = _promote(slurm_env, tmp_path, cut_db, *longer, "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    submitted = json.loads(out.stdout)
+    job, metrics = submitted["job"], Path(submitted["launch"]).parent / "metrics.jsonl"
+
+    def epochs_done() -> int:
+        return metrics.read_text().count("\n") if metrics.exists() else 0
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and epochs_done() < 2:
+        time.sleep(0.1)
+    # what Slurm sends the batch shell before the time limit (--signal=B:USR1@120), mid-run with an
+    # epoch checkpoint written
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, env=slurm_env)
+    assert 2 <= epochs_done() < EPOCHS, epochs_done()
+    live = _runs(slurm_env, tmp_path, cut_db)[0]  # requeued, so not over: the job's state and epochs so far
+    assert live["status"] == "submitted" and live["job"]["state"] in ("pending", "running"), live
+    assert len(live["epochs"]) >= 2 and live["job"]["job_id"] == job
+    cut = _wait_for(slurm_env, tmp_path, cut_db, lambda rs: rs[0]["status"] != "submitted", timeout_s=420)[0]
+    assert cut["status"] == "completed" and cut["job"]["job_id"] == job
+    assert int(_scontrol(slurm_env, job)["Restarts"]) >= 1  # the same job, started again
+    log = (Path(cut["run_dir"]) / "launch" / f"slurm-{job}.out").read_text()
+    assert "requeued, it resumes from the last checkpoint" in log and "resumed from" in log
+    # resumed from its checkpoint: the uninterrupted run's metrics, epoch by epoch
+    assert [e["epoch"] for e in cut["epochs"]] == list(range(1, EPOCHS + 1))
+    for a, b in zip(cut["epochs"], whole["epochs"], strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6) and a["val_top1"] == b["val_top1"]
+
+
+def test_the_schedulers_refusals_are_one_line_and_record_nothing(slurm_env, searched, tmp_path) -> None:
+    storage = _study_copy(searched, tmp_path, "bad")
+    out = _promote(slurm_env, tmp_path, storage, "--partition", "nosuch")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "--partition: nosuch: no such partition; the cluster has debug" in out.stderr
+    # sbatch's own refusal, after the transfer is shown: its message is the last line
+    out = _promote(slurm_env, tmp_path, storage, "--sbatch-arg=--partition=other")  # past our own check: the controller refuses it
+    assert out.returncode == 2 and out.stderr.splitlines()[-1].startswith("tianfeng: error: sbatch: "), out.stderr
+    assert RunStore(storage).jobs() == {}
+    assert all(r["status"] != "submitted" for r in RunStore(storage).runs())
+    out = _promote({**slurm_env, "PATH": "/nonexistent"}, tmp_path, storage)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "sbatch is not on PATH" in out.stderr

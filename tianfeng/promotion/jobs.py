@@ -1,0 +1,90 @@
+"""Promoted runs that a scheduler trains: submitted once, watched from the study database, and
+collected into the study by whichever command next reads it (`tianfeng runs`, `status`,
+`report`). The run record says `submitted` while the job lives; its job row holds the
+scheduler's own state (pending with the reason, running, how it ended)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tianfeng.launch.launchers import scheduler
+from tianfeng.launch.scheduler import JobState
+from tianfeng.store import RunRecordStatus, RunStore
+
+log = logging.getLogger("tianfeng.promote")
+
+# how a job that ended without the run's result leaves the run record
+_ENDED_WITHOUT_RESULT = {"cancelled": RunRecordStatus.INTERRUPTED, "preempted": RunRecordStatus.INTERRUPTED}
+
+
+def submit_run(launch: Any, run_dir: Path, store: RunStore, run_id: int) -> dict:
+    """Submit the run's batch script, unless a job of the run is still alive; returns the job's
+    state. Nothing is recorded as submitted unless the scheduler gave a job id."""
+    sched = scheduler(launch.launcher)
+    job = store.jobs().get(run_id)
+    if job is not None and job["state"] in ("pending", "running"):
+        state = sched.state(job["job_id"])
+        if not state.ended:
+            log.info("run %d is job %s of %s (%s): not submitted again", run_id, job["job_id"], sched.name, state.state)
+            return _answer(launch.launcher, job["job_id"], state, run_dir)
+    try:
+        job_id = sched.submit(run_dir / "launch" / "sbatch.sh", launch.options)
+    except BaseException:
+        store.update(run_id, status=RunRecordStatus.PLANNED)  # the plan is written; nothing was submitted
+        raise
+    store.record_job(run_id, launcher=launch.launcher, job_id=job_id, state="pending")
+    store.update(run_id, status=RunRecordStatus.SUBMITTED)
+    print(f"tianfeng: submitted run {run_id} as {sched.name} job {job_id}; follow it with `tianfeng runs` "
+          f"(the result enters the study when the job ends)", file=sys.stderr)
+    return _answer(launch.launcher, job_id, JobState("pending", "submitted", None), run_dir)
+
+
+def _answer(launcher: str, job_id: str, state: JobState, run_dir: Path) -> dict:
+    return {"status": RunRecordStatus.SUBMITTED, "launcher": launcher, "job": job_id, "job_state": state.state,
+            "launch": str(run_dir / "launch")}
+
+
+def refresh_jobs(store: RunStore, collect: Callable[[dict], None], study: str | None = None) -> None:
+    """Ask the scheduler about every live job (of one study, or all) and write what it says;
+    a job that ended is collected (`collect(run)`) when its run left a result, else its run is
+    failed or interrupted with the scheduler's reason."""
+    runs = {r["id"]: r for r in store.runs(study)}
+    for run_id, job in store.jobs().items():
+        run = runs.get(run_id)
+        if run is None or run["status"] != RunRecordStatus.SUBMITTED:
+            continue
+        state = scheduler(job["launcher"]).state(job["job_id"])
+        result = Path(run["run_dir"]) / "result.json"
+        if state.state == "unknown" and not result.exists():
+            continue  # forgotten by the controller before it finished here: nothing to say yet
+        store.update_job(run_id, state=state.state, reason=state.reason, restarts=state.restarts)
+        if not state.ended and state.state != "unknown":
+            epochs = _epochs_so_far(Path(run["run_dir"]))
+            if len(epochs) != len(run["epochs"]):
+                store.update(run_id, epochs=epochs)  # the live progress `tianfeng runs` shows
+            continue
+        if result.exists():
+            collect(run)
+        else:
+            store.update(run_id, status=_ENDED_WITHOUT_RESULT.get(state.state, RunRecordStatus.FAILED))
+
+
+def _epochs_so_far(run_dir: Path) -> list[dict]:
+    """The epochs the job's engine has recorded in the run directory (whole lines only: the
+    engine may be writing the next one)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    lines = path.read_text().split("\n")[:-1]  # the text after the last newline may be half a line
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def with_jobs(store: RunStore, runs: list[dict]) -> list[dict]:
+    """The runs, each with its scheduler job (launcher, job id, state, reason, restarts) if any."""
+    jobs = store.jobs()
+    return [r | ({"job": jobs[r["id"]]} if r["id"] in jobs else {}) for r in runs]
