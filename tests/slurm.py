@@ -78,6 +78,9 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
             raise RuntimeError(f"the test Slurm node never came up: {(d / 'log' / 'slurmctld.log').read_text()[-2000:]}")
         yield env
     finally:
+        # a test that failed mid-job leaves it running: end every job before the daemons
+        subprocess.run(["scancel", "--user=root", "--full"], capture_output=True, env=env)
+        time.sleep(1)
         subprocess.run(["scontrol", "shutdown"], capture_output=True, env=env)
         for pid_file in (d / "slurmd.pid", d / "slurmctld.pid", d / "munge" / "munged.pid"):
             with suppress(OSError, ValueError):
