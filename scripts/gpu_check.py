@@ -14,6 +14,7 @@ this CPU (tests/test_gpu_check.py runs it)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -288,7 +289,7 @@ def main() -> int:
             print(f"{'PASS' if ok else 'FAIL'} {name} ({took:.0f} s): {text}", flush=True)
             results.append({"check": name, "ok": ok, "seconds": round(took, 1), "text": text, "figures": figures})
             if args.out:  # after every check: a run cut short keeps what it measured
-                write_json(args.out / "results.json", {"versions": found, "target": {"device": target.device, "quick": target.quick},
+                write_json(args.out / "results.json", {"versions": found, "target": dataclasses.asdict(target),
                                                         "results": results})
     return 0 if all(r["ok"] for r in results) else 1
 

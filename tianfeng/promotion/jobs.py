@@ -63,7 +63,7 @@ def refresh_jobs(store: RunStore, collect: Callable[[dict], None], study: str | 
         if state.state == "unknown" and not result.exists():
             continue  # forgotten by the controller before it finished here: nothing to say yet
         store.update_job(run_id, state=state.state, reason=state.reason, restarts=state.restarts)
-        if not state.ended and state.state != "unknown":
+        if not state.ended:
             epochs = _epochs_so_far(Path(run["run_dir"]))
             if len(epochs) != len(run["epochs"]):
                 store.update(run_id, epochs=epochs)  # the live progress `tianfeng runs` shows
