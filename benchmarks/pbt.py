@@ -32,9 +32,9 @@ from typing import Any
 import optuna
 import torch
 
-from tianfeng.hpo.materialize import build_config, stopping_after
-from tianfeng.hpo.objective import prepare_trial
-from tianfeng.hpo.space import SearchSpace
+from tianfeng.hpo.run.objective import prepare_trial
+from tianfeng.hpo.space.materialize import build_config, stopping_after
+from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.trainers import checkpoint
 from tianfeng.trainers.config import RunConfig, config_to_dict
 from tianfeng.trainers.engine import RunStatus, train

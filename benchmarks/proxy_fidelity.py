@@ -26,9 +26,9 @@ from common import ROOT, data_source, print_table
 from optuna.trial import TrialState
 from scipy.stats import spearmanr
 
-from tianfeng.hpo.materialize import build_config
-from tianfeng.hpo.objective import objective_value, suggest
-from tianfeng.hpo.space import SearchSpace, load_space
+from tianfeng.hpo.run.objective import objective_value, suggest
+from tianfeng.hpo.space.materialize import build_config
+from tianfeng.hpo.space.read import SearchSpace, load_space
 from tianfeng.trainers.engine import train
 
 KEPT_STUDY = "proxy_fidelity_full"

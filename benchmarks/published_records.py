@@ -1,7 +1,7 @@
 """The wall-time model against published large-batch ImageNet ResNet-50 records on GPUs: each
 record's time predicted from its published description alone (GPU model, GPUs per node, the
 node's network, data pipeline, batch, epochs and resolutions) with one device table
-(tianfeng.throughput) and the network table below for every record, and no per-record factor.
+(tianfeng.cost.step_time) and the network table below for every record, and no per-record factor.
 Prints predicted / published per record, the parts of each prediction, and the median ratio.
 The aim: every record within 1.5x, the median within 1.25x.
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from common import ROOT  # noqa: F401  (puts the repository on the path)
 
-from tianfeng.hpo.cluster import ClusterSpec, checked
-from tianfeng.hpo.walltime import format_seconds, predict_wall_time
+from tianfeng.cost.cluster import ClusterSpec, checked
+from tianfeng.cost.walltime import format_seconds, predict_wall_time
 from tianfeng.trainers.config import config_from_dict
 
 IMAGENET_TRAIN, IMAGENET_VAL = 1_281_167, 50_000
@@ -57,7 +57,7 @@ NETWORKS = {
 class Record:
     name: str
     published_s: float
-    device: str  # a row of tianfeng.throughput.DEVICES
+    device: str  # a row of tianfeng.cost.step_time.DEVICES
     gpus: int
     gpus_per_node: int
     network: str

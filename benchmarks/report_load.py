@@ -16,10 +16,10 @@ import optuna
 from common import ROOT, print_table
 from null_trainer import empty_trainer
 
-from tianfeng.hpo.objective import ProxyObjective
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.space import load_space
-from tianfeng.hpo.study_setup import open_study
+from tianfeng.hpo.run.objective import ProxyObjective
+from tianfeng.hpo.run.study import open_study
+from tianfeng.hpo.space.read import load_space
 from tianfeng.reporting.build import build_report
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

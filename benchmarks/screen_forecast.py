@@ -1,5 +1,5 @@
 """How well a one-epoch screen ranks full runs, alone and with each recipe's epoch budget weighed
-in (tianfeng.hpo.screen_forecast), on every whole full-fidelity curve kept by earlier benchmark
+in (tianfeng.hpo.judge.screen_forecast), on every whole full-fidelity curve kept by earlier benchmark
 runs (`time_to_target.py --keep DIR`): the promoted runs of the screened searches and the trials
 of the full-fidelity methods (plain TPE, TPE + Hyperband, trials that trained every epoch).
 
@@ -23,11 +23,11 @@ import optuna
 from optuna.trial import TrialState
 from scipy.stats import spearmanr
 
-from tianfeng.hpo.scores import curve
-from tianfeng.hpo.screen_forecast import forecast_end, full_epochs, gain_slope
-from tianfeng.logs import quiet_optuna
+from tianfeng.hpo.judge.scores import curve
+from tianfeng.hpo.judge.screen_forecast import forecast_end, full_epochs, gain_slope
 from tianfeng.promotion.leaders import full_run_curves
-from tianfeng.store import RunStore
+from tianfeng.storage.runs import RunStore
+from tianfeng.terminal.logs import quiet_optuna
 
 Curve = list[float]
 

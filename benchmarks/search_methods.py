@@ -25,10 +25,10 @@ from common import ROOT, data_source
 from optuna.trial import TrialState
 
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space
-from tianfeng.hpo.runner import run_search
-from tianfeng.hpo.space import SearchSpace
-from tianfeng.logs import quiet_optuna
-from tianfeng.store import RunRecordStatus, RunStore
+from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.storage.runs import RunRecordStatus, RunStore
+from tianfeng.terminal.logs import quiet_optuna
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
 # `tianfeng search --fidelity screen --promote leader` and the options each variant adds
@@ -76,11 +76,11 @@ def _promote(storage: str, study: str, number: int, directory: Path) -> None:
 def _proxy_worker(plan: SearchPlan, space: SearchSpace, worker: int) -> tuple[optuna.Study, Callable[[], None]]:
     """The study as worker `worker` sees it (its own sampler stream) and a call that runs one
     proxy trial, logged as the search logs it."""
-    from tianfeng.hpo.objective import ProxyObjective
-    from tianfeng.hpo.registry import make_sampler
-    from tianfeng.hpo.runner import sampler_seed
-    from tianfeng.hpo.study_setup import make_pruner
-    from tianfeng.hpo.trial_log import TrialLogger
+    from tianfeng.hpo.run.objective import ProxyObjective
+    from tianfeng.hpo.run.registry import make_sampler
+    from tianfeng.hpo.run.runner import sampler_seed
+    from tianfeng.hpo.run.study import make_pruner
+    from tianfeng.hpo.run.trial_log import TrialLogger
 
     study = optuna.load_study(study_name=plan.study, storage=plan.storage, pruner=make_pruner(space, plan),
                               sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, 0)))
@@ -108,8 +108,8 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) 
 
     import torch
 
-    from tianfeng.hpo.study_setup import open_study
-    from tianfeng.interrupts import run_quietly
+    from tianfeng.hpo.run.study import open_study
+    from tianfeng.terminal.interrupts import run_quietly
 
     space = plan_space(plan)
     open_study(plan, space, resume=False)  # created whole, the priors queued, before either worker starts
@@ -119,7 +119,7 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) 
         searcher = ctx.Process(target=_pausable_searcher, args=(plan, paused), daemon=True)
     else:
         searcher = ctx.Process(target=run_quietly, daemon=True,
-                               args=("tianfeng.hpo.runner", "_worker_process", pickle.dumps((plan, 1, 1, 0))))
+                               args=("tianfeng.hpo.run.runner", "_worker_process", pickle.dumps((plan, 1, 1, 0))))
     searcher.start()
     torch.set_num_threads(1)
     study, one_trial = _proxy_worker(plan, space, 2)
@@ -181,7 +181,7 @@ def _random_target_study(directory: Path, method: str, seed: int, data: str | No
                          heartbeat: bool = True) -> tuple[SearchPlan, SearchSpace, optuna.Study]:
     """A study of random recipes at the space's target rung, no priors (ask and tell need no
     heartbeat)."""
-    from tianfeng.hpo.study_setup import open_study
+    from tianfeng.hpo.run.study import open_study
 
     plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
     space = plan_space(plan)
@@ -195,8 +195,8 @@ def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: s
     objective that screens its trials (the engine told they stop after the first epoch, as a
     screening rung tells it, so its compile choice weighs that epoch only; the pruner stops them)
     and the one that trains them whole."""
-    from tianfeng.hpo.materialize import stopping_after
-    from tianfeng.hpo.objective import ProxyObjective
+    from tianfeng.hpo.run.objective import ProxyObjective
+    from tianfeng.hpo.space.materialize import stopping_after
     from tianfeng.trainers.engine import train
 
     plan, space, study = _random_target_study(directory, method, seed, data)
@@ -245,7 +245,7 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         run_search(_plan(directory, method, seed, data, rung="target", priors=False, pruner=pruner), 2, resume=False,
                    progress=False)
     elif method == "ray-asha":
-        from tianfeng.hpo.ray_backend import RayOptions, run_ray_search
+        from tianfeng.hpo.run.ray_backend import RayOptions, run_ray_search
 
         run_ray_search(_plan(directory, method, seed, data, rung="target", priors=False, sampler="random"),
                        RayOptions(cpus_per_trial=1), resume=False)

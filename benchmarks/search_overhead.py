@@ -16,10 +16,10 @@ import optuna
 from common import ROOT, print_table
 from null_trainer import empty_trainer
 
-from tianfeng.hpo.objective import ProxyObjective
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.space import load_space
-from tianfeng.hpo.study_setup import open_storage, open_study
+from tianfeng.hpo.run.objective import ProxyObjective
+from tianfeng.hpo.run.study import open_storage, open_study
+from tianfeng.hpo.space.read import load_space
 
 
 def tianfeng_per_trial(tmp: Path, trials: int) -> float:
@@ -39,7 +39,7 @@ def ray_per_trial(tmp: Path, trials: int) -> tuple[float, float]:
     """(wall seconds per trial, Ray start-up seconds), the trials placed one CPU each."""
     import ray
 
-    from tianfeng.hpo.ray_backend import RayOptions, run_ray_search
+    from tianfeng.hpo.run.ray_backend import RayOptions, run_ray_search
 
     start = time.perf_counter()
     ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,

@@ -32,11 +32,11 @@ import yaml
 from common import ROOT, data_source, own_cache, print_table
 from optuna.trial import TrialState
 
-from tianfeng.hpo.objective import suggest
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.runner import run_search
-from tianfeng.hpo.space import load_space
-from tianfeng.logs import setup_logging
+from tianfeng.hpo.run.objective import suggest
+from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.space.read import load_space
+from tianfeng.terminal.logs import setup_logging
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
 BEFORE = "defaults (cold caches), the stop not told"
@@ -64,7 +64,7 @@ def unstopped_hook(tmp: Path) -> Path:
     worker it spawns, hands screened trials to the engine without their stop."""
     folder = tmp / "unstopped-hook"
     folder.mkdir(exist_ok=True)
-    (folder / "sitecustomize.py").write_text("import tianfeng.hpo.objective as objective\n"
+    (folder / "sitecustomize.py").write_text("import tianfeng.hpo.run.objective as objective\n"
                                              "objective.stopping_after = lambda cfg, epochs: cfg\n")
     return folder
 

@@ -118,7 +118,7 @@ def check_step_curve(target: Target, work: Path) -> tuple[bool, str, dict]:
     per-image parts beside the device table's row (an H200 is priced as the table's H100)."""
     import torch
 
-    from tianfeng.throughput import DEVICES, reference_step_model
+    from tianfeng.cost.step_time import DEVICES, reference_step_model
     from tianfeng.trainers.config import ModelConfig
     from tianfeng.trainers.models import build_model
 

@@ -89,8 +89,8 @@ def test_accumulation_is_priced_and_lets_a_batch_beyond_memory_fit(tmp_path) -> 
     """ResNet-50 at 224 px, 512 per V100 (16 GiB holds 314 mixed): refused whole, fits in two
     micro-batches of 256, and costs a second fixed part per step and an exchange that hides
     behind one micro-batch's backward pass only."""
-    from tianfeng.hpo.cluster import ClusterSpec
-    from tianfeng.hpo.walltime import check_memory, predict_wall_time
+    from tianfeng.cost.cluster import ClusterSpec
+    from tianfeng.cost.walltime import check_memory, predict_wall_time
 
     phases = [{"epochs": 1, "resolution": 224, "batch_size": 512 * 8}]
     spec = ClusterSpec(gpus=8, gpus_per_node=8, device="v100")
@@ -106,7 +106,7 @@ def test_accumulation_is_priced_and_lets_a_batch_beyond_memory_fit(tmp_path) -> 
     check_memory(cfg(2), spec, in_channels=3, classes=1000)  # fits
     whole, split = (predict_wall_time(cfg(k), spec, train_images=100_000, val_images=1000, classes=1000)
                     for k in (1, 2))
-    from tianfeng.hpo.walltime import _step_models
+    from tianfeng.cost.walltime import _step_models
 
     steps = 100_000 // 4096
     model = _step_models(cfg(1), spec, 3, 1000)[224]
@@ -118,8 +118,8 @@ def test_accumulation_hides_the_exchange_behind_the_last_micro_batch_only(tmp_pa
     """Over a slow network (1 Gbit/s between two nodes) the exchange outlasts any backward pass,
     so what it hides is visible: behind one micro-batch of 256 images, not behind both (the
     whole step) and not behind the whole batch of 512 as without accumulation."""
-    from tianfeng.hpo.cluster import ClusterSpec
-    from tianfeng.hpo.walltime import _step_models, predict_wall_time
+    from tianfeng.cost.cluster import ClusterSpec
+    from tianfeng.cost.walltime import _step_models, predict_wall_time
 
     phases = [{"epochs": 1, "resolution": 224, "batch_size": 512 * 16}]
     spec = ClusterSpec(gpus=16, gpus_per_node=8, device="v100", inter_gbps=1.0)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tianfeng.costmodel import Cluster, Link, Phase, comm_seconds, predict, predict_run
+from tianfeng.cost.exchange import Cluster, Link, Phase, comm_seconds, predict, predict_run
 from tianfeng.trainers.config import ConfigError
 
 INTRA = Link(gbit_s=80.0, latency_us=10.0)  # 10 GB/s per GPU

@@ -2,7 +2,7 @@
 circles, and no module imports a layer above its own. A new circle or upward import fails here.
 
 Layers, lowest first: the engine (tianfeng.trainers) never imports the platform; core policies
-(storage, logging, cost and memory models, ownership); the search side (spaces, studies, workers,
+(the terminal, storage, the cost model); the search side (spaces, studies, workers,
 launch plans); studies built on searches (scale, promotion, calibration, tracking); reports; the
 Python API; the command line."""
 
@@ -14,13 +14,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "tianfeng"
 LAYERS = (
     ("engine", ("tianfeng.version", "tianfeng.trainers")),
-    ("core", ("tianfeng.logs", "tianfeng.interrupts", "tianfeng.tables", "tianfeng.storage_url", "tianfeng.ownership",
-              "tianfeng.defaults", "tianfeng.costmodel", "tianfeng.throughput", "tianfeng.memory", "tianfeng.store",
-              "tianfeng.ray_cluster", "tianfeng.shipped_spaces", "tianfeng.recipes", "tianfeng.spaces",
-              "tianfeng.run_progress", "tianfeng.options")),
+    ("core", ("tianfeng.terminal", "tianfeng.storage", "tianfeng.defaults", "tianfeng.options", "tianfeng.cost",
+              "tianfeng.recipes", "tianfeng.spaces")),
     ("search", ("tianfeng.hpo", "tianfeng.launch")),
-    ("studies", ("tianfeng.scaling", "tianfeng.promotion", "tianfeng.throughput_measure", "tianfeng.tracking",
-                 "tianfeng.export")),
+    ("studies", ("tianfeng.scaling", "tianfeng.promotion", "tianfeng.export")),
     ("report", ("tianfeng.reporting",)),
     ("api", ("tianfeng.api",)),
     ("cli", ("tianfeng.commands", "tianfeng.cli", "tianfeng")),

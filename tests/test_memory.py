@@ -11,11 +11,11 @@ import yaml
 
 from tests.conftest import make_config
 from tianfeng.cli import main
-from tianfeng.hpo.cluster import ClusterSpec
-from tianfeng.hpo.space import load_space
-from tianfeng.hpo.walltime import check_memory
-from tianfeng.memory import activation_bytes, per_gpu_fit
-from tianfeng.throughput import step_cost
+from tianfeng.cost.cluster import ClusterSpec
+from tianfeng.cost.memory import activation_bytes, per_gpu_fit
+from tianfeng.cost.step_time import step_cost
+from tianfeng.cost.walltime import check_memory
+from tianfeng.hpo.space.read import load_space
 from tianfeng.trainers.config import ConfigError, ModelConfig
 
 RN50 = ModelConfig(name="resnet50")
@@ -74,8 +74,8 @@ def test_a_cluster_no_recipe_fits_is_one_line_and_exit_2(tmp_path, capsys, monke
 def test_a_batch_beyond_the_memory_trains_in_micro_batches_and_one_image_too_many_is_refused(tmp_path) -> None:
     """Gradient accumulation as the priced answer to a per-GPU batch the GPU cannot hold: the
     target and the proxy train it in the same number of micro-batches, each of which fits."""
-    from tianfeng.hpo.materialize import build_config
-    from tianfeng.memory import accumulation_needed
+    from tianfeng.cost.memory import accumulation_needed
+    from tianfeng.hpo.space.materialize import build_config
 
     raw = yaml.safe_load(Path(load_space("large_batch").path).read_text())
     raw["cluster"] = {"gpus": 8, "gpus_per_node": 8, "device": "v100", "memory_gib": 2.0}

@@ -16,9 +16,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from pbt import FACTORS, explore, run_pbt, take_over  # noqa: E402
 
-from tianfeng.hpo.materialize import build_config, stopping_after  # noqa: E402
 from tianfeng.hpo.plan import SearchPlan, plan_space  # noqa: E402
-from tianfeng.hpo.study_setup import open_study  # noqa: E402
+from tianfeng.hpo.run.study import open_study  # noqa: E402
+from tianfeng.hpo.space.materialize import build_config, stopping_after  # noqa: E402
 from tianfeng.trainers import checkpoint  # noqa: E402
 from tianfeng.trainers.config import ConfigError  # noqa: E402
 from tianfeng.trainers.engine import RunStatus, train  # noqa: E402

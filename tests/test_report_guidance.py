@@ -12,12 +12,12 @@ import pytest
 
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
-from tianfeng.hpo.runner import run_search
-from tianfeng.hpo.scores import pareto_front, predicted_s, score
+from tianfeng.hpo.judge.scores import pareto_front, predicted_s, score
+from tianfeng.hpo.run.runner import run_search
 from tianfeng.reporting import figures
 from tianfeng.reporting.build import build_report
 from tianfeng.reporting.guidance import FEW_FOR_IMPORTANCES, front_rows, next_step
-from tianfeng.store import RunStore
+from tianfeng.storage.runs import RunStore
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import optuna
 import pytest
 
 from tests.test_report import chromium
-from tianfeng.hpo.objective import ProxyObjective
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.space import load_space
-from tianfeng.hpo.study_setup import open_study
+from tianfeng.hpo.run.objective import ProxyObjective
+from tianfeng.hpo.run.study import open_study
+from tianfeng.hpo.space.read import load_space
 from tianfeng.reporting.build import build_report
 from tianfeng.trainers.engine import EpochMetrics, RunResult
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import optuna
 
-from tianfeng.store import RunRecordStatus, RunStore
+from tianfeng.storage.runs import RunRecordStatus, RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 # (epochs, first epoch, end): the short recipes start fastest, the long ones end best, each

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tianfeng.cli import main
-from tianfeng.shipped_spaces import SPACES_DIR, resolve_space, shipped_spaces
+from tianfeng.hpo.space.shipped import SPACES_DIR, resolve_space, shipped_spaces
 from tianfeng.trainers.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from tianfeng.cost.grid_options import PlanOptions
 from tianfeng.defaults import DEFAULT_STORAGE, ObjectiveMode
 from tianfeng.hpo.options import SearchInterrupted, SearchOptions
-from tianfeng.hpo.plan_options import PlanOptions
 from tianfeng.promotion.options import PromoteOptions
 from tianfeng.scaling.options import ScaleOptions
 from tianfeng.trainers.config import ConfigError
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from tianfeng.hpo.plan import SearchPlan
-    from tianfeng.hpo.runner import ExclusiveWork
-    from tianfeng.hpo.space import SearchSpace
+    from tianfeng.hpo.run.runner import ExclusiveWork
+    from tianfeng.hpo.space.read import SearchSpace
 
 
 def search(space: str | Path, options: SearchOptions | None = None, **changes: Any) -> optuna.Study:
@@ -42,8 +42,8 @@ def search(space: str | Path, options: SearchOptions | None = None, **changes: A
     takes as flags; keyword arguments change single options:
     `search("large_batch.yaml", trials=60, objective="pareto", gpus=128)`. Ctrl-C raises
     `SearchInterrupted` (a KeyboardInterrupt) once the cut trials are queued again."""
-    from tianfeng.hpo.runner import requeue_interrupted
-    from tianfeng.interrupts import clear
+    from tianfeng.hpo.run.runner import requeue_interrupted
+    from tianfeng.terminal.interrupts import clear
 
     checked = (options or SearchOptions()).changed(**changes).checked()
     named: list[str] = []  # the study's name once the space has given it
@@ -58,14 +58,14 @@ def search(space: str | Path, options: SearchOptions | None = None, **changes: A
 
 
 def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Study:
-    from tianfeng.hpo.dashboard import publish_curves
     from tianfeng.hpo.plan import SearchPlan, with_objective
-    from tianfeng.hpo.registry import resolve_sampler
-    from tianfeng.hpo.runner import run_search
-    from tianfeng.hpo.space import load_space
-    from tianfeng.hpo.summary import check_data
-    from tianfeng.ownership import check_report_of, default_report_path
-    from tianfeng.shipped_spaces import resolve_space
+    from tianfeng.hpo.run.dashboard import publish_curves
+    from tianfeng.hpo.run.registry import resolve_sampler
+    from tianfeng.hpo.run.runner import run_search
+    from tianfeng.hpo.run.summary import check_data
+    from tianfeng.hpo.space.read import load_space
+    from tianfeng.hpo.space.shipped import resolve_space
+    from tianfeng.storage.ownership import check_report_of, default_report_path
 
     path = resolve_space(space)
     loaded = with_objective(load_space(path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node), o.objective,
@@ -80,7 +80,7 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
     min_accuracy, obj, floor_attrs = o.min_accuracy, loaded.objective, {}
     if obj.mode == ObjectiveMode.PARETO and min_accuracy is None and obj.min_accuracy is None \
             and obj.direction == "maximize":
-        from tianfeng.hpo.front import chance_level, default_floor
+        from tianfeng.hpo.judge.front import chance_level, default_floor
 
         min_accuracy = default_floor(obj.metric, classes)  # resolved once: every worker uses the same floor
         loaded = with_objective(loaded, None, None, min_accuracy)
@@ -94,7 +94,7 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
                       objective=o.objective, target=o.target, min_accuracy=min_accuracy,
                       study_attrs=floor_attrs)
     if o.backend == "ray":
-        from tianfeng.hpo.ray_backend import RayOptions, run_ray_search
+        from tianfeng.hpo.run.ray_backend import RayOptions, run_ray_search
 
         cpus = 1.0 if o.cpus_per_trial is None else o.cpus_per_trial
         run_ray_search(plan, RayOptions(address=o.ray_address, cpus_per_trial=cpus, gpus_per_trial=o.gpus_per_trial),
@@ -105,7 +105,7 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
     study_obj = optuna.load_study(study_name=plan.study, storage=plan.storage)
     publish_curves(study_obj)  # for optuna-dashboard, when installed
     if o.mlflow:
-        from tianfeng.tracking import export_study
+        from tianfeng.export.mlflow import export_study
 
         export_study(o.mlflow, study_obj, o.storage)
     return study_obj
@@ -131,11 +131,11 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
     (status, full-fidelity score, run directory, predicted time). `options` (a `PromoteOptions`)
     holds what `tianfeng promote` takes as flags; keyword arguments change single options:
     `promote(7, study="large_batch", batch_size=4096)`."""
-    from tianfeng.hpo.scores import score
+    from tianfeng.hpo.judge.scores import score
     from tianfeng.launch.scheduler import SchedulerOptions
     from tianfeng.promotion.run import Launch, load_study
     from tianfeng.promotion.run import promote as run_promotion
-    from tianfeng.store import RunRecordStatus
+    from tianfeng.storage.runs import RunRecordStatus
 
     o = (options or PromoteOptions()).changed(**changes).checked(trial)
     if o.fastest_to is not None:
@@ -150,7 +150,7 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
     out = run_promotion(o.storage, o.study, trial, batch_size=o.batch_size, overrides=list(o.overrides),
                         runs_dir=Path(o.runs_dir), dry_run=o.dry_run, launch=launch)
     if o.mlflow and not o.dry_run and out["status"] not in (RunRecordStatus.PLANNED, RunRecordStatus.SUBMITTED):
-        from tianfeng.tracking import export_study
+        from tianfeng.export.mlflow import export_study
 
         export_study(o.mlflow, load_study(o.storage, out["study"]), o.storage)
     return out
@@ -167,7 +167,7 @@ def load(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> optuna.
 def studies(storage: str = DEFAULT_STORAGE) -> list[dict]:
     """A row per study of `storage`: name, objective, trials, best value and trial, creation time.
     As `tianfeng status` without a study."""
-    from tianfeng.hpo.rows import study_row
+    from tianfeng.hpo.run.rows import study_row
 
     return [study_row(s) for s in optuna.get_all_study_summaries(storage, include_best_trial=True)]
 
@@ -175,14 +175,14 @@ def studies(storage: str = DEFAULT_STORAGE) -> list[dict]:
 def trials(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[dict]:
     """A row per trial of a study: state, value, predicted full run, epochs reported, prior and
     parameters. As `tianfeng status STUDY`."""
-    from tianfeng.hpo.rows import trial_row
+    from tianfeng.hpo.run.rows import trial_row
 
     return [trial_row(t) for t in load(study, storage=storage).get_trials(deepcopy=False)]
 
 
 def front(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[optuna.trial.FrozenTrial]:
     """The feasible Pareto front of a pareto study: proxy metric against predicted full-run time."""
-    from tianfeng.hpo.scores import pareto_front
+    from tianfeng.hpo.judge.scores import pareto_front
 
     return pareto_front(load(study, storage=storage))
 
@@ -196,7 +196,7 @@ def runs(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[di
     from tianfeng.promotion.jobs import with_jobs
     from tianfeng.promotion.run import refresh_submitted
     from tianfeng.promotion.run_lock import with_live_status
-    from tianfeng.store import RunStore
+    from tianfeng.storage.runs import RunStore
 
     refresh_submitted(storage, study)  # runs a scheduler trains: their state now, collected when done
     store = RunStore(storage)
@@ -207,8 +207,8 @@ def spaces() -> list[dict]:
     """The shipped search spaces (use a name as `search(name)`): name, description, number of
     parameters, objective, the cluster and per-GPU batches it searches for (or why it cannot be
     loaded here), and the file. As `tianfeng spaces`."""
-    from tianfeng.hpo.space import load_space, per_gpu_range
-    from tianfeng.shipped_spaces import shipped_spaces
+    from tianfeng.hpo.space.read import load_space, per_gpu_range
+    from tianfeng.hpo.space.shipped import shipped_spaces
     from tianfeng.trainers.yaml_input import read_yaml
 
     rows = []
@@ -233,7 +233,7 @@ def export(study: str | None = None, *, storage: str = DEFAULT_STORAGE, output: 
     or json); with no `output`, the text is returned for printing (parquet needs a file). As
     `tianfeng export`. Returns (the table, its study's name in `table.attrs["study"]`; the text
     or None)."""
-    from tianfeng.export import trials_table, write_table
+    from tianfeng.export.table import trials_table, write_table
     from tianfeng.promotion.run import load_study
 
     chosen = load_study(storage, study, flag="STUDY")
@@ -245,7 +245,7 @@ def export(study: str | None = None, *, storage: str = DEFAULT_STORAGE, output: 
 def publish_curves(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[str]:
     """Save every trial's per-epoch curves where optuna-dashboard draws them, for one study or
     (`study` None) all of `storage`'s; returns the studies done. Needs optuna-dashboard."""
-    from tianfeng.hpo.dashboard import publish_curves as publish
+    from tianfeng.hpo.run.dashboard import publish_curves as publish
     from tianfeng.promotion.run import load_study
 
     chosen = [load_study(storage, study, flag="STUDY")] if study else \
@@ -278,11 +278,11 @@ def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None =
     reads. Returns the measurement with its `path`. As `tianfeng calibrate --throughput`."""
     import functools
 
-    from tianfeng.hpo.materialize import build_config, sample_active
-    from tianfeng.hpo.space import corner_value, load_space, round_resolution
-    from tianfeng.shipped_spaces import resolve_space
-    from tianfeng.throughput_measure import measure_throughput as measure
-    from tianfeng.throughput_measure import write_throughput
+    from tianfeng.cost.measure import measure_throughput as measure
+    from tianfeng.cost.measure import write_throughput
+    from tianfeng.hpo.space.materialize import build_config, sample_active
+    from tianfeng.hpo.space.read import corner_value, load_space, round_resolution
+    from tianfeng.hpo.space.shipped import resolve_space
     from tianfeng.trainers.data.sources import default_cache_dir, open_source
 
     if threads is not None and threads < 1:
@@ -307,8 +307,8 @@ def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None =
 
 def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial:
     """The front trial with the least predicted time whose proxy metric reaches `level`."""
-    from tianfeng.hpo.front import fastest_to
-    from tianfeng.hpo.scores import best_trial, score
+    from tianfeng.hpo.judge.front import fastest_to
+    from tianfeng.hpo.judge.scores import best_trial, score
 
     if not math.isfinite(level):
         raise ConfigError("--fastest-to", "", f"must be a finite number, got {level}")
@@ -327,11 +327,11 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
     `options` (a `ScaleOptions`) holds what `tianfeng scale` takes as flags; `batch_sizes` and
     keyword arguments change single options."""
     from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, rung_epochs
-    from tianfeng.hpo.registry import resolve_sampler
-    from tianfeng.hpo.space import load_space
+    from tianfeng.hpo.run.registry import resolve_sampler
+    from tianfeng.hpo.space.read import load_space
+    from tianfeng.hpo.space.shipped import resolve_space
     from tianfeng.scaling.sizes import training_set_size
     from tianfeng.scaling.study import ScalePlan
-    from tianfeng.shipped_spaces import resolve_space
 
     if batch_sizes is not None:
         changes["batch_sizes"] = batch_sizes
@@ -376,8 +376,8 @@ def run_scale_plan(plan, steps_per_epoch: dict[int, int], *, resume: bool = Fals
                    output: str | Path | None = None) -> list:
     """Run a scale study planned by `plan_scale`; refuses, before any trial, a report path that
     belongs to another study (`output`, default reports/<name>.html)."""
-    from tianfeng.ownership import check_report_of, default_report_path
     from tianfeng.scaling.study import run_scale, search_study
+    from tianfeng.storage.ownership import check_report_of, default_report_path
 
     storage = plan.search.storage
     check_report_of(storage, search_study(plan.name, plan.batch_sizes[0]),
@@ -390,15 +390,15 @@ def run_scale_plan(plan, steps_per_epoch: dict[int, int], *, resume: bool = Fals
 
 def scale_report(name: str, *, storage: str = DEFAULT_STORAGE, output: str | Path | None = None) -> Path:
     """Write a scale study's HTML report (default reports/<name>.html) and return its path."""
-    from tianfeng.reporting.scale import build_scale_report
+    from tianfeng.reporting.scale_study import build_scale_report
 
     return build_scale_report(storage, name, Path(output) if output else None)
 
 
 def export_scale(uri: str, storage: str, name: str, batch_sizes: Sequence[int]) -> None:
     """Each batch size's study of a scale run as its own MLflow experiment."""
+    from tianfeng.export.mlflow import export_study
     from tianfeng.scaling.study import search_study
-    from tianfeng.tracking import export_study
 
     names = set(optuna.get_all_study_names(storage))
     for batch in batch_sizes:
@@ -434,9 +434,9 @@ def predict(config: str | Path | None = None, overrides: Sequence[str] = (), *, 
     exchange, data waits, evaluation, checkpoints): the model the search scores recipes with and
     `tianfeng plan` prints. `cluster` takes the other keys of a space's `cluster:` section
     (exchange, loader, cpu_cores_per_gpu, memory_gib, ...). Raises ConfigError when a phase's
-    per-GPU batch does not fit the GPU's memory. Returns a `tianfeng.hpo.walltime.WallTime`."""
-    from tianfeng.hpo.cluster import ClusterSpec, checked
-    from tianfeng.hpo.walltime import check_memory, predict_wall_time
+    per-GPU batch does not fit the GPU's memory. Returns a `tianfeng.cost.walltime.WallTime`."""
+    from tianfeng.cost.cluster import ClusterSpec, checked
+    from tianfeng.cost.walltime import check_memory, predict_wall_time
     from tianfeng.trainers.config import load_config
 
     cfg = load_config(config, overrides)
@@ -454,16 +454,16 @@ def launch_plan(config: str | Path, *, nodes: int, gpus_per_node: int, device: s
                 master_addr: str = "127.0.0.1", port: int | None = None, via: str = "torchrun",
                 address: str | None = None):
     """The checked launch plan of a run config on `nodes` x `gpus_per_node` processes: per-node
-    torchrun commands, a Slurm script and a Ray job (a `tianfeng.launch.plan.LaunchPlan`). A CPU
+    torchrun commands, a Slurm script and a Ray job (a `tianfeng.launch.scripts.LaunchPlan`). A CPU
     plan on this machine gets a free rendezvous port; others 29500 unless `port` is given."""
     return _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address)[0]
 
 
 def _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address):
     """(the plan, its run config, whether it runs on this machine)."""
-    from tianfeng.launch.local import free_port
-    from tianfeng.launch.plan import LaunchPlan, check_fits
+    from tianfeng.launch.scripts import LaunchPlan, check_fits
     from tianfeng.trainers.config import load_config
+    from tianfeng.trainers.ports import free_port
 
     cfg = load_config(config)
     check_fits(cfg, nodes, gpus_per_node, str(config))
@@ -483,7 +483,7 @@ def launch(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = 
     with `via="ray"`), or any plan on the Ray cluster at `address`. Returns the files written and,
     when it ran, the exit code (torchrun) or the run's final metrics (Ray). As `tianfeng launch`."""
     from tianfeng.launch.local import run_here
-    from tianfeng.launch.plan import write_plan
+    from tianfeng.launch.scripts import write_plan
 
     plan, cfg, local = _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address)
     run_dir = cfg.resolved_run_dir
@@ -504,11 +504,11 @@ def plan(config: str | Path, options: PlanOptions | None = None, **changes: Any)
     and compressed exchange, part by part, and whether each per-GPU batch fits the GPU. `options`
     (a `PlanOptions`) holds what `tianfeng plan` takes as flags; keyword arguments change single
     options: `plan("run.yaml", gpus=128, preset="a100")`. Returns a
-    `tianfeng.hpo.walltime_grid.WallTimeGrid`. As `tianfeng plan`."""
+    `tianfeng.cost.grid.WallTimeGrid`. As `tianfeng plan`."""
     import math
 
-    from tianfeng.hpo.walltime_grid import wall_time_grid
-    from tianfeng.throughput import DEVICES
+    from tianfeng.cost.grid import wall_time_grid
+    from tianfeng.cost.step_time import DEVICES
     from tianfeng.trainers.config import load_config
 
     o = (options or PlanOptions()).changed(**changes).checked()

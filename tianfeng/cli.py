@@ -256,11 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_inputs(args: argparse.Namespace) -> None:
     """The flags every command shares, checked before anything is opened or written."""
-    from tianfeng.storage_url import check_storage
+    from tianfeng.storage.url import check_storage
     from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
     if getattr(args, "space", None) is not None:
-        from tianfeng.shipped_spaces import resolve_space
+        from tianfeng.hpo.space.shipped import resolve_space
 
         args.space = resolve_space(args.space)  # a bare name: the shipped space
     flags = {"study": "STUDY" if args.command in ("report", "dashboard", "export") else "--study", "scale": "--scale"}
@@ -271,7 +271,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
         if value is not None:
             check_name(value, flag, "", max_length=STUDY_MAX_LENGTH)
     if getattr(args, "storage", None) is not None and not getattr(args, "throughput", False):
-        from tianfeng.storage_url import as_url
+        from tianfeng.storage.url import as_url
 
         args.storage = as_url(args.storage)
         creates = args.command in ("search", "scale") and not args.resume
@@ -295,7 +295,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tianfeng import interrupts
+    from tianfeng.terminal import interrupts
 
     interrupts.install()
     try:
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except KeyboardInterrupt:
         return _interrupted_before_start()
-    from tianfeng.logs import setup_logging
+    from tianfeng.terminal.logs import setup_logging
 
     if args.command == "train":
         source = str(args.config) if args.config else "the embedded default recipe"
@@ -380,7 +380,7 @@ class _InterruptedBeforeStart(Exception):
 
 
 def _interrupted_before_start() -> int:
-    from tianfeng import interrupts
+    from tianfeng.terminal import interrupts
 
     interrupts.clear()
     print("tianfeng: interrupted before anything started; nothing was saved", file=sys.stderr)

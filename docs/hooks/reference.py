@@ -146,7 +146,7 @@ def run_config_reference() -> str:
 
 def _parameter_keys() -> dict[str, tuple[str, ...]]:
     """The keys each parameter type allows, read from the parser's own table."""
-    from tianfeng.hpo import space
+    from tianfeng.hpo.space import read as space
 
     source = inspect.getsource(space)
     table = re.search(r"allowed = (\{\"float\".*?\})\[kind\]", source, re.S).group(1)
@@ -154,9 +154,9 @@ def _parameter_keys() -> dict[str, tuple[str, ...]]:
 
 
 def space_reference() -> str:
-    from tianfeng.hpo.cluster import KEYS as CLUSTER_KEYS
-    from tianfeng.hpo.expressions import ALLOWED
-    from tianfeng.hpo.space import CONSTANTS, PARAMETER_TYPES
+    from tianfeng.cost.cluster import KEYS as CLUSTER_KEYS
+    from tianfeng.hpo.space.expressions import ALLOWED
+    from tianfeng.hpo.space.read import CONSTANTS, PARAMETER_TYPES
 
     out = ["| parameter type | keys |", "| --- | --- |"]
     out += [f"| `{kind}` | {', '.join(f'`{k}`' for k in keys)} |" for kind, keys in _parameter_keys().items()

@@ -19,8 +19,8 @@ import pytest
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
 from tests.slurm import slurm_cluster
-from tianfeng.hpo.runner import run_search
-from tianfeng.store import RunStore
+from tianfeng.hpo.run.runner import run_search
+from tianfeng.storage.runs import RunStore
 
 # one Slurm for the module; its jobs take the machine; each test waits for whole jobs
 pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(1200)]

@@ -15,9 +15,9 @@ from optuna_dashboard import wsgi
 
 from tests.search.conftest import write_space
 from tests.search.test_study import plan_for
-from tianfeng.hpo.dashboard import CURVES_ID, publish_curves
-from tianfeng.hpo.runner import run_search
-from tianfeng.hpo.stored_space import space_text
+from tianfeng.hpo.run.dashboard import CURVES_ID, publish_curves
+from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.space.stored import space_text
 
 
 def _get(app, path: str) -> dict:

@@ -12,10 +12,10 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.budget import counted
-from tianfeng.hpo.outcomes import TrialStatus
-from tianfeng.hpo.peer_pruning import PeerPruner, rung_passed
-from tianfeng.hpo.scores import best_trial, front_floor, pareto_front
+from tianfeng.hpo.judge.outcomes import TrialStatus
+from tianfeng.hpo.judge.peers import PeerPruner, rung_passed
+from tianfeng.hpo.judge.scores import best_trial, front_floor, pareto_front
+from tianfeng.hpo.run.budget import counted
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -289,8 +289,8 @@ def test_transfer_gives_each_phase_its_own_batch_and_lr(stages, batch, full_batc
     from pathlib import Path
 
     from tests.search.conftest import TINY_SPACE, write_space
-    from tianfeng.hpo.materialize import build_config
-    from tianfeng.hpo.space import load_space
+    from tianfeng.hpo.space.materialize import build_config
+    from tianfeng.hpo.space.read import load_space
     from tianfeng.promotion.transfer import transfer
 
     raw = copy.deepcopy(TINY_SPACE)

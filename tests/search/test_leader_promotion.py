@@ -16,9 +16,9 @@ from optuna.trial import TrialState
 
 import tianfeng
 from tests.search.conftest import write_space
-from tianfeng.hpo.locked_storage import worker_id
+from tianfeng.hpo.run.locked_storage import worker_id
 from tianfeng.promotion.leaders import FIRST_AFTER, LeaderPromotion, proxy_leader
-from tianfeng.store import RunRecordStatus, RunStore
+from tianfeng.storage.runs import RunRecordStatus, RunStore
 
 
 def _trial(state: TrialState, value: float | None = None) -> optuna.trial.FrozenTrial:

@@ -58,7 +58,7 @@ def test_a_mistyped_option_names_the_closest_one() -> None:
 
 def test_the_space_is_read_once_by_a_search_in_one_process(tmp_path: Path, tiny_space: dict,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import tianfeng.hpo.space as space_module
+    import tianfeng.hpo.space.read as space_module
 
     space_file = write_space(tmp_path, tiny_space)
     reads: list[str] = []
@@ -73,7 +73,7 @@ def test_the_space_is_read_once_by_a_search_in_one_process(tmp_path: Path, tiny_
 
 def test_ctrl_c_in_a_python_search_raises_with_the_study_and_the_trials_queued_again(
         tmp_path: Path, tiny_space: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tianfeng.hpo.objective as objective_module
+    import tianfeng.hpo.run.objective as objective_module
 
     def cut(*args, **kwargs):
         raise KeyboardInterrupt

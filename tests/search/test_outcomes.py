@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState, create_trial
 
-from tianfeng.hpo.outcomes import Outcome, count_outcomes, outcome, outcomes_text
+from tianfeng.hpo.judge.outcomes import Outcome, count_outcomes, outcome, outcomes_text
 
 
 def _trial(state: TrialState, **attrs) -> optuna.trial.FrozenTrial:

@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from tests.search.test_study import plan_for
-from tianfeng.hpo.runner import run_search
+from tianfeng.hpo.run.runner import run_search
 from tianfeng.promotion.run import promote
 from tianfeng.reporting.build import build_report
 from tianfeng.trainers.config import ConfigError

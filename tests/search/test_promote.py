@@ -15,12 +15,12 @@ import pytest
 
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
-from tianfeng.hpo.materialize import build_config
-from tianfeng.hpo.runner import run_search
-from tianfeng.hpo.space import load_space
+from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.space.materialize import build_config
+from tianfeng.hpo.space.read import load_space
 from tianfeng.promotion.run import promote
 from tianfeng.promotion.transfer import transfer
-from tianfeng.store import RunStore
+from tianfeng.storage.runs import RunStore
 from tianfeng.trainers.config import ConfigError
 
 
@@ -210,7 +210,7 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
 
     # the report sets the measured scaling beside the cost model's prediction
     from tianfeng.reporting.build import build_report
-    from tianfeng.reporting.scaling import scaling_rows
+    from tianfeng.reporting.measured_scaling import scaling_rows
 
     rows = scaling_rows(RunStore(plan.storage).runs("p"))
     assert len(rows) == 1 and rows[0]["layout"] == "2 x 1" and rows[0]["variant"] == "flat"
@@ -243,7 +243,7 @@ def test_a_study_made_before_complete_priors_still_promotes(tmp_path: Path, tiny
     import optuna
     import yaml
 
-    from tianfeng.hpo.stored_space import store_space_text
+    from tianfeng.hpo.space.stored import store_space_text
 
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=1, study="old")
     run_search(plan, workers=1, resume=False)

@@ -10,9 +10,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tianfeng.hpo.materialize import build_config
-from tianfeng.hpo.objective import suggest
-from tianfeng.hpo.space import load_space
+from tianfeng.hpo.run.objective import suggest
+from tianfeng.hpo.space.materialize import build_config
+from tianfeng.hpo.space.read import load_space
 from tianfeng.trainers.schedules import learning_rate, warmup_start
 
 REPO = Path(__file__).resolve().parents[2]

@@ -136,7 +136,7 @@ def test_budget_and_batch_parsing() -> None:
 
 def test_budget_is_described_as_given() -> None:
     from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan
-    from tianfeng.hpo.trial_log import budget_text
+    from tianfeng.hpo.run.trial_log import budget_text
 
     plan = SearchPlan("s.yaml", None, "sqlite://", "st", "tpe", "median", 0, UNLIMITED_TRIALS, 2700.0, "r", "proxy")
     assert budget_text(plan) == "45 min"
@@ -157,8 +157,8 @@ def test_largest_batch_within_tolerance() -> None:
 
 
 def test_naive_copied_only_when_the_warm_start_trains_the_same_config(tmp_path: Path, tiny_space: dict) -> None:
-    from tianfeng.hpo.materialize import build_config
     from tianfeng.hpo.plan import SearchPlan, plan_space
+    from tianfeng.hpo.space.materialize import build_config
     from tianfeng.scaling.study import _reuse_naive
     from tianfeng.trainers.config import config_to_dict
 

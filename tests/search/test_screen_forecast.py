@@ -9,8 +9,8 @@ import math
 import optuna
 import pytest
 
-from tianfeng.hpo.screen_check import agreeing_length, check_screen
-from tianfeng.hpo.screen_forecast import forecast, forecast_end, full_epochs, gain_slope
+from tianfeng.hpo.judge.screen_check import agreeing_length, check_screen
+from tianfeng.hpo.judge.screen_forecast import forecast, forecast_end, full_epochs, gain_slope
 from tianfeng.promotion.leaders import proxy_leader
 
 SHORT = [60.0, 64.0, 66.0, 68.0, 69.0, 70.0]  # 6 epochs: a fast start, ends 10 above its first epoch

@@ -20,18 +20,23 @@ from optuna.trial import TrialState
 
 import tianfeng
 from tests.search.conftest import write_space
-from tianfeng.hpo.materialize import max_rung_epochs, sample_active
+from tianfeng.hpo.judge.scores import predicted_s
+from tianfeng.hpo.judge.screen_check import (
+    agreeing_length,
+    check_screen,
+    screen_length,
+    screened_alike,
+)
 from tianfeng.hpo.plan import SearchPlan, with_objective
-from tianfeng.hpo.registry import make_sampler, resolve_sampler
-from tianfeng.hpo.scores import predicted_s
-from tianfeng.hpo.screen_check import agreeing_length, check_screen, screen_length, screened_alike
-from tianfeng.hpo.space import load_space
-from tianfeng.hpo.space_types import corner_value
-from tianfeng.hpo.study_setup import judged_by_peers, pruner_label
-from tianfeng.hpo.summary import print_summary
+from tianfeng.hpo.run.registry import make_sampler, resolve_sampler
+from tianfeng.hpo.run.study import judged_by_peers, pruner_label
+from tianfeng.hpo.run.summary import print_summary
+from tianfeng.hpo.space.materialize import max_rung_epochs, sample_active
+from tianfeng.hpo.space.read import load_space
+from tianfeng.hpo.space.schema import corner_value
 from tianfeng.promotion.leaders import full_run_curves, proxy_leader
 from tianfeng.promotion.transfer import transfer
-from tianfeng.store import RunRecordStatus, RunStore
+from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.trainers.config import RunConfig, config_from_dict, with_changes
 from tianfeng.trainers.engine import train
 
@@ -188,8 +193,8 @@ def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole
 def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(
         tmp_path: Path, tiny_space: dict) -> None:
     from tianfeng.hpo.plan import SearchPlan, plan_space
-    from tianfeng.hpo.ray_backend import RayOptions, StudySearcher
-    from tianfeng.hpo.study_setup import open_study
+    from tianfeng.hpo.run.ray_backend import RayOptions, StudySearcher
+    from tianfeng.hpo.run.study import open_study
 
     plan = SearchPlan(space_path=str(write_space(tmp_path, _screening_space(tiny_space))), data=None,
                       storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="asha", seed=0,

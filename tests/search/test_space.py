@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.search.conftest import TINY_SPACE, write_space
-from tianfeng.hpo.expressions import Expression, ExpressionError
-from tianfeng.hpo.materialize import build_config, build_phases, is_active, split_epochs
-from tianfeng.hpo.space import load_space
+from tianfeng.hpo.space.expressions import Expression, ExpressionError
+from tianfeng.hpo.space.materialize import build_config, build_phases, is_active, split_epochs
+from tianfeng.hpo.space.read import load_space
 from tianfeng.trainers.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def test_derived_values_and_fidelity_applied(tiny_space_file: Path) -> None:
 
 
 def test_phase_template_progressive_resizing() -> None:
-    from tianfeng.hpo.space import PhasesTemplate
+    from tianfeng.hpo.space.read import PhasesTemplate
 
     t = PhasesTemplate(stages=Expression("3"), start_resolution=Expression("16"),
                        end_resolution=Expression("32"), batch_size=Expression("256"),
@@ -182,7 +182,7 @@ def test_and_or_return_the_deciding_operand_as_python_does() -> None:
 
 def test_cli_names_match_the_registry() -> None:
     from tianfeng.defaults import PRUNER_NAMES, SAMPLER_NAMES
-    from tianfeng.hpo.registry import PRUNERS, SAMPLERS
+    from tianfeng.hpo.run.registry import PRUNERS, SAMPLERS
 
     assert set(SAMPLERS) | {"auto"} == set(SAMPLER_NAMES) and set(PRUNERS) == set(PRUNER_NAMES)
 

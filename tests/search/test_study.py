@@ -15,8 +15,8 @@ from optuna.trial import TrialState
 
 from tests.search.conftest import write_space
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.registry import PRUNERS, SAMPLERS
-from tianfeng.hpo.runner import run_search
+from tianfeng.hpo.run.registry import PRUNERS, SAMPLERS
+from tianfeng.hpo.run.runner import run_search
 
 
 def plan_for(tmp_path: Path, space_file: Path, **changes) -> SearchPlan:
@@ -228,10 +228,10 @@ def test_priors_beyond_the_budget_wait_for_a_larger_one_instead_of_the_queue(
 
 def test_a_trial_cut_while_it_is_being_prepared_is_queued_again_with_its_parameters(
         tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tianfeng.hpo.objective as objective_module
-    from tianfeng.hpo.objective import ProxyObjective
+    import tianfeng.hpo.run.objective as objective_module
     from tianfeng.hpo.plan import plan_space
-    from tianfeng.hpo.runner import requeue_interrupted
+    from tianfeng.hpo.run.objective import ProxyObjective
+    from tianfeng.hpo.run.runner import requeue_interrupted
 
     plan = plan_for(tmp_path, tiny_space_file)
     space = plan_space(plan)
@@ -254,7 +254,7 @@ def test_a_trial_cut_after_training_while_its_results_are_written_is_queued_agai
         tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C after the engine returned but before the objective did: the trial used to fail with
     the engine's status ("complete"), so it was neither requeued nor scored, and its run was lost."""
-    import tianfeng.hpo.objective as objective_module
+    import tianfeng.hpo.run.objective as objective_module
     from tianfeng.trainers.checkpoint import load as load_checkpoint
 
     plan = plan_for(tmp_path, tiny_space_file, trials=1)

@@ -10,9 +10,9 @@ import logging
 import pytest
 
 from tests.search.conftest import write_space
-from tianfeng.hpo.materialize import build_config
-from tianfeng.hpo.space import load_space
-from tianfeng.hpo.walltime import predict_wall_time
+from tianfeng.cost.walltime import predict_wall_time
+from tianfeng.hpo.space.materialize import build_config
+from tianfeng.hpo.space.read import load_space
 from tianfeng.trainers.engine import train
 
 

@@ -13,13 +13,13 @@ from optuna.trial import TrialState, create_trial
 
 from tests.search.conftest import write_space
 from tianfeng.cli import main
-from tianfeng.hpo.cluster import ClusterSpec
-from tianfeng.hpo.materialize import build_config
-from tianfeng.hpo.peer_pruning import PeerPruner, rung_passed
-from tianfeng.hpo.scores import best_trial, pareto_front
-from tianfeng.hpo.space import load_space
-from tianfeng.hpo.walltime import predict_wall_time
-from tianfeng.throughput import DEVICES, reference_step_model
+from tianfeng.cost.cluster import ClusterSpec
+from tianfeng.cost.step_time import DEVICES, reference_step_model
+from tianfeng.cost.walltime import predict_wall_time
+from tianfeng.hpo.judge.peers import PeerPruner, rung_passed
+from tianfeng.hpo.judge.scores import best_trial, pareto_front
+from tianfeng.hpo.space.materialize import build_config
+from tianfeng.hpo.space.read import load_space
 from tianfeng.trainers.config import ConfigError, config_from_dict
 
 
@@ -298,7 +298,7 @@ def test_calibrate_with_processes_fits_gloo_links_that_the_cost_model_uses(tmp_p
 
 
 def test_the_default_floor_is_never_chance_and_follows_the_classes() -> None:
-    from tianfeng.hpo.front import default_floor
+    from tianfeng.hpo.judge.front import default_floor
 
     assert default_floor("val_top1", 5) == 40.0 and default_floor("val_top1", 10) == 20.0
     assert default_floor("val_top1", 1000) == pytest.approx(10.1) and default_floor("val_top1", 2) == 75.0

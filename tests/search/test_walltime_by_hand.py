@@ -14,9 +14,9 @@ import math
 import pytest
 
 from tests.conftest import make_config
-from tianfeng.hpo.cluster import ClusterSpec
-from tianfeng.hpo.walltime import predict_wall_time
-from tianfeng.throughput import reference_cost, step_cost
+from tianfeng.cost.cluster import ClusterSpec
+from tianfeng.cost.step_time import reference_cost, step_cost
+from tianfeng.cost.walltime import predict_wall_time
 
 MIB = 2**20
 

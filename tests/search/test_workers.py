@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tianfeng.hpo.workers import MAX_CPU_WORKERS, parse_workers, resolve_workers
+from tianfeng.hpo.run.workers import MAX_CPU_WORKERS, parse_workers, resolve_workers
 from tianfeng.trainers.config import ConfigError
 
 

@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from tianfeng import api
-from tianfeng.logs import quiet_optuna
+from tianfeng.terminal.logs import quiet_optuna
 from tianfeng.trainers.config import ConfigError
 
 log = logging.getLogger("tianfeng.dashboard")

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from tianfeng import api
-from tianfeng.logs import quiet_optuna
+from tianfeng.terminal.logs import quiet_optuna
 
 log = logging.getLogger("tianfeng.export")
 

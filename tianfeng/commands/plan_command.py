@@ -1,5 +1,5 @@
 """`tianfeng plan`: the predicted wall time of a run at several GPU counts for flat,
-hierarchical and compressed gradient exchange, part by part (tianfeng.hpo.walltime: the
+hierarchical and compressed gradient exchange, part by part (tianfeng.cost.walltime: the
 same model the search scores recipes with), and whether its per-GPU batch fits the memory."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from rich.console import Console
 
 from tianfeng import api
 from tianfeng.commands.flags import options_from_flags
-from tianfeng.costmodel import PRESETS
-from tianfeng.hpo.plan_options import PlanOptions
-from tianfeng.hpo.walltime import format_seconds
-from tianfeng.tables import add_plain_row, plain_table
-from tianfeng.throughput import DEVICES
+from tianfeng.cost.exchange import PRESETS
+from tianfeng.cost.grid_options import PlanOptions
+from tianfeng.cost.step_time import DEVICES
+from tianfeng.cost.walltime import format_seconds
+from tianfeng.terminal.tables import add_plain_row, plain_table
 
 
 def run_plan_command(args) -> int:

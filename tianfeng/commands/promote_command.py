@@ -10,10 +10,10 @@ from rich.console import Console
 
 from tianfeng import api
 from tianfeng.commands.flags import emit, options_from_flags
-from tianfeng.hpo.front import print_front
+from tianfeng.hpo.judge.front import print_front
 from tianfeng.promotion.options import PromoteOptions
-from tianfeng.store import RunRecordStatus
-from tianfeng.tables import add_plain_row, plain_table
+from tianfeng.storage.runs import RunRecordStatus
+from tianfeng.terminal.tables import add_plain_row, plain_table
 from tianfeng.trainers.config import ConfigError
 
 

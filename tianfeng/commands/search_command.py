@@ -24,7 +24,7 @@ def parse_duration(text: str | None) -> float | None:
 
 
 def run_search_command(args) -> int:
-    from tianfeng import interrupts
+    from tianfeng.terminal import interrupts
 
     try:
         return _search(args)
@@ -60,8 +60,8 @@ def _search(args) -> int:
     options = search_options(args).checked()  # flags first: they need nothing loaded, so a typo fails at once
 
     from tianfeng import api
-    from tianfeng.hpo.summary import print_summary
-    from tianfeng.interrupts import raise_if_interrupted
+    from tianfeng.hpo.run.summary import print_summary
+    from tianfeng.terminal.interrupts import raise_if_interrupted
 
     study = api.search(args.space, options)
     raise_if_interrupted()  # a Ctrl-C swallowed on the way still ends the command as one

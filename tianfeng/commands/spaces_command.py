@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tianfeng import api
-from tianfeng.tables import add_plain_row, plain_table
+from tianfeng.terminal.tables import add_plain_row, plain_table
 
 
 def run_spaces_command(args: argparse.Namespace) -> int:

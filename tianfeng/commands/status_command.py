@@ -11,12 +11,12 @@ import optuna
 from rich.console import Console
 
 from tianfeng import api
+from tianfeng.cost.walltime import format_seconds
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.front import front_table
-from tianfeng.hpo.outcomes import outcomes_text
-from tianfeng.hpo.walltime import format_seconds
-from tianfeng.logs import quiet_optuna
-from tianfeng.tables import add_plain_row, plain_table
+from tianfeng.hpo.judge.front import front_table
+from tianfeng.hpo.judge.outcomes import outcomes_text
+from tianfeng.terminal.logs import quiet_optuna
+from tianfeng.terminal.tables import add_plain_row, plain_table
 
 
 def run_status_command(args) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 
 from tianfeng.defaults import FAILURE_LIMIT, ObjectiveMode
-from tianfeng.hpo.space import SearchSpace, load_space
+from tianfeng.hpo.space.read import SearchSpace, load_space
 from tianfeng.trainers.config import ConfigError
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
@@ -65,7 +65,7 @@ def plan_space(plan: SearchPlan) -> SearchSpace:
     space = with_objective(space, plan.objective, plan.target, plan.min_accuracy)
     if plan.batch_size is None and not plan.set_overrides and plan.priors:
         return space
-    from tianfeng.hpo.pinned import at_batch
+    from tianfeng.hpo.space.pinned import at_batch
 
     return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)
 
@@ -89,6 +89,6 @@ def with_objective(space: SearchSpace, mode: str | None, target: float | None,
 
 
 def rung_epochs(space: SearchSpace, rung: str) -> int:
-    from tianfeng.hpo.materialize import max_rung_epochs
+    from tianfeng.hpo.space.materialize import max_rung_epochs
 
     return max_rung_epochs(space, rung)

@@ -4,17 +4,10 @@ c10d rendezvous on localhost, as N emulated nodes of G gloo processes (CPU)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
-from tianfeng.launch.plan import LaunchPlan
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tianfeng.launch.scripts import LaunchPlan
 
 
 def run_here(plan: LaunchPlan) -> int:

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tianfeng.launch.plan import LaunchPlan
-from tianfeng.ray_cluster import start_or_join
+from tianfeng.launch.ray_cluster import start_or_join
+from tianfeng.launch.scripts import LaunchPlan
 from tianfeng.trainers.config import ConfigError
 
 log = logging.getLogger("tianfeng.launch")
@@ -22,7 +22,7 @@ def _rank_worker(loop_config: dict[str, Any]) -> None:
     """One rank, inside a Ray Train worker."""
     import ray.train
 
-    from tianfeng.logs import setup_logging
+    from tianfeng.terminal.logs import setup_logging
     from tianfeng.trainers.config import load_config
     from tianfeng.trainers.engine import train
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
-from tianfeng.hpo.scores import ranked, score
+from tianfeng.hpo.judge.scores import ranked, score
 from tianfeng.promotion.run import load_study, promote
 
 log = logging.getLogger("tianfeng.calibrate")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from optuna.trial import FrozenTrial
 
-from tianfeng.hpo.screen_check import SCREENED_ATTR
+from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
 from tianfeng.trainers import checkpoint
 from tianfeng.trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.scheduler import JobState
-from tianfeng.store import RunRecordStatus, RunStore
+from tianfeng.storage.runs import RunRecordStatus, RunStore
 
 log = logging.getLogger("tianfeng.promote")
 

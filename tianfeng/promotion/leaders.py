@@ -25,12 +25,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.scores import best_among, completed, maximizing, mode_of
-from tianfeng.hpo.screen_check import check_screen, screen_length, screened_alike
-from tianfeng.hpo.screen_forecast import forecast, gain_slope
-from tianfeng.hpo.screen_target import fastest_to_target, untrained_best
+from tianfeng.hpo.judge.scores import best_among, completed, maximizing, mode_of
+from tianfeng.hpo.judge.screen_check import check_screen, screen_length, screened_alike
+from tianfeng.hpo.judge.screen_forecast import forecast, gain_slope
+from tianfeng.hpo.judge.screen_target import fastest_to_target, untrained_best
 from tianfeng.promotion.run import promote
-from tianfeng.store import RunRecordStatus, RunStore
+from tianfeng.storage.runs import RunRecordStatus, RunStore
 
 log = logging.getLogger("tianfeng.promote")
 FIRST_AFTER = 3  # complete proxy trials before the first promotion: the default pruner's reduction factor

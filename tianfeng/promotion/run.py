@@ -15,28 +15,29 @@ import yaml
 from optuna.trial import TrialState
 from rich.console import Console
 
-from tianfeng.hpo.objective import objective_value
-from tianfeng.hpo.scores import best_trial, score
-from tianfeng.hpo.screen_check import SCREENED_ATTR
-from tianfeng.hpo.space import SearchSpace, parse_space
-from tianfeng.hpo.stored_space import space_text
+from tianfeng.hpo.judge.scores import best_trial, score
+from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
+from tianfeng.hpo.run.objective import objective_value
+from tianfeng.hpo.space.read import SearchSpace, parse_space
+from tianfeng.hpo.space.stored import space_text
 from tianfeng.launch.launchers import scheduler
-from tianfeng.launch.local import free_port, run_here
-from tianfeng.launch.plan import LaunchPlan, check_fits, write_plan
+from tianfeng.launch.local import run_here
 from tianfeng.launch.scheduler import SchedulerOptions
+from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
 from tianfeng.launch.slurm import sbatch_directives, time_limit_s
-from tianfeng.logs import quiet_optuna
-from tianfeng.ownership import check_folder, claim_folder, study_owner
 from tianfeng.promotion.continuation import continue_screen
 from tianfeng.promotion.jobs import refresh_jobs, submit_run
 from tianfeng.promotion.run_lock import refuse_if_trained, training_lock
 from tianfeng.promotion.transfer import Change, transfer
-from tianfeng.run_progress import RunProgress
-from tianfeng.store import RunRecordStatus, RunStore
-from tianfeng.tables import add_plain_row, plain_table
+from tianfeng.storage.ownership import check_folder, claim_folder, study_owner
+from tianfeng.storage.runs import RunRecordStatus, RunStore
+from tianfeng.terminal.logs import quiet_optuna
+from tianfeng.terminal.run_progress import RunProgress
+from tianfeng.terminal.tables import add_plain_row, plain_table
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
 from tianfeng.trainers.engine import EpochMetrics, train
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.trainers.ports import free_port
 
 log = logging.getLogger("tianfeng.promote")
 

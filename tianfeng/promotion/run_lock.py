@@ -15,7 +15,7 @@ import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 
-from tianfeng.store import RunRecordStatus
+from tianfeng.storage.runs import RunRecordStatus
 from tianfeng.trainers.config import ConfigError
 
 LOCK_NAME = ".tianfeng-run.lock"

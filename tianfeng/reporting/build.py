@@ -10,9 +10,10 @@ from pathlib import Path
 import optuna
 import yaml
 
+from tianfeng.cost.walltime import format_seconds, parts_text
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.outcomes import count_outcomes, outcome, outcomes_text
-from tianfeng.hpo.scores import (
+from tianfeng.hpo.judge.outcomes import count_outcomes, outcome, outcomes_text
+from tianfeng.hpo.judge.scores import (
     best_trial,
     epochs_reported,
     maximizing,
@@ -21,15 +22,14 @@ from tianfeng.hpo.scores import (
     ranked,
     score,
 )
-from tianfeng.hpo.walltime import format_seconds, parts_text
-from tianfeng.ownership import default_report_path, study_owner, write_report
 from tianfeng.promotion.run import load_study
 from tianfeng.reporting import figures
 from tianfeng.reporting.guidance import fidelity_caveat, front_rows, importance_caveat, next_step
 from tianfeng.reporting.plotlyjs import bundle_for
 from tianfeng.reporting.templates import environment, script_json
-from tianfeng.storage_url import storage_flag
-from tianfeng.store import RunStore
+from tianfeng.storage.ownership import default_report_path, study_owner, write_report
+from tianfeng.storage.runs import RunStore
+from tianfeng.storage.url import storage_flag
 from tianfeng.version import __version__
 
 
@@ -146,7 +146,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
                      t.user_attrs.get("prior", ""), *[_fmt(t.params.get(p)) for p in params]])
     run_rows = [{**r, "proxy": _fmt(r["proxy_score"]), "full": _fmt(r["final_score"]),
                  "throughput": _fmt(r["epochs"][-1]["samples_per_s"]) if r["epochs"] else "-"} for r in runs]
-    from tianfeng.reporting.scaling import scaling_rows
+    from tianfeng.reporting.measured_scaling import scaling_rows
 
     scaling = [{**r, **{k: _fmt(r[k]) for k in ("single", "measured", "predicted_samples")},
                 "efficiency": f"{100 * r['efficiency']:.0f}%", "predicted": f"{100 * r['predicted']:.0f}%"}
@@ -164,7 +164,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
 
 def run_report_command(args) -> int:
     if args.scale is not None:
-        from tianfeng.reporting.scale import build_scale_report
+        from tianfeng.reporting.scale_study import build_scale_report
 
         path = build_scale_report(args.storage, args.scale, args.output)
     else:

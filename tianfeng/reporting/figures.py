@@ -10,9 +10,10 @@ import optuna.visualization as ov
 import plotly.graph_objects as go
 from optuna.trial import TrialState
 
+from tianfeng.cost.walltime import format_seconds, schedule_text
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.outcomes import COLOURS, outcome
-from tianfeng.hpo.scores import (
+from tianfeng.hpo.judge.outcomes import COLOURS, outcome
+from tianfeng.hpo.judge.scores import (
     completed,
     curve,
     maximizing,
@@ -21,7 +22,6 @@ from tianfeng.hpo.scores import (
     predicted_s,
     score,
 )
-from tianfeng.hpo.walltime import format_seconds, schedule_text
 from tianfeng.trainers.config import config_from_dict
 from tianfeng.trainers.schedules import learning_rate
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import optuna
 
+from tianfeng.cost.walltime import format_seconds
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.scores import completed, mode_of, pareto_front, predicted_s, score
-from tianfeng.hpo.walltime import format_seconds
+from tianfeng.hpo.judge.scores import completed, mode_of, pareto_front, predicted_s, score
 
 # below these, a figure is drawn but read as a hint (importances) or not measured at all (rho)
 FEW_FOR_IMPORTANCES = 10

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Float, Integer, String, Text, UniqueConstraint, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from tianfeng.storage_url import engine_options
+from tianfeng.storage.url import engine_options
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tianfeng.hpo.materialize import build_config
-from tianfeng.hpo.pinned import batch_parameter
+from tianfeng.cost.walltime import format_seconds
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
-from tianfeng.hpo.runner import derived_seed, run_search
-from tianfeng.hpo.walltime import format_seconds
+from tianfeng.hpo.run.runner import derived_seed, run_search
+from tianfeng.hpo.space.materialize import build_config
+from tianfeng.hpo.space.pinned import batch_parameter
 from tianfeng.scaling.results import ScalePoint, ScaleStore
 from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
 from tianfeng.trainers.schedules import peak_lr

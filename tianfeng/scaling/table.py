@@ -6,7 +6,7 @@ from rich.console import Console
 
 from tianfeng.scaling.results import ScalePoint
 from tianfeng.scaling.study import largest_within
-from tianfeng.tables import add_plain_row, plain_table
+from tianfeng.terminal.tables import add_plain_row, plain_table
 
 
 def fmt_value(value: float | None, spec: str = ".4g") -> str:

@@ -1,0 +1,190 @@
+"""The `cluster:` section of a search space: the machine the full-fidelity run is meant for,
+whose predicted wall time the search weighs against accuracy."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tianfeng.cost.exchange import BACKWARD_SHARE, DEFAULT_PRESET, PRESETS, VARIANTS, Cluster, Link
+from tianfeng.cost.step_time import DEVICES
+from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.yaml_input import MAX_BYTES
+
+KEYS = ("gpus", "gpus_per_node", "device", "throughput", "images_per_s", "half_batch", "exchange", "overlap",
+        "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us", "adapters_per_node",
+        "train_images", "memory_gib", "cpu_cores_per_gpu", "loader", "min_per_gpu_batch")
+LOADERS = ("dali", "cache", "torch")
+# Half the smallest per-GPU batch among the published GPU records (Goyal et al. 2017: 32 per
+# GPU), above the range where BatchNorm over a GPU's own images loses accuracy fast (Wu & He,
+# Group Normalization, 2018: ResNet-50 error 23.6% at 32 images per GPU, 34.7% at 2).
+MIN_PER_GPU_BATCH = 16
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    gpus: int = 8
+    gpus_per_node: int = 8
+    device: str = "v100"  # a row of throughput.DEVICES (and its link preset), or measured
+    throughput: str | None = None  # with device measured: the file `calibrate --throughput` wrote
+    images_per_s: float | None = None  # the searched model's per-GPU training throughput at the
+    # target's last resolution, 256 images per GPU; None: from the device's ResNet-50 figures
+    half_batch: float | None = None  # per-GPU batch at half the peak; None: the device's
+    exchange: str = "flat"  # a tianfeng.cost.exchange variant
+    overlap: float = BACKWARD_SHARE  # share of the compute an exchange can hide behind
+    intra_gbps: float | None = None
+    inter_gbps: float | None = None
+    intra_latency_us: float | None = None
+    inter_latency_us: float | None = None
+    adapters_per_node: int | None = None
+    train_images: int | None = None  # the full run's training set; None: the space's data
+    memory_gib: float | None = None  # one GPU's memory; None: the device's (no limit for measured)
+    cpu_cores_per_gpu: float | None = None  # data loader cores per GPU; None: the device's node
+    loader: str = "dali"  # the full run's data pipeline: dali (GPU decode), cache (pre-decoded), torch
+    min_per_gpu_batch: int = MIN_PER_GPU_BATCH  # what the shipped spaces sample from (min_per_gpu)
+
+    @property
+    def device_memory_gib(self) -> float | None:
+        if self.memory_gib is not None:
+            return self.memory_gib
+        return DEVICES[self.device].memory_gib if self.device in DEVICES else None
+
+    @property
+    def loader_cores(self) -> float:
+        if self.cpu_cores_per_gpu is not None:
+            return self.cpu_cores_per_gpu
+        if self.device in DEVICES:
+            return DEVICES[self.device].cpu_cores_per_gpu
+        import os
+
+        return max(1.0, (os.cpu_count() or 1) / self.gpus)  # measured: this machine's cores
+
+    @property
+    def nodes(self) -> int:
+        return self.gpus // self.gpus_per_node
+
+    def links(self) -> Cluster:
+        preset = PRESETS[self.device if self.device in PRESETS else DEFAULT_PRESET]
+        intra_default, inter_default, adapters = preset.intra, preset.inter, preset.adapters_per_node
+        measured = read_throughput(self.throughput).get("links") if self.throughput else None
+        if measured:  # gloo on this machine: one shared loopback for every link
+            intra_default = inter_default = Link(measured["gbit_s"], measured["latency_us"])
+            adapters = 1
+        intra = Link(self.intra_gbps or intra_default.gbit_s,
+                     intra_default.latency_us if self.intra_latency_us is None else self.intra_latency_us)
+        inter = Link(self.inter_gbps or inter_default.gbit_s,
+                     inter_default.latency_us if self.inter_latency_us is None else self.inter_latency_us)
+        return Cluster(self.gpus, self.gpus_per_node, intra, inter, self.adapters_per_node or adapters)
+
+    def describe(self) -> str:
+        what = f"{self.device.upper()}" if self.device != "measured" else f"measured ({self.throughput})"
+        memory = f" {self.device_memory_gib:g} GiB" if self.device_memory_gib is not None else ""
+        return (f"{self.gpus} x {what}{memory} ({self.nodes} node(s) of {self.gpus_per_node}), {self.exchange} "
+                f"exchange, {self.loader} data on {self.loader_cores:g} cores per GPU")
+
+
+DEFAULT = ClusterSpec()
+
+
+def read_cluster(source: str, raw: Any) -> ClusterSpec:
+    """Check a `cluster:` mapping; every bad value is one error naming the key and what it allows."""
+    if raw is None:
+        return DEFAULT
+    if not isinstance(raw, dict):
+        raise ConfigError(source, "cluster", f"must be a mapping with keys {', '.join(KEYS)}")
+    unknown = sorted(set(map(str, raw)) - set(KEYS))
+    if unknown:
+        raise ConfigError(source, f"cluster.{unknown[0]}", f"unknown key; allowed: {', '.join(KEYS)}")
+    return checked(replace(DEFAULT, **{str(k): v for k, v in raw.items()}), source)
+
+
+def checked(spec: ClusterSpec, source: str, prefix: str = "cluster.") -> ClusterSpec:
+    """The spec with its values checked (command-line overrides go through here too)."""
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(source, f"{prefix}{key}", message)
+
+    def integer(key: str, low: int) -> None:
+        value = getattr(spec, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise fail(key, f"must be an integer >= {low}; got {value!r}")
+
+    def number(key: str, *, low: float = 0.0, high: float | None = None, strict: bool = True,
+               optional: bool = True) -> None:
+        value = getattr(spec, key)
+        if value is None and optional:
+            return
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
+            value > low if strict else value >= low) and (high is None or value <= high)
+        if not ok:
+            rule = f"{'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
+            raise fail(key, f"must be a number {rule}; got {value!r}")
+
+    integer("gpus", 1)
+    integer("gpus_per_node", 1)
+    if spec.gpus % spec.gpus_per_node and spec.gpus > spec.gpus_per_node:
+        raise fail("gpus", f"must be a multiple of gpus_per_node ({spec.gpus_per_node}); got {spec.gpus}")
+    if spec.device not in (*DEVICES, "measured"):
+        raise fail("device", f"must be one of {', '.join(DEVICES)}, measured; got {spec.device!r}")
+    if (spec.device == "measured") != (spec.throughput is not None):
+        raise fail("throughput", "goes with device: measured (a file tianfeng calibrate --throughput wrote), "
+                                 "and device: measured needs it")
+    if spec.throughput is not None:
+        read_throughput(spec.throughput, source, f"{prefix}throughput")
+    if spec.exchange not in VARIANTS:
+        raise fail("exchange", f"must be one of {', '.join(VARIANTS)}; got {spec.exchange!r}")
+    number("images_per_s")
+    number("half_batch", strict=False)
+    number("overlap", high=1.0, strict=False, optional=False)
+    for key in ("intra_gbps", "inter_gbps"):
+        number(key)
+    for key in ("intra_latency_us", "inter_latency_us"):
+        number(key, strict=False)
+    if spec.adapters_per_node is not None:
+        integer("adapters_per_node", 1)
+    if spec.train_images is not None:
+        integer("train_images", 1)
+    number("memory_gib")
+    number("cpu_cores_per_gpu")
+    if spec.loader not in LOADERS:
+        raise fail("loader", f"must be one of {', '.join(LOADERS)}; got {spec.loader!r}")
+    integer("min_per_gpu_batch", 1)
+    if spec.gpus < spec.gpus_per_node:
+        spec = replace(spec, gpus_per_node=spec.gpus)  # fewer GPUs than a node holds: one node
+    return spec
+
+
+def with_overrides(spec: ClusterSpec, *, gpus: int | None, gpus_per_node: int | None,
+                   device: str | None = None) -> ClusterSpec:
+    """`--gpus N --gpus-per-node G --device D` on the command line replace the space's values."""
+    changes = {k: v for k, v in (("gpus", gpus), ("gpus_per_node", gpus_per_node), ("device", device))
+               if v is not None}
+    if not changes:
+        return spec
+    try:
+        return checked(replace(spec, **changes), "command line", prefix="")
+    except ConfigError as exc:  # named as the flag that set it
+        raise ConfigError(f"--{exc.key_path.replace('_', '-')}", "", exc.message) from None
+
+
+def read_throughput(path: str, source: str = "", key: str = "cluster.throughput") -> dict:
+    """A throughput file of `tianfeng calibrate --throughput`, checked."""
+    import json
+    from pathlib import Path
+
+    file = Path(path).expanduser()
+    try:
+        if file.stat().st_size > MAX_BYTES:
+            raise ConfigError(source, key, f"{path} is larger than {MAX_BYTES} bytes")
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(source, key, f"cannot read {path} ({type(exc).__name__}); write it with "
+                          "tianfeng calibrate --throughput") from None
+    fits = data.get("fits") if isinstance(data, dict) else None
+    if data.get("kind") != "tianfeng-throughput" or not isinstance(fits, dict) or not fits or not all(
+            str(r).isdigit() and isinstance(f, dict) and all(
+                isinstance(f.get(k), int | float) and math.isfinite(f[k]) and f[k] >= 0 for k in ("fixed_s", "image_s"))
+            and f["image_s"] > 0 for r, f in fits.items()):
+        raise ConfigError(source, key, f"{path} is not a throughput file of tianfeng calibrate --throughput")
+    return data

@@ -1,0 +1,85 @@
+"""The options of `tianfeng plan`, in one typed object: built once (by the command from its flags,
+by `tianfeng.plan` from keyword arguments), checked once, passed down unchanged."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tianfeng.cost.cluster import LOADERS, ClusterSpec
+from tianfeng.cost.exchange import BACKWARD_SHARE, PRESETS
+from tianfeng.options import with_changes
+from tianfeng.trainers.config import ConfigError
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The cluster and data set a run config is predicted for; each field is the flag of the same
+    name. None takes the preset's figure (links, memory, loader cores) or the device's ResNet-50
+    throughput moved to the model by its FLOPs (`gpu_images_per_s`)."""
+    gpus: int = 8
+    gpus_per_node: int = 8
+    preset: str = "v100"  # the device and links of a DGX node: v100, a100, h100
+    classes: int = 1000
+    gpu_images_per_s: float | None = None  # one GPU's training images/s at 256 per GPU, last resolution
+    compute_ms: float | None = None  # instead: one measured step of the last phase at `gpus`
+    train_images: int = 1_281_167
+    val_images: int = 50_000
+    intra_gbps: float | None = None
+    intra_latency_us: float | None = None
+    inter_gbps: float | None = None
+    inter_latency_us: float | None = None
+    adapters_per_node: int | None = None
+    overlap: float = BACKWARD_SHARE  # share of a step's compute an overlapping exchange hides behind
+    loader: str = "dali"
+    cpu_cores_per_gpu: float | None = None
+    memory_gib: float | None = None
+
+    def changed(self, **changes: Any) -> PlanOptions:
+        """A copy with `changes`; an unknown name is one line with the closest known one."""
+        return with_changes(self, "plan", changes)
+
+    def checked(self) -> PlanOptions:
+        """These options, or the first mistake as one line naming the flag and what it allows."""
+        def number(value: Any, low: float, strict: bool = True) -> bool:
+            return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
+                value > low if strict else value >= low)
+
+        def integer(value: Any, low: int) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+        optional = [("gpu_images_per_s", 0, True), ("compute_ms", 0, True), ("intra_gbps", 0, True),
+                    ("inter_gbps", 0, True), ("intra_latency_us", 0, False), ("inter_latency_us", 0, False),
+                    ("cpu_cores_per_gpu", 0, True), ("memory_gib", 0, True)]
+        checks = [("gpus", integer(self.gpus, 1), ">= 1"), ("gpus_per_node", integer(self.gpus_per_node, 1), ">= 1"),
+                  ("classes", integer(self.classes, 2), ">= 2"), ("train_images", integer(self.train_images, 1), ">= 1"),
+                  ("val_images", integer(self.val_images, 0), ">= 0"),
+                  ("adapters_per_node", self.adapters_per_node is None or integer(self.adapters_per_node, 1), ">= 1"),
+                  *((key, getattr(self, key) is None or number(getattr(self, key), low, strict),
+                     f"{'>' if strict else '>='} {low}") for key, low, strict in optional),
+                  ("overlap", number(self.overlap, 0, strict=False) and self.overlap <= 1, "between 0 and 1")]
+        for key, ok, rule in checks:
+            if not ok:
+                value = getattr(self, key)
+                shown = f"{value:g}" if isinstance(value, float) else repr(value)
+                raise ConfigError(_flag(key), "", f"must be {rule}, got {shown}")
+        for key, value, allowed in (("preset", self.preset, tuple(PRESETS)), ("loader", self.loader, LOADERS)):
+            if value not in allowed:
+                raise ConfigError(_flag(key), "", f"must be one of {', '.join(allowed)}; got {value!r}")
+        if self.gpus % self.gpus_per_node and self.gpus > self.gpus_per_node:
+            raise ConfigError("--gpus", "", f"must be a multiple of --gpus-per-node ({self.gpus_per_node}); "
+                                            f"got {self.gpus}")
+        return self
+
+    def cluster(self, images_per_s: float | None) -> ClusterSpec:
+        """The cluster these options describe, at `images_per_s` per GPU (None: the device's)."""
+        return ClusterSpec(gpus=self.gpus, gpus_per_node=self.gpus_per_node, device=self.preset,
+                           images_per_s=images_per_s, overlap=self.overlap, intra_gbps=self.intra_gbps,
+                           inter_gbps=self.inter_gbps, intra_latency_us=self.intra_latency_us,
+                           inter_latency_us=self.inter_latency_us, adapters_per_node=self.adapters_per_node,
+                           memory_gib=self.memory_gib, cpu_cores_per_gpu=self.cpu_cores_per_gpu, loader=self.loader)
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")

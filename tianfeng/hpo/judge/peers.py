@@ -1,0 +1,55 @@
+"""Stopping losers when the objective is not the metric alone (pareto, time-to-target).
+
+Optuna's pruners compare one objective; here a slow recipe that is less accurate than faster
+ones is the loser, and a fast recipe must not be killed for trailing slow ones. So at a few
+points of its run (a third and two thirds of its epochs, comparable across trials of different
+lengths) a trial is compared with its peers: trials predicted to be at most `slack` times
+slower on the target cluster. It stops when at least `min_peers` of them reached that point
+and it is below their median there.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import optuna
+from optuna.trial import TrialState
+
+from tianfeng.hpo.judge.scores import predicted_s
+
+RUNGS = (1 / 3, 2 / 3)
+RUNG_KEYS = tuple(f"{r:.3f}" for r in RUNGS)
+
+
+def rung_passed(epoch: int, total: int) -> str | None:
+    """The rung this epoch completes: the first epoch at or past each fraction of the run."""
+    for r, key in zip(RUNGS, RUNG_KEYS, strict=True):
+        if epoch / total >= r > (epoch - 1) / total and epoch < total:
+            return key
+    return None
+
+
+class PeerPruner:
+    def __init__(self, slack: float = 1.25, min_peers: int = 4) -> None:
+        self.slack, self.min_peers = slack, min_peers
+
+    def should_prune(self, study: optuna.Study, trial: optuna.Trial, rung: str, value: float,
+                     maximize: bool) -> bool:
+        """Record the trial's value at `rung`, then compare it with its peers'."""
+        values = {**trial.user_attrs.get("rung_values", {}), rung: value}
+        trial.set_user_attr("rung_values", values)
+        mine = trial.user_attrs.get("predicted", {}).get("seconds")
+        if mine is None:
+            return False
+        peers = []
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)):
+            theirs = predicted_s(t)
+            if t.number == trial.number or theirs is None or theirs > self.slack * mine:
+                continue
+            v = t.user_attrs.get("rung_values", {}).get(rung)
+            if v is not None:
+                peers.append(v)
+        if len(peers) < self.min_peers:
+            return False
+        median = statistics.median(peers)
+        return value < median if maximize else value > median

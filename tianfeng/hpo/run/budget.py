@@ -1,0 +1,95 @@
+"""What a search has spent and when it stops: trials and epochs against the budget, and the
+same error failing trial after trial."""
+
+from __future__ import annotations
+
+import logging
+
+import optuna
+from optuna.trial import TrialState
+
+from tianfeng.defaults import FAILURE_LIMIT
+from tianfeng.hpo.judge.outcomes import Outcome, outcome
+from tianfeng.hpo.judge.scores import epochs_reported
+from tianfeng.hpo.plan import SearchPlan
+
+log = logging.getLogger("tianfeng.search")
+
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+# 2: priors must be complete and the min_steps guard applies; a study stored without this (made
+# before them) re-reads its space as it ran: partial priors allowed, no guard
+def finished_count(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def failed(trial: optuna.trial.FrozenTrial) -> bool:
+    """A trial that raised an error (not one cut by Ctrl-C or a dead worker: those are retried)."""
+    return outcome(trial) == Outcome.FAILED
+
+
+def counted(trials: optuna.Study | list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The trials (of a study) the budget counts: finished, running, and failed with an error."""
+    if isinstance(trials, optuna.Study):
+        trials = trials.get_trials(deepcopy=False)
+    return [t for t in trials if t.state in (*FINISHED, TrialState.RUNNING) or failed(t)]
+
+
+def repeated_failure(study: optuna.Study, limit: int = FAILURE_LIMIT) -> str | None:
+    """The error, when the last `limit` trials to end all failed with it (the cause is not the
+    recipe, e.g. a missing data directory: more trials would fail the same way)."""
+    ended = [t for t in study.get_trials(deepcopy=False) if t.state in FINISHED or failed(t)]
+    last = sorted(ended, key=lambda t: t.datetime_complete or t.datetime_start)[-limit:]
+    errors = {t.user_attrs.get("error", "") for t in last}
+    if len(last) == limit and all(failed(t) for t in last) and len(errors) == 1:
+        return errors.pop() or "an unknown error"
+    return None
+
+
+class SearchFailed(RuntimeError):
+    pass
+
+
+class StopOnRepeatedFailure:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if trial.state == TrialState.FAIL and repeated_failure(study, self.limit):
+            study.stop()
+
+
+def raise_if_failing(plan: SearchPlan, study: optuna.Study) -> None:
+    error = repeated_failure(study, plan.failure_limit)
+    if error:
+        raise SearchFailed(f"the last {plan.failure_limit} trials of study {plan.study} failed with: {error}; "
+                           "completed trials are kept: fix the cause and continue with --resume")
+
+
+class Budget:
+    """Stops a worker once the study holds `trials` finished, running or failed trials (all
+    workers), or once another full trial of `trial_epochs` would take the study past `epochs`
+    training epochs."""
+
+    def __init__(self, trials: int, epochs: int | None = None, trial_epochs: int = 1) -> None:
+        self.trials, self.epochs, self.trial_epochs = trials, epochs, trial_epochs
+
+    def exhausted(self, study: optuna.Study) -> bool:
+        return self.exhausted_by(study.get_trials(deepcopy=False))
+
+    def exhausted_by(self, all_trials: list[optuna.trial.FrozenTrial]) -> bool:
+        trials = counted(all_trials)
+        if len(trials) >= self.trials:
+            return True
+        if self.epochs is None:
+            return False
+        return epochs_spent(trials, self.trial_epochs) + self.trial_epochs > self.epochs
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if self.exhausted(study):
+            study.stop()
+
+
+def epochs_spent(trials: list[optuna.trial.FrozenTrial], trial_epochs: int) -> int:
+    """Epochs trained by finished trials, plus a full trial's for each one still running."""
+    return sum(trial_epochs if t.state == TrialState.RUNNING else epochs_reported(t) for t in trials)

@@ -1,0 +1,249 @@
+"""One Optuna trial: sample the space, build the proxy run, train it, report every epoch."""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from tianfeng.cost.walltime import WallTime, check_memory, predict_wall_time
+from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.judge.outcomes import TrialStatus
+from tianfeng.hpo.judge.peers import PeerPruner, rung_passed
+from tianfeng.hpo.judge.screen_check import SCREENED_ATTR, screen_length
+from tianfeng.hpo.run.locked_storage import worker_id
+from tianfeng.hpo.space.materialize import build_config, sample_active, stopping_after
+from tianfeng.hpo.space.read import Parameter, SearchSpace
+from tianfeng.hpo.space.schema import Fidelity
+from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
+from tianfeng.trainers.data.sources import open_source
+from tianfeng.trainers.engine import EpochMetrics, RunResult, RunStatus, StopTraining, train
+from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
+
+log = logging.getLogger("tianfeng.search")
+
+
+def suggest(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
+    """Let Optuna sample every active parameter of the space."""
+
+    def choose(p: Parameter) -> Any:
+        if p.type == "categorical":
+            return trial.suggest_categorical(p.name, list(p.choices))
+        if p.type == "int":
+            return trial.suggest_int(p.name, int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
+        return trial.suggest_float(p.name, p.low, p.high, log=p.log, step=p.step)
+
+    return sample_active(space, choose)
+
+
+def objective_value(space: SearchSpace, values: list[float]) -> float:
+    """The trial's score from its per-epoch values of the objective's metric."""
+    if space.objective.at == "final":
+        return values[-1]
+    return max(values) if space.objective.direction == "maximize" else min(values)
+
+
+def trial_run_dir(runs_root: Path, study: str, trial: optuna.Trial) -> Path:
+    """A retried trial inherits its original's user attributes, so it finds the original's run
+    directory and resumes from its last checkpoint. A fresh trial owns a clean directory: what
+    is there belonged to a deleted study of the same name."""
+    inherited = trial.user_attrs.get("run_dir")
+    if inherited:
+        return Path(inherited)
+    check_name(study, "--study", "", max_length=STUDY_MAX_LENGTH)
+    path = runs_root / study / f"trial-{trial.number}"
+    if path.exists():  # only ever below runs_root/<study>: the name cannot climb out of it
+        shutil.rmtree(path)
+    return path
+
+
+def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs_root: Path,
+                  rung: str, *, cores: float | None = None, worker: str | None = None) -> RunConfig:
+    """Sample the trial's values and build its proxy run; the trial records values, rung, run
+    directory, resolved config, the cores it gets and the worker running it (this process unless
+    said otherwise), whichever backend then runs it."""
+    import torch
+
+    trial.set_user_attr("cores", cores if cores is not None else torch.get_num_threads())
+    trial.set_user_attr("worker", worker or worker_id())
+    values = suggest(trial, space)
+    run_dir = trial_run_dir(runs_root, study_name, trial)
+    cfg = build_config(space, values, rung, name=f"{study_name}-{run_dir.name}", run_dir=str(run_dir))
+    try:
+        predicted = predict_trial(space, values)
+    except ConfigError as exc:
+        if space.objective.mode != ObjectiveMode.ACCURACY:
+            raise
+        log.debug("trial %d: no wall-time prediction: %s", trial.number, exc)
+        predicted = None
+    if predicted is not None:
+        trial.set_user_attr("predicted", {"seconds": predicted.seconds, "gpu_hours": predicted.gpu_hours,
+                                          "steps": predicted.steps, "efficiency": predicted.efficiency,
+                                          "cluster": space.cluster.describe(),
+                                          "phases": [list(p) for p in predicted.phases],
+                                          "parts": predicted.parts, "notes": list(predicted.notes)})
+    trial.set_user_attr("values", values)
+    trial.set_user_attr("fidelity", rung)
+    trial.set_user_attr("run_dir", str(run_dir))
+    trial.set_user_attr("config", config_to_dict(cfg))
+    return cfg
+
+
+def screened_length(trial: optuna.Trial, rung: Fidelity, total: int) -> int:
+    """The epochs this trial trains: all `total`, or a screening rung's (as long as the study's
+    screen is now, see screen_check), recorded on the trial."""
+    if not rung.stop_after_epochs:
+        return total
+    length = screen_length(trial.study, rung.stop_after_epochs)
+    trial.set_user_attr(SCREENED_ATTR, length)
+    return min(total, length)
+
+
+def stop_if_screened(epoch: int, last: int, total: int) -> None:
+    """End a screening rung's run after its `last` epoch (status stopped; the trial completes)."""
+    if epoch >= last < total:
+        raise StopTraining(RunStatus.STOPPED, f"screened: stopped after epoch {epoch} of {total}")
+
+
+def record_final(trial: optuna.Trial, space: SearchSpace, final: dict[str, Any]) -> None:
+    """The last epoch's metrics and the objective's constraints (0 = satisfied)."""
+    trial.set_user_attr("final", final)
+    for i, constraint in enumerate(space.objective.constraints):
+        trial.set_constraint(f"c{i}", 0.0 if bool(constraint.evaluate(final)) else 1.0)
+
+
+def mark_failed(trial: optuna.Trial, exc: Exception) -> None:
+    """The trial failed with an error (it counts towards the budget); the error's first line."""
+    lines = str(exc).strip().splitlines()
+    trial.set_user_attr("status", TrialStatus.FAILED)
+    trial.set_user_attr("error", f"{type(exc).__name__}: {lines[0][:500] if lines else ''}")
+
+
+def judge_epoch(trial: optuna.Trial, objective, peers: PeerPruner | None, epoch: int, total_epochs: int,
+                value: float) -> str | None:
+    """Record the metric a trial reached at `epoch` and judge it: None to train on, else why it
+    stops (pruned). Accuracy studies ask Optuna's pruner; pareto and time-to-target ones record
+    the curve (Optuna takes no intermediate values there) and ask the peer rule."""
+    metric = objective.metric
+    if objective.mode == ObjectiveMode.ACCURACY:
+        trial.report(value, epoch)
+        # after the last epoch the work is spent: the trial completes whatever a pruner says
+        if epoch < total_epochs and trial.should_prune():
+            return f"pruned at epoch {epoch} ({metric} {value:.4g})"
+        return None
+    trial.set_user_attr("curve", {**trial.user_attrs.get("curve", {}), str(epoch): value})
+    rung = rung_passed(epoch, total_epochs)
+    if rung and peers and peers.should_prune(trial.study, trial, rung, value, objective.direction == "maximize"):
+        return f"pruned at epoch {epoch} ({metric} {value:.4g}, below the median of trials as fast or faster)"
+    return None
+
+
+class TrialTag(logging.Filter):
+    """Prefixes a record with the trial it belongs to."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__()
+        self.number = number
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = f"trial {self.number}: {record.msg}"
+        return True
+
+
+class ProxyObjective:
+    """`trainer` is the engine's `train`; the overhead benchmark swaps in one that does nothing."""
+
+    def __init__(self, space: SearchSpace, study_name: str, runs_root: Path, rung: str,
+                 trainer: Callable[..., RunResult] = train, peers: PeerPruner | None = None) -> None:
+        self.space, self.study_name, self.runs_root, self.rung = space, study_name, runs_root, rung
+        self.trainer = trainer
+        self.peers = peers  # pareto and time-to-target: Optuna's pruners judge one objective only
+
+    def __call__(self, trial: optuna.Trial) -> float | tuple[float, float]:
+        try:
+            return self._run(trial)
+        except KeyboardInterrupt:
+            # cut before, during or after training (while its results are written): queued again
+            # with its run directory, so a resume continues it from its last checkpoint
+            trial.set_user_attr("status", TrialStatus.INTERRUPTED)
+            raise
+
+    def _run(self, trial: optuna.Trial) -> float | tuple[float, float]:
+        try:
+            cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung)
+        except Exception as exc:
+            mark_failed(trial, exc)
+            raise
+        objective = self.space.objective
+        metric = objective.metric
+        last = screened_length(trial, self.space.fidelities[self.rung], cfg.total_epochs)
+        cfg = stopping_after(cfg, last)
+
+        def report(m: EpochMetrics) -> None:
+            # called only for epochs this process trained: a resumed trial reports no epoch twice
+            if m.noise_scale is not None:
+                trial.set_user_attr("noise_curve", {**trial.user_attrs.get("noise_curve", {}),
+                                                    str(m.epoch): m.noise_scale})
+            why = judge_epoch(trial, objective, self.peers, m.epoch, last, getattr(m, metric))
+            if why:
+                raise StopTraining(RunStatus.PRUNED, why)
+            stop_if_screened(m.epoch, last, cfg.total_epochs)
+
+        tag = TrialTag(trial.number)
+        engine_log = logging.getLogger("tianfeng.engine")
+        engine_log.addFilter(tag)  # with --verbose, the engine's epoch lines say whose they are
+        try:
+            result = self.trainer(cfg, report)
+        except Exception as exc:
+            mark_failed(trial, exc)
+            raise
+        finally:
+            engine_log.removeFilter(tag)
+        trial.set_user_attr("status", result.status)
+        if result.status == RunStatus.DIVERGED:
+            trial.set_user_attr("message", result.message)
+            raise optuna.TrialPruned(f"diverged: {result.message}")
+        if result.status == RunStatus.PRUNED:
+            raise optuna.TrialPruned(result.message)
+        record_final(trial, self.space, asdict(result.final))
+        value = objective_value(self.space, [getattr(m, metric) for m in result.epochs])
+        if not math.isfinite(value):
+            raise optuna.TrialPruned(f"{metric} is {value}")
+        return objective_values(trial, objective, value)
+
+
+def objective_values(trial: optuna.Trial, objective, value: float) -> float | tuple[float, float]:
+    """What Optuna is told, by mode: the metric; (metric, predicted s); or the predicted s with
+    the metric's shortfall from the target as a constraint (<= 0 when reached)."""
+    trial.set_user_attr("score", value)
+    seconds = trial.user_attrs["predicted"]["seconds"]
+    if objective.mode == ObjectiveMode.PARETO:
+        if objective.min_accuracy is not None:
+            trial.set_constraint("min_accuracy", objective.min_accuracy - value)
+        return value, seconds
+    if objective.mode == ObjectiveMode.TIME_TO_TARGET:
+        shortfall = objective.target - value if objective.direction == "maximize" else value - objective.target
+        trial.set_constraint("target", shortfall)
+        return seconds
+    return value
+
+
+def predict_trial(space, values: dict) -> WallTime:
+    """The full-fidelity run of a trial's values on the space's cluster."""
+    cfg = build_config(space, values, "target")
+    d = cfg.data
+    source = open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes)
+    train = int(len(source.train) * d.fraction)
+    val = len(source.val)
+    if space.cluster.train_images is not None:  # predicting a larger data set than the one searched
+        val = round(val * space.cluster.train_images / max(1, train))
+        train = space.cluster.train_images
+    check_memory(cfg, space.cluster, in_channels=source.channels, classes=source.num_classes, source=space.path)
+    return predict_wall_time(cfg, space.cluster, train_images=train, val_images=val,
+                             classes=source.num_classes, in_channels=source.channels)

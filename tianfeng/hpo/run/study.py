@@ -1,0 +1,171 @@
+"""A study made or reopened for a search: its storage, sampler and pruner, the attributes that
+record what was searched, and the published priors queued as its first trials."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from pathlib import Path
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
+
+from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.judge.past_warmup import PastWarmup
+from tianfeng.hpo.plan import SearchPlan, rung_epochs
+from tianfeng.hpo.run.budget import counted
+from tianfeng.hpo.run.dashboard import metric_names
+from tianfeng.hpo.run.locked_storage import rdb_storage
+from tianfeng.hpo.run.registry import PRUNERS, make_sampler
+from tianfeng.hpo.space.read import SearchSpace, per_gpu_range
+from tianfeng.hpo.space.stored import store_space_text
+from tianfeng.storage.ownership import check_folder, claim_folder, new_uid, study_owner
+from tianfeng.storage.url import engine_options
+from tianfeng.terminal.interrupts import (
+    deferred_interrupt,
+)
+from tianfeng.trainers.config import ConfigError
+
+log = logging.getLogger("tianfeng.search")
+
+
+SPACE_FORMAT = 2
+
+
+def open_storage(url: str, heartbeat_s: int | None = 10, grace_s: int = 60) -> RDBStorage:
+    """Optuna's RDB storage with heartbeats: a trial whose worker died goes stale after `grace_s`
+    and is queued again with the same parameters (up to twice), resuming its checkpoint.
+    `heartbeat_s=None` for ask-and-tell drivers (the Ray backend), which Optuna cannot heartbeat."""
+    engine_kwargs = engine_options(url)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    if heartbeat_s is None:
+        return rdb_storage(url, engine_kwargs=engine_kwargs)
+    return rdb_storage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
+                      grace_period=grace_s,
+                      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                          max_retry=2, inherit_intermediate_values=True))
+
+
+def directions(space: SearchSpace) -> list[str]:
+    """Optuna's directions: the metric's; (metric, predicted time); or the predicted time."""
+    mode = space.objective.mode
+    if mode == ObjectiveMode.PARETO:
+        return [space.objective.direction, "minimize"]
+    return ["minimize"] if mode == ObjectiveMode.TIME_TO_TARGET else [space.objective.direction]
+
+
+def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePruner:
+    if space.objective.mode != ObjectiveMode.ACCURACY:
+        return optuna.pruners.NopPruner()  # the objective's PeerPruner judges, see peer_pruning
+    if space.fidelities[plan.rung].stop_after_epochs:
+        # a screened trial is judged by its score at the screen's end: pruning it earlier would
+        # rank by fewer epochs than a lengthened screen (see screen_check) found reliable
+        return optuna.pruners.NopPruner()
+    return PastWarmup(PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
+
+
+def judged_by_peers(space: SearchSpace, plan: SearchPlan) -> bool:
+    """Pareto and time-to-target trials are pruned by `PeerPruner` (Optuna's pruners judge one
+    objective only), unless the plan prunes nothing or its rung screens (a screened trial is
+    judged at the screen's end, see make_pruner)."""
+    return (space.objective.mode != ObjectiveMode.ACCURACY and plan.pruner != "none"
+            and not space.fidelities[plan.rung].stop_after_epochs)
+
+
+def pruner_label(space: SearchSpace, plan: SearchPlan) -> str:
+    """What stops this plan's trials early, as the search's start line names it (`make_pruner`)."""
+    if judged_by_peers(space, plan):
+        return "peers (the median of trials as fast or faster)"
+    if plan.pruner == "none":
+        return "none"
+    if space.fidelities[plan.rung].stop_after_epochs:
+        return "none (screened trials are judged at the screen's end)"
+    return plan.pruner
+
+
+def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
+               seed: int | None = None) -> optuna.Study:
+    """The plan's study, created whole (Ctrl-C waits for it) or loaded to be resumed."""
+    with deferred_interrupt():
+        return _open_study(plan, space, resume=resume, heartbeat=heartbeat, seed=seed)
+
+
+def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool,
+                seed: int | None) -> optuna.Study:
+    storage = open_storage(plan.storage, plan.heartbeat_s if heartbeat else None, plan.grace_s)
+    exists = plan.study in optuna.get_all_study_names(storage)
+    if exists and not resume:
+        raise ConfigError("--study", plan.study, f"already exists in {plan.storage}; pass --resume to "
+                          "continue it or choose another --study name")
+    if not exists and resume:
+        raise ConfigError("--study", plan.study, f"no such study in {plan.storage} to resume")
+    if space.objective.mode == ObjectiveMode.PARETO and plan.sampler == "cmaes":
+        raise ConfigError("--sampler", "cmaes", "optimises one objective; with objective pareto use tpe, "
+                          "random, qmc or grid")
+    folder = Path(plan.runs_root) / plan.study
+    if exists:
+        stored = optuna.load_study(study_name=plan.study, storage=storage)
+        was = stored.user_attrs.get("objective_mode", ObjectiveMode.ACCURACY)
+        if was != space.objective.mode:
+            raise ConfigError("--objective", space.objective.mode, f"study {plan.study} was created with "
+                              f"objective {was}; resume it with --objective {was}")
+        owner = study_owner(stored, plan.storage)
+        claim_folder(folder, owner)
+    else:  # before the study exists, so a refusal leaves nothing behind
+        check_folder(folder, None)
+    study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
+                                directions=directions(space),
+                                sampler=make_sampler(plan.sampler, space, plan.seed if seed is None else seed, plan.seed),
+                                pruner=make_pruner(space, plan))
+    if not exists:
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, and what the dashboard reads
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(metric_names(space.objective.mode, space.objective.metric))
+        store_space_text(study, Path(space.path).read_text())
+        attrs = {"kind": "search", "space_path": space.path,
+                 "objective_mode": space.objective.mode, "direction": space.objective.direction,
+                 "target": space.objective.target, "min_accuracy": space.objective.min_accuracy,
+                 "cluster": space.cluster.describe(), "per_gpu_batch": per_gpu_range(space),
+                 "gpus": space.cluster.gpus, "gpus_per_node": space.cluster.gpus_per_node,
+                 "data": plan.data or space.base.data.source, "rung": plan.rung,
+                 "sampler": plan.sampler, "pruner": plan.pruner,
+                 "metric": space.objective.metric, "runs_root": plan.runs_root,
+                 "created": time.strftime("%Y-%m-%d %H:%M:%S"), "space_format": SPACE_FORMAT, "uid": new_uid(),
+                 **plan.study_attrs}
+        for key, value in attrs.items():
+            study.set_user_attr(key, value)
+        claim_folder(folder, study_owner(study, plan.storage))
+        for trial in plan.copied_trials:
+            study.add_trial(trial)
+        for label, params in plan.warm_start:
+            study.enqueue_trial(params, user_attrs={"warm_start": label})
+        if plan.sampler == "grid" and space.priors:
+            log.info("grid sampler: the priors are not enqueued (the grid covers the space itself)")
+    if plan.sampler != "grid":
+        enqueue_priors(study, space, plan)
+    return study
+
+
+def enqueue_priors(study: optuna.Study, space: SearchSpace, plan: SearchPlan) -> None:
+    """Queue the space's published recipes as the next trials, as many as the budget has room
+    for; on a resume with a larger budget, the ones that did not fit before."""
+    trials = study.get_trials(deepcopy=False)
+    # a prior the warm start already holds (same values for every key the prior names) is dropped
+    warm = [params for _, params in plan.warm_start] + [t.params for t in plan.copied_trials]
+    queued = {t.user_attrs.get("prior") for t in trials}
+    priors = [p for p in space.priors if p.name not in queued
+              and not any(all(w.get(k) == v for k, v in p.params.items()) for w in warm)]
+    if not priors:
+        return
+    waiting = sum(t.state == TrialState.WAITING for t in trials)
+    room = max(0, plan.trials - len(counted(trials)) - waiting)
+    fits, left = priors[:room], priors[room:]
+    for prior in fits:
+        study.enqueue_trial(prior.params, user_attrs={"prior": prior.name})
+    if fits:
+        log.info("enqueued %d published recipes as the first trials: %s", len(fits), ", ".join(p.name for p in fits))
+    if left:
+        log.info("the budget of %d trials has no room for the published recipe(s) %s; a --resume with a larger "
+                 "--trials runs them", plan.trials, ", ".join(p.name for p in left))

@@ -1,0 +1,87 @@
+"""After a search: the data check before it, the printed summary and the HTML report."""
+
+from __future__ import annotations
+
+import sys
+
+from tianfeng.defaults import ObjectiveMode
+from tianfeng.storage.url import storage_flag
+
+
+def check_data(space) -> int:
+    """Open the space's data source once before any trial: a missing or empty image folder is
+    one error here, not a failure in every trial. Returns its number of classes."""
+    from tianfeng.trainers.data.sources import open_source
+
+    base = space.base.data
+    return open_source(base.source, synthetic_images=base.synthetic_images,
+                       synthetic_classes=base.synthetic_classes).num_classes
+
+
+def print_summary(study, storage: str) -> int:
+    from tianfeng.cost.walltime import format_seconds
+    from tianfeng.hpo.judge.front import print_front
+    from tianfeng.hpo.judge.outcomes import count_outcomes, outcomes_text
+    from tianfeng.hpo.judge.scores import best_trial, mode_of, pruned_share, score
+
+    trials = study.get_trials(deepcopy=False)
+    mode = mode_of(study)
+    print(f"study {study.study_name}: {len(trials)} trials ({outcomes_text(count_outcomes(trials))}; "
+          f"{pruned_share(trials):.0%} of trial time in pruned trials); objective {mode}")
+    best = best_trial(study)
+    if best is None:
+        print("no trial completed: nothing to promote", file=sys.stderr)
+        return 1
+    metric = study.user_attrs.get("metric", "value")
+    storage_url, storage = storage, storage_flag(storage)
+    if mode == ObjectiveMode.PARETO:
+        from tianfeng.hpo.judge.scores import front_floor, pareto_front
+
+        floor = front_floor(study)
+        if not pareto_front(study):
+            print(f"no complete trial reaches the accuracy floor of {floor:.4g} {metric}: the front is empty; "
+                  "search on with a lower --min-accuracy (or more epochs at the search rung)", file=sys.stderr)
+            return 0
+        print_front(study)
+        print(f"promote one with:\n  tianfeng promote --fastest-to LEVEL --study {study.study_name}{storage}\n"
+              f"  (or tianfeng promote TRIAL; list the front again with tianfeng promote --front)")
+        return 0
+    predicted = best.user_attrs.get("predicted")
+    label = "fastest trial reaching the target" if mode == ObjectiveMode.TIME_TO_TARGET and all(
+        c <= 0 for c in best.constraints.values()) else "best trial"
+    print(f"{label}: #{best.number}  {metric} {score(best):.4f}"
+          + (f"  full run predicted {format_seconds(predicted['seconds'])} on {predicted['cluster']}" if predicted else "")
+          + (f"  (prior: {best.user_attrs['prior']})" if "prior" in best.user_attrs else ""))
+    for key, value in best.params.items():
+        print(f"  {key}: {value:.6g}" if isinstance(value, float) else f"  {key}: {value}")
+    runs = promoted_runs(study, storage_url)
+    for run in runs:
+        full = run["final_score"]
+        print(f"full-fidelity run of #{run['trial_number']}: {metric} "
+              f"{'-' if full is None else f'{full:.4f}'} ({run['status']}; proxy {run['proxy_score']:.4f}) "
+              f"in {run['run_dir']}")
+    fastest = fastest_full_run_to_target(study, runs)
+    if fastest is not None:
+        print(f"fastest full run reaching the target: #{fastest.number}  full run predicted "
+              f"{format_seconds(fastest.user_attrs['predicted']['seconds'])}")
+    elif best.number not in {run["trial_number"] for run in runs}:
+        print(f"promote it with:\n  tianfeng promote {best.number} --study {study.study_name}{storage}")
+    return 0
+
+
+def fastest_full_run_to_target(study, runs: list[dict]):
+    """time-to-target: the trial with the least predicted time whose full run reached the target
+    (a screening study's trials rarely reach it at their screen), else None."""
+    from tianfeng.hpo.judge.scores import mode_of
+    from tianfeng.hpo.judge.screen_target import fastest_reached
+
+    if mode_of(study) != ObjectiveMode.TIME_TO_TARGET:
+        return None
+    return fastest_reached(study, {r["trial_number"]: r["final_score"] for r in runs})
+
+
+def promoted_runs(study, storage: str) -> list[dict]:
+    """The study's promoted runs (`tianfeng promote`, `search --promote leader`), oldest first."""
+    from tianfeng.storage.runs import RunStore
+
+    return [r for r in RunStore(storage).runs(study.study_name) if r["kind"] == "promote"]

@@ -1,0 +1,76 @@
+"""One line per finished trial, and the lines that say what a search optimises and spends."""
+
+from __future__ import annotations
+
+import logging
+
+import optuna
+from optuna.trial import TrialState
+
+from tianfeng.cost.walltime import format_seconds
+from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.judge.outcomes import TrialStatus
+from tianfeng.hpo.judge.scores import best_trial, epochs_reported, score
+from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan
+from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.trainers.config import config_from_dict
+from tianfeng.trainers.schedules import peak_lr
+
+log = logging.getLogger("tianfeng.search")
+
+
+def effective_lr_text(config: dict | None) -> str:
+    """`peak lr 0.0864  `: what the optimizer trains at after warm-up, beside the searched values
+    (a base LR is per reference batch, and a space may divide it, as large_batch.yaml does for LAMB)."""
+    if not config:
+        return ""
+    cfg = config_from_dict(config)
+    return f"peak lr {peak_lr(cfg):.4g}  "
+
+
+class TrialLogger:
+    def __init__(self, metric: str) -> None:
+        self.metric = metric
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        params = "  ".join(f"{k}={_short(v)}" for k, v in trial.params.items())
+        took = (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete else 0
+        predicted = trial.user_attrs.get("predicted")
+        full = f"full run {format_seconds(predicted['seconds'])} ({predicted['gpu_hours']:.3g} GPU-h)  " \
+            if predicted else ""
+        full += effective_lr_text(trial.user_attrs.get("config"))
+        if trial.state == TrialState.COMPLETE:
+            best = best_trial(study)
+            best_text = f"best {score(best):.4g} (#{best.number})" if best else ""
+            log.info("trial %d complete  %s %.4g  %s  %.1fs  %s%s", trial.number, self.metric,
+                     score(trial), best_text, took, full, params)
+        elif trial.state == TrialState.PRUNED:
+            why = "diverged" if trial.user_attrs.get("status") == TrialStatus.DIVERGED else f"at epoch {epochs_reported(trial)}"
+            log.info("trial %d pruned %s  %.1fs  %s%s", trial.number, why, took, full, params)
+        else:
+            log.warning("trial %d %s  %.1fs  %s  %s", trial.number, trial.state.name.lower(), took,
+                        params, trial.user_attrs.get("error", ""))
+
+
+def _short(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def budget_text(plan: SearchPlan) -> str:
+    """The plan's budget as a person would say it: "12 trials", "45 min", "72 epochs or 10 min"."""
+    parts = [f"{plan.trials} trials"] if plan.trials < UNLIMITED_TRIALS else []
+    if plan.epoch_budget is not None:
+        parts.append(f"{plan.epoch_budget} epochs")
+    if plan.timeout_s is not None:
+        parts.append(f"{plan.timeout_s / 60:g} min")
+    return " or ".join(parts) or "unlimited"
+
+
+def log_objective(space: SearchSpace) -> None:
+    """Say once what the search optimises and for which cluster."""
+    o = space.objective
+    said = {ObjectiveMode.ACCURACY: f"{'maximise' if o.direction == 'maximize' else 'minimise'} {o.metric} "
+                        "(--objective pareto or time-to-target weigh the predicted time too)",
+            ObjectiveMode.PARETO: f"{o.metric} against the predicted wall time (a Pareto front)",
+            ObjectiveMode.TIME_TO_TARGET: f"least predicted wall time with {o.metric} reaching {o.target}"}[o.mode]
+    log.info("objective %s: %s; full runs predicted on %s", o.mode, said, space.cluster.describe())

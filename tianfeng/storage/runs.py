@@ -1,0 +1,149 @@
+"""Promoted and calibration runs, kept in the study's own database beside Optuna's tables, so
+one URL holds the whole story: trials, the full runs made from them, and their metrics."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import Float, Integer, String, Text, UniqueConstraint, create_engine, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from tianfeng.storage.url import engine_options
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class PromotedRun(_Base):
+    __tablename__ = "tianfeng_promoted_runs"
+    __table_args__ = (UniqueConstraint("study", "trial_number", "config_hash"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study: Mapped[str] = mapped_column(String(512), index=True)
+    trial_number: Mapped[int] = mapped_column(Integer)
+    config_hash: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(16))  # promote | calibrate
+    run_dir: Mapped[str] = mapped_column(Text)
+    config_yaml: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))  # running | completed | diverged | failed
+    epochs_json: Mapped[str] = mapped_column(Text, default="[]")
+    proxy_score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    final_score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    checkpoint: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created: Mapped[str] = mapped_column(String(32))
+    updated: Mapped[str] = mapped_column(String(32))
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {c.name: getattr(self, c.name) for c in self.__table__.columns}
+        out["epochs"] = json.loads(out.pop("epochs_json"))
+        return out
+
+
+class ScheduledJob(_Base):
+    """The scheduler's job that trains a promoted run (one row per run: a resubmission replaces it)."""
+    __tablename__ = "tianfeng_scheduled_jobs"
+
+    run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    launcher: Mapped[str] = mapped_column(String(16))  # slurm
+    job_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))  # pending | running | completed | failed | cancelled | ...
+    reason: Mapped[str] = mapped_column(Text, default="")
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    submitted: Mapped[str] = mapped_column(String(32))
+    updated: Mapped[str] = mapped_column(String(32))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {c.name: getattr(self, c.name) for c in self.__table__.columns}
+
+
+class RunRecordStatus(StrEnum):
+    """A promoted run's status in the database: the engine's, or where it stands."""
+    RUNNING = "running"
+    COMPLETED = "completed"
+    DIVERGED = "diverged"
+    PRUNED = "pruned"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # cut by Ctrl-C (or killed: see run_lock): promoting it again continues it
+    PLANNED = "planned"  # a launch plan for GPU nodes, collected when promoted again
+    SUBMITTED = "submitted"  # a scheduler's job trains it: its state is the job's (tianfeng runs)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]  # milliseconds: runs a second apart stay ordered
+
+
+class RunStore:
+    def __init__(self, url: str) -> None:
+        self.engine = create_engine(url, **engine_options(url))
+        _Base.metadata.create_all(self.engine)
+
+    def open_run(self, *, study: str, trial_number: int, config_hash: str, kind: str, run_dir: str,
+                 config_yaml: str, proxy_score: float | None) -> tuple[int, bool]:
+        """The run's id, and whether it already existed (a promotion being resumed)."""
+        with Session(self.engine) as session:
+            row = session.scalars(select(PromotedRun).filter_by(
+                study=study, trial_number=trial_number, config_hash=config_hash)).first()
+            if row is not None:
+                row.status, row.updated = RunRecordStatus.RUNNING, _now()
+                session.commit()
+                return row.id, True
+            row = PromotedRun(study=study, trial_number=trial_number, config_hash=config_hash,
+                              kind=kind, run_dir=run_dir, config_yaml=config_yaml, status=RunRecordStatus.RUNNING,
+                              epochs_json="[]", proxy_score=proxy_score, created=_now(), updated=_now())
+            session.add(row)
+            session.commit()
+            return row.id, False
+
+    def find(self, *, study: str, trial_number: int, config_hash: str) -> dict[str, Any] | None:
+        """The run of this trial with this config, whichever command made it."""
+        with Session(self.engine) as session:
+            row = session.scalars(select(PromotedRun).filter_by(
+                study=study, trial_number=trial_number, config_hash=config_hash)).first()
+            return row.as_dict() if row is not None else None
+
+    def update(self, run_id: int, **fields: Any) -> None:
+        with Session(self.engine) as session:
+            row = session.get(PromotedRun, run_id)
+            if "epochs" in fields:
+                fields["epochs_json"] = json.dumps(fields.pop("epochs"))
+            for key, value in fields.items():
+                setattr(row, key, value)
+            row.updated = _now()
+            session.commit()
+
+    def runs(self, study: str | None = None) -> list[dict[str, Any]]:
+        with Session(self.engine) as session:
+            query = select(PromotedRun).order_by(PromotedRun.id)
+            if study is not None:
+                query = query.filter_by(study=study)
+            return [row.as_dict() for row in session.scalars(query)]
+
+    def record_job(self, run_id: int, *, launcher: str, job_id: str, state: str) -> None:
+        with Session(self.engine) as session:
+            row = session.get(ScheduledJob, run_id)
+            if row is None:
+                row = ScheduledJob(run_id=run_id, launcher=launcher, job_id=job_id, state=state, reason="",
+                                   restarts=0, submitted=_now(), updated=_now())
+                session.add(row)
+            else:
+                row.launcher, row.job_id, row.state, row.reason, row.restarts = launcher, job_id, state, "", 0
+                row.submitted = row.updated = _now()
+            session.commit()
+
+    def update_job(self, run_id: int, **fields: Any) -> None:
+        with Session(self.engine) as session:
+            row = session.get(ScheduledJob, run_id)
+            for key, value in fields.items():
+                setattr(row, key, value)
+            row.updated = _now()
+            session.commit()
+
+    def jobs(self) -> dict[int, dict[str, Any]]:
+        """Every run's scheduler job, by run id."""
+        with Session(self.engine) as session:
+            return {row.run_id: row.as_dict() for row in session.scalars(select(ScheduledJob))}

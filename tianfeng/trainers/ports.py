@@ -1,0 +1,11 @@
+"""A free TCP port on this machine, for a rendezvous that runs here (gloo processes, emulated nodes)."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
