@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -45,10 +44,10 @@ RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-
 
 
 def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
-    plan = SearchPlan(objective="accuracy", space_path=str(SPACE), data=data, storage=f"sqlite:///{directory}/{name}.db",
+    plan = SearchPlan.of(objective="accuracy", space_path=str(SPACE), data=data, storage=f"sqlite:///{directory}/{name}.db",
                       study=name, sampler="tpe", pruner="asha", seed=seed, trials=UNLIMITED_TRIALS, timeout_s=None,
-                      runs_root=str(directory / "runs"), rung="proxy")
-    return dataclasses.replace(plan, **changes)
+                      runs_dir=str(directory / "runs"), rung="proxy")
+    return plan.changed(**changes)
 
 
 class AfterFirstEpoch(optuna.pruners.BasePruner):
@@ -82,7 +81,7 @@ def _proxy_worker(plan: SearchPlan, space: SearchSpace, worker: int) -> tuple[op
     from tianfeng.hpo.run.study import make_pruner
     from tianfeng.hpo.run.trial_log import TrialLogger
 
-    study = optuna.load_study(study_name=plan.study, storage=plan.storage, pruner=make_pruner(space, plan),
+    study = optuna.load_study(study_name=plan.study, storage=plan.options.storage, pruner=make_pruner(space, plan),
                               sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, 0)))
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
     callbacks = [TrialLogger(space.objective.metric)]
@@ -133,7 +132,7 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) 
         if pause:  # the other worker's running trial finishes first; it then waits
             paused.touch()
             torch.set_num_threads(2)
-        _promote(plan.storage, plan.study, pick.number, directory)
+        _promote(plan.options.storage, plan.study, pick.number, directory)
         if pause:
             paused.unlink()
             torch.set_num_threads(1)
@@ -224,20 +223,20 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
     if method == "tianfeng":  # its defaults: TPE, ASHA and priors on proxies, then promote the best
         plan = _plan(directory, method, seed, data, timeout_s=budget_s * SEARCH_SHARE)
         run_search(plan, "auto", resume=False, progress=False)
-        _promote_best(plan.storage, plan.study, directory)
+        _promote_best(plan.options.storage, plan.study, directory)
     elif method in ("tianfeng-async", "tianfeng-pause"):  # full-fidelity runs as trials qualify
         _search_and_promote(_plan(directory, method, seed, data), directory, pause=method == "tianfeng-pause")
     elif method == "tianfeng-leader":  # the product's own: tianfeng search --promote leader
         import tianfeng
 
         plan = _plan(directory, method, seed, data)
-        tianfeng.search(SPACE, storage=plan.storage, study=method, data=data, objective="accuracy", seed=seed,
+        tianfeng.search(SPACE, storage=plan.options.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", promote="leader", progress=False)
     elif method in SCREENS:  # tianfeng search --fidelity screen --promote leader
         import tianfeng
 
         plan = _plan(directory, method, seed, data)
-        tianfeng.search(SPACE, storage=plan.storage, study=method, data=data, seed=seed, trials=UNLIMITED_TRIALS,
+        tianfeng.search(SPACE, storage=plan.options.storage, study=method, data=data, seed=seed, trials=UNLIMITED_TRIALS,
                         runs_dir=directory / "runs", fidelity="screen", promote="leader", progress=False,
                         **{"objective": "accuracy", "sampler": "auto", **SCREENS[method]})
     elif method in ("optuna-tpe", "tpe-hyperband"):

@@ -24,9 +24,9 @@ from tianfeng.hpo.space.read import load_space
 
 def tianfeng_per_trial(tmp: Path, trials: int) -> float:
     space_path = ROOT / "search_spaces" / "large_batch.yaml"
-    plan = SearchPlan(objective="accuracy", space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/tf.db",
+    plan = SearchPlan.of(objective="accuracy", space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/tf.db",
                       study="overhead", sampler="random", pruner="asha", seed=0, trials=trials,
-                      timeout_s=None, runs_root=str(tmp / "runs"), rung="proxy")
+                      timeout_s=None, runs_dir=str(tmp / "runs"), rung="proxy")
     space = load_space(space_path)
     study = open_study(plan, space, resume=False)
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, trainer=empty_trainer)
@@ -46,9 +46,9 @@ def ray_per_trial(tmp: Path, trials: int) -> tuple[float, float]:
              object_store_memory=256 * 2**20,
              runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parent), "RAY_CHDIR_TO_TRIAL_DIR": "0"}})
     startup = time.perf_counter() - start
-    plan = SearchPlan(objective="accuracy", space_path=str(ROOT / "search_spaces" / "large_batch.yaml"), data=None,
+    plan = SearchPlan.of(objective="accuracy", space_path=str(ROOT / "search_spaces" / "large_batch.yaml"), data=None,
                       storage=f"sqlite:///{tmp}/ray.db", study="overhead-ray", sampler="random", pruner="asha",
-                      seed=0, trials=trials, timeout_s=None, runs_root=str(tmp / "runs"), rung="proxy")
+                      seed=0, trials=trials, timeout_s=None, runs_dir=str(tmp / "runs"), rung="proxy")
     options = RayOptions(cpus_per_trial=1, trainer="null_trainer:empty_trainer")
     start = time.perf_counter()
     run_ray_search(plan, options, resume=False)

@@ -89,9 +89,9 @@ def recipes(a, n: int) -> list[list]:
 def run_arm(spec_path: Path) -> None:
     """In the arm's own process: the search of one arm, its trials enqueued."""
     spec = json.loads(spec_path.read_text())
-    plan = SearchPlan(objective="accuracy", space_path=spec["space"], data=spec["data"], storage=spec["storage"],
+    plan = SearchPlan.of(objective="accuracy", space_path=spec["space"], data=spec["data"], storage=spec["storage"],
                       study=spec["study"], sampler="random", pruner="none", seed=spec["seed"], trials=spec["trials"],
-                      timeout_s=None, runs_root=spec["runs"], rung=spec["fidelity"],
+                      timeout_s=None, runs_dir=spec["runs"], rung=spec["fidelity"],
                       warm_start=tuple((label, params) for label, params in spec["recipes"]))
     setup_logging()
     run_search(plan, spec["workers"], resume=False)

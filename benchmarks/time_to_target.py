@@ -54,7 +54,7 @@ from pathlib import Path
 from common import ROOT, data_source, own_cache, print_table
 from search_methods import METHODS, read_back
 
-from tianfeng.commands.search_command import parse_duration
+from tianfeng.hpo.options import parse_duration
 from tianfeng.trainers.data.sources import default_cache_dir
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)

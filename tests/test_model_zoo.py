@@ -108,7 +108,7 @@ def test_a_two_trial_search_of_a_timm_model(tmp_path) -> None:
     space["phases"].update(start_resolution=16, end_resolution=16)
     plan = plan_for(tmp_path, write_space(tmp_path, space), trials=2)
     run_search(plan, workers=1, resume=False)
-    trials = optuna.load_study(study_name=plan.study, storage=plan.storage).get_trials()
+    trials = optuna.load_study(study_name=plan.study, storage=plan.options.storage).get_trials()
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
     assert all(t.user_attrs["config"]["model"] == {"name": "timm:resnet10t", "kwargs": {"drop_rate": 0.1},
                                                    "width": 16, "depth": 1, "stages": 3, "zero_init_residual": True,

@@ -30,9 +30,9 @@ LARS = {"optimizer": "lars", "base_lr": 0.5, "trust_coefficient": 0.01, "weight_
 
 
 def _plan(tmp_path: Path) -> SearchPlan:
-    return SearchPlan(objective="accuracy", space_path=str(SPACE), data=None, storage=f"sqlite:///{tmp_path}/pbt.db",
+    return SearchPlan.of(objective="accuracy", space_path=str(SPACE), data=None, storage=f"sqlite:///{tmp_path}/pbt.db",
                       study="pbt", sampler="random", pruner="none", seed=0, trials=1000, timeout_s=None,
-                      runs_root=str(tmp_path / "runs"), rung="target", priors=False)
+                      runs_dir=str(tmp_path / "runs"), rung="target", priors=False)
 
 
 def test_explore_moves_each_continuous_setting_by_a_fifth_within_its_range_and_nothing_else() -> None:

@@ -40,10 +40,10 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     space["priors"][0]["name"] = "<script>document.title='pwned'</script>"  # a user-supplied string
     plan = plan_for(tmp, write_space(tmp, space), trials=6, study="rep")
     run_search(plan, workers=1, resume=False)
-    calibrate(plan.storage, "rep", top_k=2, n_random=1, seed=0, runs_dir=tmp / "runs")
-    optuna.load_study(study_name="rep", storage=plan.storage).set_user_attr(
+    calibrate(plan.options.storage, "rep", top_k=2, n_random=1, seed=0, runs_dir=tmp / "runs")
+    optuna.load_study(study_name="rep", storage=plan.options.storage).set_user_attr(
         "data", "<script>alert('pwned')</script>")
-    return build_report(plan.storage, "rep", tmp / "rep.html")
+    return build_report(plan.options.storage, "rep", tmp / "rep.html")
 
 
 def test_report_is_self_contained_and_escapes_user_strings(report: Path) -> None:

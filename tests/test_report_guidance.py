@@ -28,8 +28,8 @@ def pareto_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[optuna.Study
     space["parameters"]["decay"] = {"type": "categorical", "choices": ["step", "cosine", "poly", "linear"]}
     plan = plan_for(tmp, write_space(tmp, space), trials=6, study="g", seed=1)
     run_search(plan, workers=1, resume=False)
-    study = optuna.load_study(study_name="g", storage=plan.storage)
-    return study, build_report(plan.storage, "g", tmp / "g.html")
+    study = optuna.load_study(study_name="g", storage=plan.options.storage)
+    return study, build_report(plan.options.storage, "g", tmp / "g.html")
 
 
 def test_the_page_opens_with_contents_whose_every_link_has_a_target(pareto_study) -> None:
@@ -116,7 +116,7 @@ def test_the_trial_table_has_unique_column_names(tmp_path: Path) -> None:
     space["parameters"]["seconds"] = {"type": "categorical", "choices": [1, 2]}  # a parameter named like a column
     plan = plan_for(tmp_path, write_space(tmp_path, space), trials=2, study="u")
     run_search(plan, workers=1, resume=False)
-    html = build_report(plan.storage, "u", tmp_path / "u.html").read_text()
+    html = build_report(plan.options.storage, "u", tmp_path / "u.html").read_text()
     header = re.search(r'<table id="trials">\s*<thead><tr>(.*?)</tr>', html, re.S).group(1)
     names = re.findall(r"<th[^>]*>(.*?)</th>", header)
     assert len(names) == len(set(names)) and "seconds (parameter)" in names and "seconds" in names

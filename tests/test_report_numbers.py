@@ -61,9 +61,9 @@ def study_and_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[optuna.Stu
     space["priors"] = []
     plan = plan_for(tmp, write_space(tmp, space), trials=6, study="nums", seed=3, pruner="asha")
     run_search(plan, workers=1, resume=False)
-    study = optuna.load_study(study_name="nums", storage=plan.storage)
+    study = optuna.load_study(study_name="nums", storage=plan.options.storage)
     page = _Tables()
-    page.feed(build_report(plan.storage, "nums", tmp / "nums.html").read_text())
+    page.feed(build_report(plan.options.storage, "nums", tmp / "nums.html").read_text())
     return study, page
 
 

@@ -21,19 +21,45 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from tianfeng.cost.grid import wall_time_grid
 from tianfeng.cost.grid_options import PlanOptions
+from tianfeng.cost.step_time import DEVICES
+from tianfeng.cost.walltime import check_memory, predict_wall_time
 from tianfeng.defaults import DEFAULT_STORAGE, ObjectiveMode
+from tianfeng.hpo.judge.front import fastest_to
+from tianfeng.hpo.judge.scores import best_trial, pareto_front, score
 from tianfeng.hpo.options import SearchInterrupted, SearchOptions
+from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_search, rung_epochs
+from tianfeng.hpo.run.registry import resolve_sampler
+from tianfeng.hpo.run.rows import study_row, trial_row
+from tianfeng.hpo.space.materialize import build_config, sample_active
+from tianfeng.hpo.space.read import (
+    SearchSpace,
+    corner_value,
+    load_space,
+    per_gpu_range,
+    round_resolution,
+)
+from tianfeng.hpo.space.shipped import resolve_space, shipped_spaces
+from tianfeng.launch.local import run_here
+from tianfeng.launch.scheduler import SchedulerOptions
+from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
+from tianfeng.promotion.jobs import with_jobs
 from tianfeng.promotion.options import PromoteOptions
+from tianfeng.promotion.run_lock import with_live_status
+from tianfeng.recipes import DEFAULT_RECIPE
 from tianfeng.scaling.options import ScaleOptions
-from tianfeng.trainers.config import ConfigError
+from tianfeng.scaling.sizes import training_set_size
+from tianfeng.storage.ownership import check_report_of, default_report_path
+from tianfeng.storage.runs import RunRecordStatus, RunStore
+from tianfeng.trainers.config import ConfigError, load_config
+from tianfeng.trainers.ports import free_port
+from tianfeng.trainers.yaml_input import read_yaml
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tianfeng.hpo.plan import SearchPlan
     from tianfeng.hpo.run.runner import ExclusiveWork
-    from tianfeng.hpo.space.read import SearchSpace
 
 
 def search(space: str | Path, options: SearchOptions | None = None, **changes: Any) -> optuna.Study:
@@ -58,41 +84,11 @@ def search(space: str | Path, options: SearchOptions | None = None, **changes: A
 
 
 def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Study:
-    from tianfeng.hpo.plan import SearchPlan, with_objective
-    from tianfeng.hpo.run.dashboard import publish_curves
-    from tianfeng.hpo.run.registry import resolve_sampler
+    from tianfeng.hpo.run.dashboard import publish_curves as publish_curves_for
     from tianfeng.hpo.run.runner import run_search
-    from tianfeng.hpo.run.summary import check_data
-    from tianfeng.hpo.space.read import load_space
-    from tianfeng.hpo.space.shipped import resolve_space
-    from tianfeng.storage.ownership import check_report_of, default_report_path
 
-    path = resolve_space(space)
-    loaded = with_objective(load_space(path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node), o.objective,
-                            o.target, o.min_accuracy)  # the space, read once in this process
-    study_name = o.study or loaded.name
-    named.append(study_name)
-    check_report_of(o.storage, study_name, default_report_path(study_name))
-    rung = o.fidelity or loaded.search_fidelity
-    if rung not in loaded.fidelities:
-        raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
-    classes = check_data(loaded)
-    min_accuracy, obj, floor_attrs = o.min_accuracy, loaded.objective, {}
-    if obj.mode == ObjectiveMode.PARETO and min_accuracy is None and obj.min_accuracy is None \
-            and obj.direction == "maximize":
-        from tianfeng.hpo.judge.front import chance_level, default_floor
-
-        min_accuracy = default_floor(obj.metric, classes)  # resolved once: every worker uses the same floor
-        loaded = with_objective(loaded, None, None, min_accuracy)
-        # the default floor also rises with the study's best: the front reads the chance level
-        floor_attrs = {"chance": chance_level(obj.metric, classes)} if min_accuracy is not None else {}
-    plan = SearchPlan(space_path=str(path), data=o.data, storage=o.storage, study=study_name,
-                      sampler=resolve_sampler(o.sampler, loaded, rung), pruner=o.pruner, seed=o.seed,
-                      trials=o.trials, timeout_s=o.timeout_s,
-                      runs_root=str(o.runs_dir), rung=rung, heartbeat_s=o.heartbeat_s, grace_s=o.grace_s,
-                      verbose=o.verbose, failure_limit=o.failure_limit, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
-                      objective=o.objective, target=o.target, min_accuracy=min_accuracy,
-                      study_attrs=floor_attrs)
+    plan, loaded = plan_search(space, o)  # the space, read once in this process
+    named.append(plan.study)
     if o.backend == "ray":
         from tianfeng.hpo.run.ray_backend import RayOptions, run_ray_search
 
@@ -101,9 +97,9 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
                        resume=o.resume)
     else:
         run_search(plan, o.workers, resume=o.resume, space=loaded, progress=o.progress,
-                   between_trials=_leader_promotion(plan, loaded, o))
-    study_obj = optuna.load_study(study_name=plan.study, storage=plan.storage)
-    publish_curves(study_obj)  # for optuna-dashboard, when installed
+                   between_trials=_leader_promotion(plan, loaded))
+    study_obj = optuna.load_study(study_name=plan.study, storage=o.storage)
+    publish_curves_for(study_obj)  # for optuna-dashboard, when installed
     if o.mlflow:
         from tianfeng.export.mlflow import export_study
 
@@ -111,17 +107,13 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
     return study_obj
 
 
-def _leader_promotion(plan: SearchPlan, space: SearchSpace, o: SearchOptions) -> ExclusiveWork | None:
+def _leader_promotion(plan: SearchPlan, space: SearchSpace) -> ExclusiveWork | None:
     """`--promote leader`'s work between trials, or None."""
-    if o.promote == "none":
+    if plan.options.promote == "none":
         return None
-    if space.objective.mode == ObjectiveMode.PARETO:
-        raise ConfigError("--promote", o.promote, "needs one best trial: use it with --objective accuracy or "
-                                                  "time-to-target, not pareto (promote front trials with "
-                                                  "tianfeng promote --fastest-to)")
     from tianfeng.promotion.leaders import LeaderPromotion
 
-    return LeaderPromotion(plan.storage, plan.study, Path(o.runs_dir),
+    return LeaderPromotion(plan.options.storage, plan.study, plan.runs_root,
                            screen_epochs=space.fidelities[plan.rung].stop_after_epochs, metric=space.objective.metric)
 
 
@@ -131,11 +123,8 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
     (status, full-fidelity score, run directory, predicted time). `options` (a `PromoteOptions`)
     holds what `tianfeng promote` takes as flags; keyword arguments change single options:
     `promote(7, study="large_batch", batch_size=4096)`."""
-    from tianfeng.hpo.judge.scores import score
-    from tianfeng.launch.scheduler import SchedulerOptions
     from tianfeng.promotion.run import Launch, load_study
     from tianfeng.promotion.run import promote as run_promotion
-    from tianfeng.storage.runs import RunRecordStatus
 
     o = (options or PromoteOptions()).changed(**changes).checked(trial)
     if o.fastest_to is not None:
@@ -167,7 +156,6 @@ def load(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> optuna.
 def studies(storage: str = DEFAULT_STORAGE) -> list[dict]:
     """A row per study of `storage`: name, objective, trials, best value and trial, creation time.
     As `tianfeng status` without a study."""
-    from tianfeng.hpo.run.rows import study_row
 
     return [study_row(s) for s in optuna.get_all_study_summaries(storage, include_best_trial=True)]
 
@@ -175,14 +163,12 @@ def studies(storage: str = DEFAULT_STORAGE) -> list[dict]:
 def trials(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[dict]:
     """A row per trial of a study: state, value, predicted full run, epochs reported, prior and
     parameters. As `tianfeng status STUDY`."""
-    from tianfeng.hpo.run.rows import trial_row
 
     return [trial_row(t) for t in load(study, storage=storage).get_trials(deepcopy=False)]
 
 
 def front(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[optuna.trial.FrozenTrial]:
     """The feasible Pareto front of a pareto study: proxy metric against predicted full-run time."""
-    from tianfeng.hpo.judge.scores import pareto_front
 
     return pareto_front(load(study, storage=storage))
 
@@ -193,10 +179,7 @@ def runs(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[di
     id, state, reason). As `tianfeng runs`: a run recorded as running whose process is gone (its
     run directory is here and nobody holds its training lock) is listed as interrupted, and a
     submitted run whose job ended is collected first."""
-    from tianfeng.promotion.jobs import with_jobs
     from tianfeng.promotion.run import refresh_submitted
-    from tianfeng.promotion.run_lock import with_live_status
-    from tianfeng.storage.runs import RunStore
 
     refresh_submitted(storage, study)  # runs a scheduler trains: their state now, collected when done
     store = RunStore(storage)
@@ -207,9 +190,6 @@ def spaces() -> list[dict]:
     """The shipped search spaces (use a name as `search(name)`): name, description, number of
     parameters, objective, the cluster and per-GPU batches it searches for (or why it cannot be
     loaded here), and the file. As `tianfeng spaces`."""
-    from tianfeng.hpo.space.read import load_space, per_gpu_range
-    from tianfeng.hpo.space.shipped import shipped_spaces
-    from tianfeng.trainers.yaml_input import read_yaml
 
     rows = []
     for path in shipped_spaces():
@@ -280,9 +260,6 @@ def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None =
 
     from tianfeng.cost.measure import measure_throughput as measure
     from tianfeng.cost.measure import write_throughput
-    from tianfeng.hpo.space.materialize import build_config, sample_active
-    from tianfeng.hpo.space.read import corner_value, load_space, round_resolution
-    from tianfeng.hpo.space.shipped import resolve_space
     from tianfeng.trainers.data.sources import default_cache_dir, open_source
 
     if threads is not None and threads < 1:
@@ -307,8 +284,6 @@ def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None =
 
 def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial:
     """The front trial with the least predicted time whose proxy metric reaches `level`."""
-    from tianfeng.hpo.judge.front import fastest_to
-    from tianfeng.hpo.judge.scores import best_trial, score
 
     if not math.isfinite(level):
         raise ConfigError("--fastest-to", "", f"must be a finite number, got {level}")
@@ -326,11 +301,6 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
     """The checked plan of a scale study: (ScalePlan, steps per epoch by batch size, the space).
     `options` (a `ScaleOptions`) holds what `tianfeng scale` takes as flags; `batch_sizes` and
     keyword arguments change single options."""
-    from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, rung_epochs
-    from tianfeng.hpo.run.registry import resolve_sampler
-    from tianfeng.hpo.space.read import load_space
-    from tianfeng.hpo.space.shipped import resolve_space
-    from tianfeng.scaling.sizes import training_set_size
     from tianfeng.scaling.study import ScalePlan
 
     if batch_sizes is not None:
@@ -351,11 +321,10 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
         raise ConfigError("--budget-per-batch", "", f"{o.epochs_per_batch}epochs allows no trial: one trial at rung "
                           f"{rung} trains {trial_epochs} epochs")
     study = o.name or f"{loaded.name}-scale"
-    search_plan = SearchPlan(space_path=str(path), data=o.data, storage=o.storage, study=study,
-                             sampler=resolve_sampler(o.sampler, loaded, rung),
-                             pruner=o.pruner, seed=o.seed, trials=o.trials_per_batch or UNLIMITED_TRIALS,
-                             timeout_s=o.timeout_s_per_batch, epoch_budget=o.epochs_per_batch,
-                             runs_root=str(o.runs_dir), rung=rung, verbose=o.verbose)
+    search_plan = SearchPlan.of(path, study=study, rung=rung, sampler=resolve_sampler(o.sampler, loaded, rung),
+                                data=o.data, storage=o.storage, pruner=o.pruner, seed=o.seed,
+                                trials=o.trials_per_batch or UNLIMITED_TRIALS, timeout_s=o.timeout_s_per_batch,
+                                epoch_budget=o.epochs_per_batch, runs_dir=o.runs_dir, verbose=o.verbose)
     plan = ScalePlan(search=search_plan, name=study, batch_sizes=sizes, workers=o.workers, warm_start_k=o.warm_start,
                      tolerance=o.tolerance)
     return plan, {b: size // b for b in sizes}, loaded
@@ -377,9 +346,8 @@ def run_scale_plan(plan, steps_per_epoch: dict[int, int], *, resume: bool = Fals
     """Run a scale study planned by `plan_scale`; refuses, before any trial, a report path that
     belongs to another study (`output`, default reports/<name>.html)."""
     from tianfeng.scaling.study import run_scale, search_study
-    from tianfeng.storage.ownership import check_report_of, default_report_path
 
-    storage = plan.search.storage
+    storage = plan.search.options.storage
     check_report_of(storage, search_study(plan.name, plan.batch_sizes[0]),
                     Path(output) if output else default_report_path(plan.name))
     points = run_scale(plan, resume=resume, steps_per_epoch=steps_per_epoch)
@@ -420,8 +388,6 @@ def train(config: str | Path | None = None, overrides: Sequence[str] = (),
     """Train one run with the bundled engine: `config` a run-config file (default: the embedded
     digits recipe), `overrides` as `--set KEY=VALUE`, `callback` called with each epoch's metrics.
     Returns the engine's RunResult."""
-    from tianfeng.recipes import DEFAULT_RECIPE
-    from tianfeng.trainers.config import load_config
     from tianfeng.trainers.engine import train as run_engine
 
     return run_engine(load_config(config or DEFAULT_RECIPE, list(overrides)), callback)
@@ -436,8 +402,6 @@ def predict(config: str | Path | None = None, overrides: Sequence[str] = (), *, 
     (exchange, loader, cpu_cores_per_gpu, memory_gib, ...). Raises ConfigError when a phase's
     per-GPU batch does not fit the GPU's memory. Returns a `tianfeng.cost.walltime.WallTime`."""
     from tianfeng.cost.cluster import ClusterSpec, checked
-    from tianfeng.cost.walltime import check_memory, predict_wall_time
-    from tianfeng.trainers.config import load_config
 
     cfg = load_config(config, overrides)
     try:
@@ -461,9 +425,6 @@ def launch_plan(config: str | Path, *, nodes: int, gpus_per_node: int, device: s
 
 def _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address):
     """(the plan, its run config, whether it runs on this machine)."""
-    from tianfeng.launch.scripts import LaunchPlan, check_fits
-    from tianfeng.trainers.config import load_config
-    from tianfeng.trainers.ports import free_port
 
     cfg = load_config(config)
     check_fits(cfg, nodes, gpus_per_node, str(config))
@@ -482,8 +443,6 @@ def launch(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = 
     run it: a CPU plan on this machine as emulated nodes of gloo processes (torchrun, or Ray Train
     with `via="ray"`), or any plan on the Ray cluster at `address`. Returns the files written and,
     when it ran, the exit code (torchrun) or the run's final metrics (Ray). As `tianfeng launch`."""
-    from tianfeng.launch.local import run_here
-    from tianfeng.launch.scripts import write_plan
 
     plan, cfg, local = _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address)
     run_dir = cfg.resolved_run_dir
@@ -505,11 +464,6 @@ def plan(config: str | Path, options: PlanOptions | None = None, **changes: Any)
     (a `PlanOptions`) holds what `tianfeng plan` takes as flags; keyword arguments change single
     options: `plan("run.yaml", gpus=128, preset="a100")`. Returns a
     `tianfeng.cost.grid.WallTimeGrid`. As `tianfeng plan`."""
-    import math
-
-    from tianfeng.cost.grid import wall_time_grid
-    from tianfeng.cost.step_time import DEVICES
-    from tianfeng.trainers.config import load_config
 
     o = (options or PlanOptions()).changed(**changes).checked()
     cfg = load_config(config)

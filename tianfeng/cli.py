@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from tianfeng.commands.flags import add_json, add_storage
+from tianfeng.commands.flags import add_json, add_option_flags, add_storage
+from tianfeng.cost.grid_options import PlanOptions
+from tianfeng.promotion.options import PromoteOptions
 from tianfeng.trainers.config import ConfigError
 
 
@@ -90,35 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                                          "run beside the study. Promoting the same trial with the same "
                                          "config again resumes that run.")
     promote.add_argument("trial", type=int, nargs="?", default=None, help="trial number in the study")
-    promote.add_argument("--mlflow", default=None, metavar="URI",
-                         help="also log the study's trials and promoted runs as MLflow runs, e.g. sqlite:///mlflow.db")
     promote.add_argument("--front", action="store_true", help="list the study's Pareto front (proxy metric, "
                          "predicted wall time, GPU-hours, batch, resolution schedule) and promote nothing")
-    promote.add_argument("--fastest-to", type=float, default=None, metavar="LEVEL",
-                         help="promote the front trial with the least predicted wall time whose proxy metric "
-                              "reaches LEVEL")
-    promote.add_argument("--study", default=None, help="study name (default: the only study in the storage)")
-    add_storage(promote)
-    promote.add_argument("--batch-size", type=int, default=None,
-                         help="global batch of the full run's last phase; LR follows the space's scaling rule")
-    promote.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                         help="override a value of the full run config (repeatable)")
-    promote.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where the promoted run's directory goes (default runs/)")
-    promote.add_argument("--dry-run", action="store_true", help="print the full config and the transfer; do not train")
-    promote.add_argument("--nodes", type=int, default=None,
-                         help="run through a launch plan on N nodes (torchrun per node, Slurm script); needs --gpus-per-node")
-    promote.add_argument("--gpus-per-node", type=int, default=None, help="processes per node (GPUs, or CPU ranks)")
-    promote.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                         help="with --nodes: cuda writes the plan for a cluster; cpu runs it here as emulated nodes")
-    promote.add_argument("--master-addr", default="127.0.0.1", help="with --nodes: rendezvous host (the first node)")
-    promote.add_argument("--launcher", choices=("local", "slurm"), default="local",
-                         help="with --nodes: local runs the plan here (cpu) or writes it (cuda); slurm submits it "
-                              "with sbatch, requeueable, and returns (tianfeng runs follows it)")
-    promote.add_argument("--partition", default=None, help="with --launcher slurm: the job's partition")
-    promote.add_argument("--account", default=None, help="with --launcher slurm: the job's account")
-    promote.add_argument("--time", default=None, help="with --launcher slurm: the job's time limit, e.g. 4:00:00")
-    promote.add_argument("--sbatch-arg", dest="scheduler_args", action="append", default=[], metavar="ARG",
-                         help="with --launcher slurm: passed to sbatch as it is (repeatable)")
+    add_option_flags(promote, PromoteOptions)
     add_json(promote)
 
     runs = sub.add_parser("runs", help="list promoted runs", description="List the promoted runs recorded in a study database.")
@@ -193,31 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "the per-GPU batch fits the GPU's memory: the model the search scores "
                                       "recipes with.")
     plan.add_argument("--config", type=Path, required=True, help="the run config YAML to predict")
-    plan.add_argument("--gpus", type=int, required=True, help="GPUs of the cluster")
-    plan.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
-    plan.add_argument("--classes", type=int, default=1000, help="classes of the model's head (default 1000)")
-    plan.add_argument("--gpu-images-per-s", type=float, default=None,
-                      help="training images/s of one GPU on this model at the last phase's resolution, 256 "
-                           "per GPU (default: the device's ResNet-50 figure moved to the model by its FLOPs)")
-    plan.add_argument("--compute-ms", type=float, default=None,
-                      help="measured compute time of one step of the last phase at --gpus instead")
-    plan.add_argument("--train-images", type=int, default=1_281_167, help="training set size (default ImageNet-1k's)")
-    plan.add_argument("--val-images", type=int, default=50_000, help="validation set size (default ImageNet-1k's)")
-    plan.add_argument("--preset", choices=("v100", "a100", "h100"), default="v100",
-                      help="device and links of a DGX-1 V100 (default), DGX A100 or DGX H100 cluster with "
-                           "InfiniBand; the flags below override")
-    plan.add_argument("--intra-gbps", type=float, default=None, help="one GPU's NVLink bandwidth inside a node, Gbit/s per direction")
-    plan.add_argument("--intra-latency-us", type=float, default=None, help="latency of a link inside a node (us)")
-    plan.add_argument("--inter-gbps", type=float, default=None, help="one network adapter between nodes, Gbit/s")
-    plan.add_argument("--inter-latency-us", type=float, default=None, help="latency of a hop between nodes (us)")
-    plan.add_argument("--adapters-per-node", type=int, default=None, help="network adapters per node, shared by its GPUs")
-    plan.add_argument("--overlap", type=float, default=2 / 3,
-                      help="share of a step's compute (its backward pass) that an overlapping exchange hides behind")
-    plan.add_argument("--loader", choices=("dali", "cache", "torch"), default="dali",
-                      help="the data pipeline: dali (GPU decode, default), cache (pre-decoded), torch (CPU decode)")
-    plan.add_argument("--cpu-cores-per-gpu", type=float, default=None,
-                      help="loader cores per GPU (default: the preset node's cores over its GPUs)")
-    plan.add_argument("--memory-gib", type=float, default=None, help="one GPU's memory (default: the preset's)")
+    add_option_flags(plan, PlanOptions)
     add_json(plan)
 
     export = sub.add_parser("export", help="write a study's trials as CSV, Parquet or JSON",

@@ -1,5 +1,5 @@
 """Names and defaults shared by the library and the command line; light, so `--help` does not
-import optuna and torch (search/registry.py checks they match the registries)."""
+import optuna and torch (tests/search/test_space.py checks the names match the registries)."""
 
 from enum import StrEnum
 
@@ -8,7 +8,13 @@ SAMPLER_NAMES = ("auto", "tpe", "cmaes", "random", "grid", "qmc")
 PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
 PROMOTION_MODES = ("none", "leader")  # search --promote: none, or each new proxy leader at full fidelity
 DEFAULT_STORAGE = "sqlite:///tianfeng.db"
+STORAGE_HELP = (f"the study database: a SQLAlchemy URL or a SQLite file path (default {DEFAULT_STORAGE}); "
+                "postgresql://... for many workers or machines")
 FAILURE_LIMIT = 3  # consecutive failures with one error that stop a search
+DEFAULT_TRIALS = 30  # a search's trial budget
+HEARTBEAT_S = 10  # seconds between a running trial's heartbeats ...
+GRACE_S = 60  # ... and without one before the trial counts as dead
+LEADER_AFTER = 3  # complete proxy trials before --promote leader's first promotion: the default pruner's reduction factor
 
 
 class ObjectiveMode(StrEnum):

@@ -1,14 +1,50 @@
-"""What the typed options objects of the verbs (search, promote, scale) share."""
+"""What the typed options objects of the verbs (search, promote, scale, plan) share: each field
+that is also a flag of the verb's command says so with `option(...)` (its help, choices, the
+flag's name when it differs), and the command's flags are generated from those fields
+(`tianfeng.commands.flags.add_option_flags`), so a default or a choice is written once."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tianfeng.trainers.config import ConfigError
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How an options field appears on the command line. `from_text` turns the flag's text into
+    the field's value (a duration, a list) after parsing, so its mistakes are ConfigErrors naming
+    the flag; `repeat` collects a flag given many times into a tuple."""
+    help: str
+    name: str | None = None  # default: --field-name
+    choices: Sequence[str] | None = None
+    metavar: str | None = None
+    from_text: Callable[[str], Any] | None = None
+    repeat: bool = False
+    hidden: bool = False
+    required: bool = False
+    show_default: bool = True
+
+
+def option(default: Any, help: str, **flag: Any) -> Any:
+    """A field of a verb's options that is also its command's flag: `default` the value both
+    take, `help` the flag's help (its default is appended), `flag` the rest of `Flag`."""
+    return dataclasses.field(default=default, metadata={"flag": Flag(help, **flag)})
+
+
+def flag_of(field: dataclasses.Field) -> Flag | None:
+    return field.metadata.get("flag")
+
+
+def flag_name(field: dataclasses.Field) -> str:
+    meta = flag_of(field)
+    return (meta and meta.name) or "--" + field.name.replace("_", "-")
 
 
 def with_changes(options: T, verb: str, changes: dict[str, Any]) -> T:

@@ -35,10 +35,10 @@ def test_the_dashboard_api_shows_metric_names_and_curves(tmp_path: Path, tiny_sp
     tiny_space["objective"]["mode"] = mode
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=3, pruner="none")
     run_search(plan, workers=1, resume=False)
-    study = optuna.load_study(study_name=plan.study, storage=plan.storage)
+    study = optuna.load_study(study_name=plan.study, storage=plan.options.storage)
     assert publish_curves(study)
 
-    app = wsgi(plan.storage)
+    app = wsgi(plan.options.storage)
     listed = _get(app, "/api/studies")["study_summaries"]
     detail = _get(app, f"/api/studies/{listed[0]['study_id']}")
     names = ["val_top1", "predicted_seconds"] if mode == "pareto" else ["val_top1"]
@@ -66,11 +66,11 @@ def test_tianfeng_dashboard_saves_the_curves_and_names_a_missing_study(tmp_path:
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=2, pruner="none")
     run_search(plan, workers=1, resume=False)
     cli = [sys.executable, "-m", "tianfeng.cli", "dashboard"]
-    done = subprocess.run([*cli, "s", "--storage", plan.storage, "--no-serve"], capture_output=True, text=True)
+    done = subprocess.run([*cli, "s", "--storage", plan.options.storage, "--no-serve"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "study s: per-epoch curves saved" in done.stderr
-    study = optuna.load_study(study_name="s", storage=plan.storage)
+    study = optuna.load_study(study_name="s", storage=plan.options.storage)
     attrs = study._storage.get_study_system_attrs(study._study_id)
     assert any(CURVES_ID in key for key in attrs)
-    missing = subprocess.run([*cli, "nope", "--storage", plan.storage, "--no-serve"], capture_output=True, text=True)
+    missing = subprocess.run([*cli, "nope", "--storage", plan.options.storage, "--no-serve"], capture_output=True, text=True)
     assert missing.returncode == 2 and "STUDY: nope: no such study" in missing.stderr

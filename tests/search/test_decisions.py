@@ -310,3 +310,12 @@ def test_transfer_gives_each_phase_its_own_batch_and_lr(stages, batch, full_batc
         row = rows[f"phase {i} peak LR (computed)"]
         assert row.proxy == pytest.approx(0.4 * small.batch_size / 256, abs=1e-6)
         assert row.full == pytest.approx(0.4 * big.batch_size / 256, abs=1e-6)
+
+
+def test_a_trial_status_is_the_engine_status_of_the_same_word() -> None:
+    """One vocabulary: every way the engine says a run ended is a trial status, spelt alike."""
+    from tianfeng.hpo.judge.outcomes import TrialStatus
+    from tianfeng.trainers.run_status import RunStatus
+
+    assert [TrialStatus.of_run(s) for s in RunStatus] == [TrialStatus(s.value) for s in RunStatus]
+    assert {s.value for s in RunStatus} < {s.value for s in TrialStatus}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import shutil
 import statistics
@@ -38,7 +37,7 @@ def finished_study(_searched_once, tmp_path: Path):
     promoting from its own copy of the database."""
     plan, db = _searched_once
     shutil.copyfile(db, tmp_path / "study.db")
-    return dataclasses.replace(plan, storage=f"sqlite:///{tmp_path / 'study.db'}")
+    return plan.changed(storage=f"sqlite:///{tmp_path / 'study.db'}")
 
 
 def test_transfer_rules_are_explicit(tmp_path: Path, tiny_space: dict) -> None:
@@ -83,21 +82,21 @@ def test_every_phase_shows_its_own_peak_lr(tmp_path: Path, tiny_space: dict) -> 
 def test_promote_dry_run_then_real_run_then_resume(finished_study, tmp_path: Path) -> None:
     plan = finished_study
     runs_dir = tmp_path / "promoted"
-    dry = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True)
+    dry = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True)
     assert dry["config"]["model"]["width"] == 8 and not Path(dry["run_dir"]).exists()
-    assert RunStore(plan.storage).runs() == []
+    assert RunStore(plan.options.storage).runs() == []
 
-    first = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
+    first = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
     assert first["status"] == "completed" and first["resumed"] is False
-    rows = RunStore(plan.storage).runs("p")
+    rows = RunStore(plan.options.storage).runs("p")
     assert len(rows) == 1 and rows[0]["status"] == "completed" and len(rows[0]["epochs"]) == 3
     assert rows[0]["final_score"] == first["full_val_top1"] and rows[0]["proxy_score"] is not None
     assert Path(rows[0]["checkpoint"]).exists()
 
-    again = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
+    again = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
     assert again["resumed"] is True and again["run"] == first["run"]
     assert again["full_val_top1"] == first["full_val_top1"]  # resumed the finished run, no retraining
-    assert len(RunStore(plan.storage).runs("p")) == 1
+    assert len(RunStore(plan.options.storage).runs("p")) == 1
 
 
 def test_promote_rejects_unknown_and_pruned_trials(finished_study, tmp_path: Path) -> None:
@@ -139,27 +138,27 @@ def test_calibrate_reuses_promoted_runs_and_ranks_like_with_like(tmp_path: Path,
     tiny_space["objective"]["at"] = "best"  # the proxy score is a trial's best epoch: so must the full one be
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=5, study="cal")
     run_search(plan, workers=1, resume=False)
-    best = optuna.load_study(study_name="cal", storage=plan.storage).best_trial.number
-    first = promote(plan.storage, "cal", best, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=False)
+    best = optuna.load_study(study_name="cal", storage=plan.options.storage).best_trial.number
+    first = promote(plan.options.storage, "cal", best, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=False)
     trained = []
     real_train = promote_run.train
     monkeypatch.setattr(promote_run, "train", lambda cfg, cb: trained.append(cfg.name) or real_train(cfg, cb))
-    result = calibrate(plan.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
+    result = calibrate(plan.options.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
     assert len(result["pairs"]) == 4 and len(trained) == 3  # the promoted best trial was not trained again
-    rows = {r["trial_number"]: r for r in RunStore(plan.storage).runs("cal")}
+    rows = {r["trial_number"]: r for r in RunStore(plan.options.storage).runs("cal")}
     assert len(rows) == 4 and rows[best]["run_dir"] == first["run_dir"] and rows[best]["kind"] == "promote"
     for r in rows.values():  # full scores by the same statistic as the proxy scores: the best epoch
         assert r["final_score"] == max(e["val_top1"] for e in r["epochs"])
     pairs = result["pairs"]
     expected = spearmanr([p["proxy"] for p in pairs], [p["full"] for p in pairs]).statistic
     assert result["spearman_rho"] == pytest.approx(expected) and result["pairs_used"] == 4
-    stored = optuna.load_study(study_name="cal", storage=plan.storage).user_attrs["calibration"]
+    stored = optuna.load_study(study_name="cal", storage=plan.options.storage).user_attrs["calibration"]
     assert stored["spearman_rho"] == result["spearman_rho"]
     # a second calibration finds every run done: zero epochs trained
     trained.clear()
-    again = calibrate(plan.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
+    again = calibrate(plan.options.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
     assert trained == [] and again["spearman_rho"] == result["spearman_rho"]
-    assert {len(r["epochs"]) for r in RunStore(plan.storage).runs("cal")} == {3}  # no epoch added twice
+    assert {len(r["epochs"]) for r in RunStore(plan.options.storage).runs("cal")} == {3}  # no epoch added twice
 
 
 def test_rho_needs_three_usable_pairs(tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch,
@@ -173,7 +172,7 @@ def test_rho_needs_three_usable_pairs(tmp_path: Path, tiny_space_file: Path, mon
     scores = iter([70.0, None, None])  # two of three full runs without a score (diverged or failed)
     monkeypatch.setattr(calibration, "promote", lambda *a, **k: {"status": "diverged",
                                                                          "full_val_top1": next(scores)})
-    code = main(["calibrate", "--study", "few", "--storage", plan.storage, "--top-k", "3", "--random", "0",
+    code = main(["calibrate", "--study", "few", "--storage", plan.options.storage, "--top-k", "3", "--random", "0",
                  "--runs-dir", str(tmp_path / "c")])
     err = capsys.readouterr().err
     assert code == 1 and "1 of 3 promoted runs gave a usable score" in err and "not computed" in err
@@ -187,7 +186,7 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
 
     plan = finished_study
     runs_dir = tmp_path / "promoted"
-    dry = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True,
+    dry = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True,
                   launch=Launch(nodes=2, per_node=1, device="cuda"))
     launch_dir = Path(dry["launch"])
     assert sorted(p.name for p in launch_dir.iterdir()) == ["config.yaml", "node-0.sh", "node-1.sh", "ray-job.sh",
@@ -195,36 +194,36 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
     assert "--nnodes=2" in (launch_dir / "node-0.sh").read_text()
     assert "#SBATCH --gpus-per-node=1" in (launch_dir / "sbatch.sh").read_text()
 
-    planned = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False,
+    planned = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False,
                       launch=Launch(nodes=2, per_node=1, device="cuda"))
-    assert planned["status"] == "planned" and RunStore(plan.storage).runs("p")[0]["status"] == "planned"
+    assert planned["status"] == "planned" and RunStore(plan.options.storage).runs("p")[0]["status"] == "planned"
 
-    ran = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False,
+    ran = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False,
                   launch=Launch(nodes=2, per_node=1, device="cpu"))
     assert ran["status"] == "completed", ran
-    row = next(r for r in RunStore(plan.storage).runs("p") if r["id"] == ran["run"])
+    row = next(r for r in RunStore(plan.options.storage).runs("p") if r["id"] == ran["run"])
     assert row["status"] == "completed" and len(row["epochs"]) == 3 and row["final_score"] == ran["full_val_top1"]
     assert ran["run"] == planned["run"] and ran["run_dir"].endswith("-2x1")
-    single = promote(plan.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
+    single = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
     assert single["run_dir"] != ran["run_dir"]  # one process is another run than 2 nodes x 1
 
     # the report sets the measured scaling beside the cost model's prediction
     from tianfeng.reporting.build import build_report
     from tianfeng.reporting.measured_scaling import scaling_rows
 
-    rows = scaling_rows(RunStore(plan.storage).runs("p"))
+    rows = scaling_rows(RunStore(plan.options.storage).runs("p"))
     assert len(rows) == 1 and rows[0]["layout"] == "2 x 1" and rows[0]["variant"] == "flat"
     row = rows[0]
     # measured: the median images/s of each run's epochs after the first (warm-up), from the runs
     # as recorded; efficiency is the 2-rank rate against twice the single process's
-    two, one = (next(r for r in RunStore(plan.storage).runs("p") if r["id"] == i) for i in (ran["run"], single["run"]))
+    two, one = (next(r for r in RunStore(plan.options.storage).runs("p") if r["id"] == i) for i in (ran["run"], single["run"]))
     assert row["measured"] == pytest.approx(statistics.median(e["samples_per_s"] for e in two["epochs"][1:]))
     assert row["single"] == pytest.approx(statistics.median(e["samples_per_s"] for e in one["epochs"][1:]))
     assert row["efficiency"] == pytest.approx(row["measured"] / (2 * row["single"]))
     # predicted: the cost model's efficiency scales the single rate to both ranks
     assert row["predicted_samples"] == pytest.approx(row["predicted"] * 2 * row["single"])
     assert 0 < row["predicted"] <= 1
-    html = build_report(plan.storage, "p", tmp_path / "p.html").read_text()
+    html = build_report(plan.options.storage, "p", tmp_path / "p.html").read_text()
     assert "Scaling of distributed runs" in html and "2 x 1" in html
     result = json.loads((Path(ran["run_dir"]) / "result.json").read_text())
     assert result["final"]["val_top1"] == ran["full_val_top1"]
@@ -247,16 +246,16 @@ def test_a_study_made_before_complete_priors_still_promotes(tmp_path: Path, tiny
 
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=1, study="old")
     run_search(plan, workers=1, resume=False)
-    study = optuna.load_study(study_name="old", storage=plan.storage)
+    study = optuna.load_study(study_name="old", storage=plan.options.storage)
     old = dict(tiny_space, priors=[{"name": "goyal", "params": {"optimizer": "sgd", "base_lr": 0.4, "batch_size": 128}}])
     del old["min_steps"]
     store_space_text(study, yaml.safe_dump(old))
     study.set_user_attr("space_format", 1)
-    out = promote(plan.storage, "old", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=True)
+    out = promote(plan.options.storage, "old", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=True)
     assert out["dry_run"] and out["trial"] == 0
     study.set_user_attr("space_format", 2)  # the same space in a new study is refused
     with pytest.raises(ConfigError, match="sets no value for 'warmup_epochs'"):
-        promote(plan.storage, "old", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=True)
+        promote(plan.options.storage, "old", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=True)
 
 
 @pytest.mark.slow

@@ -80,9 +80,9 @@ def test_a_trial_that_trained_all_its_epochs_is_complete_whatever_its_length(tmp
     tiny_space["fidelities"] = {"proxy": {"epoch_fraction": 0.5}, "target": {}}
     tiny_space["priors"] = [{"name": "short", "params": {"optimizer": "sgd", "base_lr": 0.4, "batch_size": 64,
                                                          "warmup_epochs": 0.0, "epochs": 2}}]
-    plan = SearchPlan(space_path=str(write_space(tmp_path, tiny_space)), data=None,
+    plan = SearchPlan.of(space_path=str(write_space(tmp_path, tiny_space)), data=None,
                       storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="none", seed=0,
-                      trials=2, timeout_s=None, runs_root=str(tmp_path / "runs"), rung="proxy")
+                      trials=2, timeout_s=None, runs_dir=str(tmp_path / "runs"), rung="proxy")
     space = plan_space(plan)
     study = open_study(plan, space, resume=False)
     searcher = StudySearcher(study, space, plan, RayOptions())
@@ -106,9 +106,9 @@ def test_ctrl_c_while_a_finished_trial_is_written_lets_the_write_end_then_stops(
     from tianfeng.hpo.run.study import open_study
     from tianfeng.terminal import interrupts
 
-    plan = SearchPlan(space_path=str(write_space(tmp_path, tiny_space)), data=None,
+    plan = SearchPlan.of(space_path=str(write_space(tmp_path, tiny_space)), data=None,
                       storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="none", seed=0,
-                      trials=2, timeout_s=None, runs_root=str(tmp_path / "runs"), rung="proxy")
+                      trials=2, timeout_s=None, runs_dir=str(tmp_path / "runs"), rung="proxy")
     space = plan_space(plan)
     study = open_study(plan, space, resume=False)
     searcher = ray_backend.StudySearcher(study, space, plan, ray_backend.RayOptions())

@@ -10,8 +10,8 @@ from tianfeng.hpo.run.runner import sampler_seed
 
 
 def _plan(seed: int) -> SearchPlan:
-    return SearchPlan(objective="accuracy", space_path="s.yaml", data=None, storage="sqlite:///s.db", study="s",
-                      sampler="tpe", pruner="asha", seed=seed, trials=10, timeout_s=None, runs_root="runs",
+    return SearchPlan.of(objective="accuracy", space_path="s.yaml", data=None, storage="sqlite:///s.db", study="s",
+                      sampler="tpe", pruner="asha", seed=seed, trials=10, timeout_s=None, runs_dir="runs",
                       rung="proxy")
 
 

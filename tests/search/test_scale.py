@@ -12,7 +12,8 @@ import optuna
 import pytest
 
 from tests.search.conftest import write_space
-from tianfeng.commands.scale_command import parse_batch_sizes, parse_budget
+from tianfeng.commands.scale_command import parse_budget
+from tianfeng.scaling.options import parse_batch_sizes
 from tianfeng.scaling.results import ScaleStore
 from tianfeng.scaling.study import largest_within
 from tianfeng.trainers.config import ConfigError
@@ -138,10 +139,10 @@ def test_budget_is_described_as_given() -> None:
     from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan
     from tianfeng.hpo.run.trial_log import budget_text
 
-    plan = SearchPlan("s.yaml", None, "sqlite://", "st", "tpe", "median", 0, UNLIMITED_TRIALS, 2700.0, "r", "proxy")
+    plan = SearchPlan.of("s.yaml", study="st", rung="proxy", trials=UNLIMITED_TRIALS, timeout_s=2700.0)
     assert budget_text(plan) == "45 min"
-    assert budget_text(dataclasses.replace(plan, trials=12, timeout_s=None)) == "12 trials"
-    assert budget_text(dataclasses.replace(plan, epoch_budget=72, timeout_s=600.0)) == "72 epochs or 10 min"
+    assert budget_text(plan.changed(trials=12, timeout_s=None)) == "12 trials"
+    assert budget_text(plan.changed(epoch_budget=72, timeout_s=600.0)) == "72 epochs or 10 min"
 
 
 def test_largest_batch_within_tolerance() -> None:
@@ -164,8 +165,8 @@ def test_naive_copied_only_when_the_warm_start_trains_the_same_config(tmp_path: 
 
     def plan_for(space: dict) -> SearchPlan:
         path = write_space(tmp_path, space, name=f"{space['name']}.yaml")
-        return SearchPlan(str(path), None, f"sqlite:///{tmp_path / 'x.db'}", "s-b128", "tpe", "median", 0, 4,
-                          None, str(tmp_path / "runs"), "proxy", batch_size=128,
+        return SearchPlan.of(str(path), study="s-b128", rung="proxy", storage=f"sqlite:///{tmp_path / 'x.db'}",
+                             pruner="median", trials=4, runs_dir=str(tmp_path / "runs"), batch_size=128,
                           warm_start=(("b64 trial #3", {"optimizer": "sgd", "base_lr": 0.3, "warmup_epochs": 0.5}),
                                       ("b64 trial #1", {"optimizer": "sgd", "base_lr": 1.2, "warmup_epochs": 0.0})))
 

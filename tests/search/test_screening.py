@@ -69,8 +69,8 @@ def test_the_auto_sampler_screens_at_random_and_searches_other_rungs_with_tpe(tm
     assert resolve_sampler("auto", to_target, "screen") == "random"
     assert resolve_sampler("auto", to_target, "target") == "tpe"
     # and judged at the screen's end, as for accuracy: no peer cuts a (lengthened) screen short
-    screen_plan = SearchPlan(space_path=str(space.path), data=None, storage="sqlite://", study="s", sampler="auto",
-                             pruner="asha", seed=0, trials=1, timeout_s=None, runs_root=str(tmp_path), rung="screen")
+    screen_plan = SearchPlan.of(space_path=str(space.path), data=None, storage="sqlite://", study="s", sampler="auto",
+                             pruner="asha", seed=0, trials=1, timeout_s=None, runs_dir=str(tmp_path), rung="screen")
     assert not judged_by_peers(to_target, screen_plan)
     assert pruner_label(to_target, screen_plan) == "none (screened trials are judged at the screen's end)"
     assert judged_by_peers(to_target, dataclasses.replace(screen_plan, rung="proxy"))
@@ -196,9 +196,9 @@ def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(
     from tianfeng.hpo.run.ray_backend import RayOptions, StudySearcher
     from tianfeng.hpo.run.study import open_study
 
-    plan = SearchPlan(space_path=str(write_space(tmp_path, _screening_space(tiny_space))), data=None,
+    plan = SearchPlan.of(space_path=str(write_space(tmp_path, _screening_space(tiny_space))), data=None,
                       storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="asha", seed=0,
-                      trials=2, timeout_s=None, runs_root=str(tmp_path / "runs"), rung="screen")
+                      trials=2, timeout_s=None, runs_dir=str(tmp_path / "runs"), rung="screen")
     space = plan_space(plan)
     study = open_study(plan, space, resume=False)
     searcher = StudySearcher(study, space, plan, RayOptions())
@@ -209,7 +209,7 @@ def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(
     searcher.on_trial_complete("ray-0", {"status": "running", "epoch": 1, "val_top1": 55.0})
     trial = study.get_trials()[0]
     assert trial.state == TrialState.COMPLETE and trial.value == 55.0
-    assert optuna.load_study(study_name="r", storage=plan.storage).best_trial.number == trial.number
+    assert optuna.load_study(study_name="r", storage=plan.options.storage).best_trial.number == trial.number
 
 
 # a starts slowly and ends best; b starts fast; c is never best

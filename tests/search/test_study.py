@@ -22,13 +22,13 @@ from tianfeng.hpo.run.runner import run_search
 def plan_for(tmp_path: Path, space_file: Path, **changes) -> SearchPlan:
     values = dict(space_path=str(space_file), data=None, storage=f"sqlite:///{tmp_path / 'study.db'}",
                   study="s", sampler="random", pruner="none", seed=0, trials=3, timeout_s=None,
-                  runs_root=str(tmp_path / "runs"), rung="proxy")
+                  runs_dir=str(tmp_path / "runs"), rung="proxy")
     values.update(changes)
-    return SearchPlan(**values)
+    return SearchPlan.of(**values)
 
 
 def trials_of(plan: SearchPlan) -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=plan.study, storage=plan.storage).get_trials()
+    return optuna.load_study(study_name=plan.study, storage=plan.options.storage).get_trials()
 
 
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
@@ -240,12 +240,12 @@ def test_a_trial_cut_while_it_is_being_prepared_is_queued_again_with_its_paramet
         raise KeyboardInterrupt
 
     monkeypatch.setattr(objective_module, "build_config", cut)
-    study = optuna.create_study(study_name=plan.study, storage=plan.storage)
+    study = optuna.create_study(study_name=plan.study, storage=plan.options.storage)
     with pytest.raises(KeyboardInterrupt):
         study.optimize(ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung), n_trials=1)
     [failed] = study.get_trials()
     assert failed.state == TrialState.FAIL and failed.user_attrs["status"] == "interrupted"
-    assert requeue_interrupted(plan.storage, plan.study) == [failed.number]
+    assert requeue_interrupted(plan.options.storage, plan.study) == [failed.number]
     queued = [t for t in study.get_trials() if t.state == TrialState.WAITING]
     assert len(queued) == 1 and queued[0].params == failed.params
 

@@ -23,9 +23,9 @@ def test_export_writes_every_trial_in_three_formats(tmp_path: Path, tiny_space: 
     tiny_space["objective"]["mode"] = "pareto"
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=3, pruner="none")
     run_search(plan, workers=1, resume=False)
-    study = optuna.load_study(study_name="s", storage=plan.storage)
+    study = optuna.load_study(study_name="s", storage=plan.options.storage)
 
-    csv = subprocess.run([*CLI, "s", "--storage", plan.storage], capture_output=True, text=True)
+    csv = subprocess.run([*CLI, "s", "--storage", plan.options.storage], capture_output=True, text=True)
     assert csv.returncode == 0, csv.stderr
     table = pd.read_csv(io.StringIO(csv.stdout))
     assert list(table["number"]) == [0, 1, 2]
@@ -35,25 +35,25 @@ def test_export_writes_every_trial_in_three_formats(tmp_path: Path, tiny_space: 
     assert table["params_base_lr"][1] == study.trials[1].params["base_lr"]
 
     # the rest in this process (the command's own code path, without a new interpreter each time)
-    assert main(["export", "--storage", plan.storage, "--format", "json"]) == 0
+    assert main(["export", "--storage", plan.options.storage, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["number"] for r in rows] == [0, 1, 2] and rows[0]["promoted_score"] is None
 
     out = tmp_path / "t.parquet"
-    assert main(["export", "s", "--storage", plan.storage, "--format", "parquet", "-o", str(out)]) == 0
+    assert main(["export", "s", "--storage", plan.options.storage, "--format", "parquet", "-o", str(out)]) == 0
     assert "3 trials of study s written" in capsys.readouterr().err
     assert pd.read_parquet(out)["val_top1"].tolist() == table["val_top1"].tolist()
 
-    assert main(["export", "s", "--storage", plan.storage, "--format", "parquet"]) == 2
+    assert main(["export", "s", "--storage", plan.options.storage, "--format", "parquet"]) == 2
     assert "--output: parquet is binary" in capsys.readouterr().err
-    assert main(["export", "nope", "--storage", plan.storage]) == 2
+    assert main(["export", "nope", "--storage", plan.options.storage]) == 2
     assert "STUDY: nope: no such study" in capsys.readouterr().err
 
 
 def test_trials_dataframe_works_on_a_tianfeng_study(tmp_path: Path, tiny_space: dict) -> None:
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=2, pruner="none")
     run_search(plan, workers=1, resume=False)
-    frame = optuna.load_study(study_name="s", storage=plan.storage).trials_dataframe()
+    frame = optuna.load_study(study_name="s", storage=plan.options.storage).trials_dataframe()
     assert len(frame) == 2 and "params_base_lr" in frame
 
 
@@ -64,7 +64,7 @@ def test_status_fits_the_width_and_shows_the_front_of_a_pareto_study(tmp_path: P
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=3, pruner="none")
     run_search(plan, workers=1, resume=False)
     env = {**os.environ, "COLUMNS": "100"}
-    out = subprocess.run([sys.executable, "-m", "tianfeng.cli", "status", "--study", "s", "--storage", plan.storage],
+    out = subprocess.run([sys.executable, "-m", "tianfeng.cli", "status", "--study", "s", "--storage", plan.options.storage],
                          capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert max(len(line) for line in out.stdout.splitlines()) <= 100

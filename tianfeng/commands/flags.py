@@ -1,21 +1,23 @@
-"""Flags several commands share, defined once."""
+"""Flags several commands share, defined once, and the flags of a verb generated from its typed
+options (`tianfeng.options.option`)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import typing
+from pathlib import Path
 from typing import Any, TypeVar
 
-from tianfeng.defaults import DEFAULT_STORAGE
+from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
+from tianfeng.options import flag_name, flag_of
 
 T = TypeVar("T")
 
 
 def add_storage(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--storage", default=DEFAULT_STORAGE,
-                        help=f"the study database: a SQLAlchemy URL or a SQLite file path (default {DEFAULT_STORAGE}); "
-                             "postgresql://... for many workers or machines")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE, help=STORAGE_HELP)
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +32,58 @@ def emit(args: argparse.Namespace, result: object, lines: list[str]) -> None:
         print("\n".join(lines))
 
 
+def _scalar(kind: Any) -> type:
+    """The type argparse parses a field's text as: int, float or Path; str for the rest (a
+    union such as `int | str` is parsed by the options' own check)."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
+    if len(args) == 1 and args[0] in (int, float, str):
+        return args[0]
+    if Path in args:
+        return Path
+    return str
+
+
+def add_option_flags(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
+    """A flag for each field of the options class `cls` that declares one (in field order), its
+    default the field's: the one place a flag's default, type and choices come from."""
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        meta = flag_of(field)
+        if meta is None or field.name in skip:
+            continue
+        kwargs: dict[str, Any] = {"dest": field.name}
+        default = field.default
+        if hints[field.name] is bool:
+            kwargs["action"] = "store_true"
+        elif meta.repeat:
+            kwargs.update(action="append", default=[])
+        else:
+            kwargs.update(default=default, type=str if meta.from_text else _scalar(hints[field.name]))
+            if meta.choices is not None:
+                kwargs["choices"] = tuple(meta.choices)
+        if meta.metavar or (meta.choices is None and "action" not in kwargs):
+            kwargs["metavar"] = meta.metavar or flag_name(field).lstrip("-").replace("-", "_").upper()
+        if meta.required:
+            kwargs["required"] = True
+            kwargs.pop("default", None)
+        shown = meta.show_default and default not in (None, False, (), "") and not meta.required
+        kwargs["help"] = argparse.SUPPRESS if meta.hidden else (
+            f"{meta.help} (default {default:g})" if shown and isinstance(default, float)
+            else f"{meta.help} (default {default})" if shown else meta.help)
+        parser.add_argument(flag_name(field), **kwargs)
+
+
 def options_from_flags(args: argparse.Namespace, cls: type[T], **given: Any) -> T:
-    """A verb's options object from its parsed flags, a field per flag of the same name; `given`
-    holds the fields whose flags are parsed into another form (a duration, a budget)."""
-    return cls().changed(**{f.name: given[f.name] if f.name in given else getattr(args, f.name)
-                            for f in dataclasses.fields(cls) if f.name in given or hasattr(args, f.name)})
+    """A verb's options object from its parsed flags, a field per flag; a field whose flag has
+    `from_text` gets the parsed text, and `given` holds fields built from other flags."""
+    values = {}
+    for field in dataclasses.fields(cls):
+        meta = flag_of(field)
+        if field.name in given:
+            values[field.name] = given[field.name]
+        elif hasattr(args, field.name):
+            value = getattr(args, field.name)
+            if meta is not None and meta.from_text is not None and value is not None:
+                value = meta.from_text(value)
+            values[field.name] = value
+    return cls().changed(**values)

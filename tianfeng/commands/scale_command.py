@@ -6,28 +6,12 @@ import re
 import sys
 from pathlib import Path
 
-from tianfeng.commands.flags import add_storage, options_from_flags
+from tianfeng.commands.flags import add_option_flags, options_from_flags
 from tianfeng.scaling.options import ScaleOptions
 from tianfeng.trainers.config import ConfigError
 
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|trials?|epochs?)$")
 BUDGET_FORMS = "a time (600s, 10m, 1h), a trial count (12trials) or training epochs (72epochs)"
-
-
-def parse_batch_sizes(text: str) -> tuple[int, ...]:
-    sizes = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.lstrip("-").isdigit():
-            raise ConfigError("--batch-sizes", "", f"must be comma-separated integers such as 64,256,1024; got {part!r}")
-        sizes.append(int(part))
-    if any(b < 1 for b in sizes):
-        raise ConfigError("--batch-sizes", "", f"must all be positive; got {text}")
-    if len(sizes) < 2:
-        raise ConfigError("--batch-sizes", "", f"a curve needs at least two batch sizes; got {text}")
-    if any(later <= earlier for earlier, later in zip(sizes, sizes[1:], strict=False)):
-        raise ConfigError("--batch-sizes", "", f"must be strictly increasing; got {text}")
-    return tuple(sizes)
 
 
 def parse_budget(text: str) -> dict[str, float | int | None]:
@@ -48,8 +32,7 @@ def parse_budget(text: str) -> dict[str, float | int | None]:
 
 def run_scale_command(args) -> int:
     budget = parse_budget(args.budget_per_batch)
-    options = options_from_flags(args, ScaleOptions, batch_sizes=parse_batch_sizes(args.batch_sizes),
-                                 trials_per_batch=budget["trials"], timeout_s_per_batch=budget["timeout_s"],
+    options = options_from_flags(args, ScaleOptions, trials_per_batch=budget["trials"], timeout_s_per_batch=budget["timeout_s"],
                                  epochs_per_batch=budget["epochs"])
 
     from tianfeng import api
@@ -68,30 +51,12 @@ def run_scale_command(args) -> int:
 
 
 def add_scale_arguments(parser) -> None:
-    from tianfeng.defaults import PRUNER_NAMES, SAMPLER_NAMES
-
     parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
     parser.add_argument("--mlflow", default=None, metavar="URI",
                         help="also log each batch size's trials as MLflow runs (an experiment per study)")
-    parser.add_argument("--batch-sizes", required=True, help="increasing global batch sizes, e.g. 64,256,1024,2048")
     parser.add_argument("--budget-per-batch", default="10trials",
                         help=f"search budget of each batch size: {BUDGET_FORMS} (default 10trials); every "
                              "trial trains the same epochs at every batch size")
-    parser.add_argument("--data", default=None, help="replace the space's data source (digits, imagefolder:DIR)")
-    parser.add_argument("--name", default=None, help="name of the scale study; its searches are NAME-b<batch> "
-                                                      "(default <space name>-scale)")
-    add_storage(parser)
-    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="auto",
-                        help="sampler of each batch size's search (auto, the default: as tianfeng search's)")
-    parser.add_argument("--pruner", choices=PRUNER_NAMES, default="asha", help="pruner of each batch size's search")
-    parser.add_argument("--workers", type=int, default=1, help="local worker processes per search")
-    parser.add_argument("--fidelity", default=None, help="the rung trials run at (default: the space's search_fidelity)")
-    parser.add_argument("--warm-start", type=int, default=3,
-                        help="best trials of the previous batch size enqueued first (default 3)")
-    parser.add_argument("--tolerance", type=float, default=1.0,
-                        help="how far below the smallest batch's value still counts as kept (default 1 point)")
-    parser.add_argument("--seed", type=int, default=0, help="the samplers' seed")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where trial run directories go (default runs/)")
+    add_option_flags(parser, ScaleOptions)
     parser.add_argument("--resume", action="store_true", help="continue an interrupted scale study")
-    parser.add_argument("--verbose", action="store_true", help="also log every epoch of every trial")
     parser.add_argument("-o", "--output", type=Path, default=None, help="report path (default reports/<name>.html)")

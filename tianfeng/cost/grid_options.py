@@ -3,13 +3,14 @@ by `tianfeng.plan` from keyword arguments), checked once, passed down unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from tianfeng.cost.cluster import LOADERS, ClusterSpec
 from tianfeng.cost.exchange import BACKWARD_SHARE, PRESETS
-from tianfeng.options import with_changes
+from tianfeng.options import flag_name, option, with_changes
 from tianfeng.trainers.config import ConfigError
 
 
@@ -18,23 +19,29 @@ class PlanOptions:
     """The cluster and data set a run config is predicted for; each field is the flag of the same
     name. None takes the preset's figure (links, memory, loader cores) or the device's ResNet-50
     throughput moved to the model by its FLOPs (`gpu_images_per_s`)."""
-    gpus: int = 8
-    gpus_per_node: int = 8
-    preset: str = "v100"  # the device and links of a DGX node: v100, a100, h100
-    classes: int = 1000
-    gpu_images_per_s: float | None = None  # one GPU's training images/s at 256 per GPU, last resolution
-    compute_ms: float | None = None  # instead: one measured step of the last phase at `gpus`
-    train_images: int = 1_281_167
-    val_images: int = 50_000
-    intra_gbps: float | None = None
-    intra_latency_us: float | None = None
-    inter_gbps: float | None = None
-    inter_latency_us: float | None = None
-    adapters_per_node: int | None = None
-    overlap: float = BACKWARD_SHARE  # share of a step's compute an overlapping exchange hides behind
-    loader: str = "dali"
-    cpu_cores_per_gpu: float | None = None
-    memory_gib: float | None = None
+    gpus: int = option(8, "GPUs of the cluster", required=True)
+    gpus_per_node: int = option(8, "GPUs per node")
+    preset: str = option("v100", "device and links of a DGX-1 V100, DGX A100 or DGX H100 cluster with InfiniBand; "
+                         "the flags below override", choices=tuple(PRESETS))
+    classes: int = option(1000, "classes of the model's head")
+    gpu_images_per_s: float | None = option(None, "training images/s of one GPU on this model at the last "
+                                            "phase's resolution, 256 per GPU (default: the device's ResNet-50 "
+                                            "figure moved to the model by its FLOPs)")
+    compute_ms: float | None = option(None, "measured compute time of one step of the last phase at --gpus instead")
+    train_images: int = option(1_281_167, "training set size (default ImageNet-1k's)", show_default=False)
+    val_images: int = option(50_000, "validation set size (default ImageNet-1k's)", show_default=False)
+    intra_gbps: float | None = option(None, "one GPU's NVLink bandwidth inside a node, Gbit/s per direction")
+    intra_latency_us: float | None = option(None, "latency of a link inside a node (us)")
+    inter_gbps: float | None = option(None, "one network adapter between nodes, Gbit/s")
+    inter_latency_us: float | None = option(None, "latency of a hop between nodes (us)")
+    adapters_per_node: int | None = option(None, "network adapters per node, shared by its GPUs")
+    overlap: float = option(BACKWARD_SHARE, "share of a step's compute (its backward pass) that an overlapping "
+                            "exchange hides behind")
+    loader: str = option("dali", "the data pipeline: dali (GPU decode), cache (pre-decoded), torch (CPU decode)",
+                         choices=LOADERS)
+    cpu_cores_per_gpu: float | None = option(None, "loader cores per GPU (default: the preset node's cores over "
+                                             "its GPUs)")
+    memory_gib: float | None = option(None, "one GPU's memory (default: the preset's)")
 
     def changed(self, **changes: Any) -> PlanOptions:
         """A copy with `changes`; an unknown name is one line with the closest known one."""
@@ -82,4 +89,4 @@ class PlanOptions:
 
 
 def _flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
+    return flag_name(next(f for f in dataclasses.fields(PlanOptions) if f.name == key))

@@ -94,9 +94,6 @@ class WallTime:
     def short(self) -> str:
         return f"{format_seconds(self.seconds)}, {self.gpu_hours:.3g} GPU-h"
 
-    def breakdown(self) -> str:
-        return parts_text(self.parts)
-
 
 def parts_text(parts: dict[str, float]) -> str:
     """`compute 12.1 min, exchange 1.2 min, ...`: the non-zero parts of a prediction, largest first."""

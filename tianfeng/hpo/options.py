@@ -5,55 +5,95 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tianfeng.defaults import (
     DEFAULT_STORAGE,
+    DEFAULT_TRIALS,
     FAILURE_LIMIT,
+    GRACE_S,
+    HEARTBEAT_S,
+    LEADER_AFTER,
     OBJECTIVE_MODES,
     PROMOTION_MODES,
     PRUNER_NAMES,
     SAMPLER_NAMES,
+    STORAGE_HELP,
 )
-from tianfeng.options import with_changes
+from tianfeng.options import option, with_changes
 from tianfeng.trainers.config import ConfigError
 
 BACKENDS = ("optuna", "ray")
 
 
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
+
+
+def parse_duration(text: str | None) -> float | None:
+    """`90`, `90s`, `10m`, `1.5h` -> seconds."""
+    if text is None:
+        return None
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise ConfigError("--timeout", "", f"must look like 90s, 10m or 1h; got {text!r}")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+
+
 @dataclass(frozen=True)
 class SearchOptions:
-    """What `tianfeng search` takes besides the space; each field is the flag of the same name
-    (`ray_address` is `--address`, `timeout_s` is `--timeout` in seconds)."""
-    data: str | None = None  # replaces the space's data source
-    study: str | None = None  # default: the space's name
-    storage: str = DEFAULT_STORAGE
-    sampler: str = "auto"  # random on a screening rung, else tpe (registry.resolve_sampler)
-    pruner: str = "asha"
-    trials: int = 30  # the study's budget, counting trials already done
-    timeout_s: float | None = None  # stop starting trials after this long
-    workers: int | str = "auto"  # local worker processes: auto or a count
-    fidelity: str | None = None  # the rung trials run at; default: the space's search_fidelity
-    objective: str | None = None  # accuracy | pareto | time-to-target; default: the space's
-    target: float | None = None  # time-to-target's target
-    min_accuracy: float | None = None  # pareto's accuracy floor
-    gpus: int | None = None  # the target cluster, replacing the space's cluster section
-    gpus_per_node: int | None = None
-    resume: bool = False  # continue an existing study
-    seed: int = 0
-    runs_dir: str | Path = "runs"
-    verbose: bool = False  # every epoch of every trial in the log
-    failure_limit: int = FAILURE_LIMIT  # this many trials in a row failing with one error stop it
-    heartbeat_s: int = 10
-    grace_s: int = 60  # seconds without a heartbeat before a trial counts as dead
-    backend: str = "optuna"  # optuna: local worker processes; ray: Ray Tune places the trials
-    ray_address: str | None = None  # with ray: auto or HOST:PORT of a running cluster
-    cpus_per_trial: float | None = None  # with ray (default 1)
-    gpus_per_trial: float | None = None  # with ray (default 1 on a cluster with GPUs, else 0)
-    mlflow: str | None = None  # a tracking URI: every trial also logged as an MLflow run
-    promote: str = "none"  # leader: each new proxy leader trained at full fidelity while the search waits
+    """What `tianfeng search` takes besides the space: each field with `option(...)` is the flag
+    of the same name (`ray_address` is `--address`, `timeout_s` is `--timeout`), generated from
+    it; `progress` is the Python API's alone."""
+    mlflow: str | None = option(None, "also log every trial (parameters, per-epoch metrics, final score) as an "
+                                "MLflow run in an experiment named after the study, e.g. sqlite:///mlflow.db",
+                                metavar="URI")
+    data: str | None = option(None, "replace the space's data source (digits, synthetic, imagefolder:DIR)")
+    study: str | None = option(None, "study name (default: the space's name)")
+    storage: str = option(DEFAULT_STORAGE, STORAGE_HELP, show_default=False)
+    sampler: str = option("auto", "how recipes are sampled (Optuna's samplers); auto: random when the rung screens "
+                          "the full run's first epochs (--fidelity screen) for accuracy or a target, else tpe",
+                          choices=SAMPLER_NAMES)
+    pruner: str = option("asha", "how losers are stopped early (pareto and time-to-target use a peer rule)",
+                         choices=PRUNER_NAMES)
+    trials: int = option(DEFAULT_TRIALS, "the study's trial budget, counting trials already done")
+    timeout_s: float | None = option(None, "stop starting trials after this long: 90s, 10m, 1h", name="--timeout",
+                                     from_text=parse_duration)
+    workers: int | str = option("auto", "local worker processes sharing the study; auto: one per GPU, or without "
+                                "GPUs one per CPU core (up to 8) with the cores shared out; 1 runs the trials one "
+                                "at a time, in a reproducible order")
+    backend: str = option("optuna", "optuna: local worker processes; ray: Ray Tune places the trials (local or a "
+                          "cluster) and prunes with its own ASHA; both record in the study", choices=BACKENDS)
+    ray_address: str | None = option(None, "with --backend ray: auto or HOST:PORT of a running Ray cluster "
+                                     "(default: start one here)", name="--address")
+    cpus_per_trial: float | None = option(None, "with --backend ray (default 1)")
+    gpus_per_trial: float | None = option(None, "with --backend ray (default 1 on a cluster with GPUs, else 0)")
+    fidelity: str | None = option(None, "the rung trials run at (default: the space's search_fidelity)")
+    objective: str | None = option(None, "accuracy: the metric alone; pareto: the metric against the full run's "
+                                   "predicted wall time on the cluster; time-to-target: least predicted time whose "
+                                   "metric reaches --target (default: the space's objective.mode, else accuracy)",
+                                   choices=OBJECTIVE_MODES)
+    min_accuracy: float | None = option(None, "with --objective pareto: trials below this accuracy are infeasible, "
+                                        "never on the front (default: the space's objective.min_accuracy, else "
+                                        "chance plus as much again, at least 10 points: 40 for 5 classes, 20 for "
+                                        "10, 10.1 for 1000)", metavar="PERCENT")
+    target: float | None = option(None, "with --objective time-to-target: the metric the search rung must reach")
+    gpus: int | None = option(None, "GPUs of the cluster the full run is for (replaces the space's cluster.gpus)")
+    gpus_per_node: int | None = option(None, "GPUs per node of that cluster")
+    promote: str = option("none", f"leader: once {LEADER_AFTER} trials are complete, train each new leader at full "
+                          "fidelity (as tianfeng promote does) while the other workers wait, so the search ends "
+                          "with its best trial's full run (with --fidelity screen: the trial whose full run is "
+                          "forecast to end best); none: proxy trials only", choices=PROMOTION_MODES)
+    resume: bool = option(False, "continue an existing study")
+    seed: int = option(0, "the sampler's seed (with --workers 1 a search repeats exactly)")
+    runs_dir: str | Path = option("runs", "where trial run directories go")
+    verbose: bool = option(False, "also log every epoch of every trial")
+    failure_limit: int = option(FAILURE_LIMIT, "stop the search when this many trials in a row fail with the "
+                                "same error")
+    heartbeat_s: int = option(HEARTBEAT_S, "seconds between a running trial's heartbeats", hidden=True)
+    grace_s: int = option(GRACE_S, "seconds without a heartbeat before a trial counts as dead and is retried")
     progress: bool = True  # the live progress bar, on a terminal
 
     def changed(self, **changes: Any) -> SearchOptions:

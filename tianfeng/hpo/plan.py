@@ -1,42 +1,45 @@
-"""A search's plan: every setting a worker process needs (plain values that cross a process
-boundary), and the space it searches with the plan's changes applied."""
+"""A search's plan: the options as given, what was resolved from them and the space once (the
+study's name, the rung, the sampler `auto` stands for, the accuracy floor), and what `tianfeng
+scale` adds; plain values, so it crosses a process boundary to the workers."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
 
-from tianfeng.defaults import FAILURE_LIMIT, ObjectiveMode
+from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.judge.front import chance_level, default_floor
+from tianfeng.hpo.options import SearchOptions
+from tianfeng.hpo.run.registry import resolve_sampler
+from tianfeng.hpo.run.summary import check_data
+from tianfeng.hpo.space.materialize import max_rung_epochs
+from tianfeng.hpo.space.pinned import at_batch
 from tianfeng.hpo.space.read import SearchSpace, load_space
+from tianfeng.hpo.space.shipped import resolve_space
+from tianfeng.storage.ownership import check_report_of, default_report_path
 from tianfeng.trainers.config import ConfigError
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.search")
 
 
-UNLIMITED_TRIALS = 10**6  # a plan's `trials` when only a time or epoch budget bounds it
+UNLIMITED_TRIALS = 10**6  # a plan's trial budget when only a time or epoch budget bounds it
 
 
 @dataclass(frozen=True)
 class SearchPlan:
-    """Everything a worker process needs; plain values, so it crosses a process boundary."""
+    """Everything a worker process needs."""
     space_path: str
-    data: str | None
-    storage: str
-    study: str
-    sampler: str
-    pruner: str
-    seed: int
-    trials: int
-    timeout_s: float | None
-    runs_root: str
-    rung: str
-    heartbeat_s: int = 10
-    grace_s: int = 60
-    verbose: bool = False
+    options: SearchOptions
+    study: str  # the option's, or the space's name
+    rung: str  # the option's fidelity, or the space's search_fidelity
+    sampler: str  # never `auto`: what it stands for at this rung
+    floor: float | None = None  # pareto's accuracy floor: the option's, the space's, or the default
     # set by `tianfeng scale`: every run at this global batch, extra `set:` entries (key ->
     # expression), whether to enqueue the space's priors, named parameter sets to enqueue
     # first (warm start), and extra study attributes
@@ -47,26 +50,65 @@ class SearchPlan:
     copied_trials: tuple[optuna.trial.FrozenTrial, ...] = ()  # finished elsewhere, added to a new study
     study_attrs: dict[str, Any] = field(default_factory=dict)
     epoch_budget: int | None = None  # training epochs summed over trials (pruned ones count what they ran)
-    failure_limit: int = FAILURE_LIMIT  # this many trials in a row failing with one error stop the search
-    gpus: int | None = None  # the cluster's size, replacing the space's cluster section
-    gpus_per_node: int | None = None
-    objective: str | None = None  # objective mode, replacing the space's
-    target: float | None = None  # time-to-target's target, replacing the space's
-    min_accuracy: float | None = None  # pareto's accuracy floor, replacing the space's
     pause_file: str | None = None  # while this file exists the worker starts no trial (a promoted run has the cores)
 
     def __post_init__(self) -> None:
         check_name(self.study, "--study", "", max_length=STUDY_MAX_LENGTH)  # runs/<study>/trial-N
 
+    @property
+    def runs_root(self) -> Path:
+        return Path(self.options.runs_dir)
+
+    @classmethod
+    def of(cls, space_path: str | Path, *, study: str, rung: str, sampler: str = "tpe",
+           **changes: Any) -> SearchPlan:
+        """A plan made by hand (benchmarks, studies built on searches): `changes` name the plan's
+        own fields or options."""
+        return cls(str(space_path), SearchOptions(), study, rung, sampler).changed(**changes)
+
+    def changed(self, **changes: Any) -> SearchPlan:
+        """A copy with `changes` to the plan's own fields or to its options."""
+        own = {f.name for f in dataclasses.fields(self)}
+        options = {k: v for k, v in changes.items() if k not in own}
+        plan = dataclasses.replace(self, **{k: v for k, v in changes.items() if k in own})
+        return dataclasses.replace(plan, options=plan.options.changed(**options)) if options else plan
+
+
+def plan_search(space: str | Path, options: SearchOptions) -> tuple[SearchPlan, SearchSpace]:
+    """The plan of a search over `space` (a file, or a shipped space's bare name) with checked
+    `options`, and the space it searches, read once: the rung checked, the sampler and the
+    default Pareto floor resolved, and a report path of another study refused before any trial."""
+    path = resolve_space(space)
+    o = options
+    loaded = with_objective(load_space(path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node), o.objective,
+                            o.target, o.min_accuracy)
+    study = o.study or loaded.name
+    check_report_of(o.storage, study, default_report_path(study))
+    rung = o.fidelity or loaded.search_fidelity
+    if rung not in loaded.fidelities:
+        raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
+    if o.promote != "none" and loaded.objective.mode == ObjectiveMode.PARETO:
+        raise ConfigError("--promote", o.promote, "needs one best trial: use it with --objective accuracy or "
+                                                  "time-to-target, not pareto (promote front trials with "
+                                                  "tianfeng promote --fastest-to)")
+    classes = check_data(loaded)
+    floor, obj, attrs = o.min_accuracy, loaded.objective, {}
+    if obj.mode == ObjectiveMode.PARETO and floor is None and obj.min_accuracy is None and obj.direction == "maximize":
+        floor = default_floor(obj.metric, classes)  # resolved once: every worker uses the same floor
+        loaded = with_objective(loaded, None, None, floor)
+        # the default floor also rises with the study's best: the front reads the chance level
+        attrs = {"chance": chance_level(obj.metric, classes)} if floor is not None else {}
+    plan = SearchPlan(str(path), o, study, rung, resolve_sampler(o.sampler, loaded, rung), floor, study_attrs=attrs)
+    return plan, loaded
+
 
 def plan_space(plan: SearchPlan) -> SearchSpace:
     """The space a plan searches: the file's, pinned and adjusted as the plan says."""
-    space = load_space(plan.space_path, data=plan.data, gpus=plan.gpus, gpus_per_node=plan.gpus_per_node)
-    space = with_objective(space, plan.objective, plan.target, plan.min_accuracy)
+    o = plan.options
+    space = load_space(plan.space_path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node)
+    space = with_objective(space, o.objective, o.target, o.min_accuracy if plan.floor is None else plan.floor)
     if plan.batch_size is None and not plan.set_overrides and plan.priors:
         return space
-    from tianfeng.hpo.space.pinned import at_batch
-
     return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)
 
 
@@ -74,8 +116,6 @@ def with_objective(space: SearchSpace, mode: str | None, target: float | None,
                    min_accuracy: float | None = None) -> SearchSpace:
     """`--objective`, `--target` and `--min-accuracy` replace the space's objective mode, target
     and accuracy floor."""
-    import dataclasses
-
     if mode is None and target is None and min_accuracy is None:
         return space
     objective = dataclasses.replace(
@@ -89,6 +129,4 @@ def with_objective(space: SearchSpace, mode: str | None, target: float | None,
 
 
 def rung_epochs(space: SearchSpace, rung: str) -> int:
-    from tianfeng.hpo.space.materialize import max_rung_epochs
-
     return max_rung_epochs(space, rung)

@@ -24,7 +24,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tianfeng.defaults import ObjectiveMode
+from tianfeng.defaults import LEADER_AFTER, ObjectiveMode
 from tianfeng.hpo.judge.scores import best_among, completed, maximizing, mode_of
 from tianfeng.hpo.judge.screen_check import check_screen, screen_length, screened_alike
 from tianfeng.hpo.judge.screen_forecast import forecast, gain_slope
@@ -33,7 +33,7 @@ from tianfeng.promotion.run import promote
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 
 log = logging.getLogger("tianfeng.promote")
-FIRST_AFTER = 3  # complete proxy trials before the first promotion: the default pruner's reduction factor
+FIRST_AFTER = LEADER_AFTER
 DONE = (RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED)
 
 

@@ -7,34 +7,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tianfeng.defaults import DEFAULT_STORAGE
+from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
 from tianfeng.launch.launchers import LAUNCHERS
 from tianfeng.launch.slurm import time_limit_s
-from tianfeng.options import with_changes
+from tianfeng.options import option, with_changes
 from tianfeng.trainers.config import ConfigError
 
 
 @dataclass(frozen=True)
 class PromoteOptions:
-    """What `tianfeng promote` takes besides the trial; each field is the flag of the same name
-    (`overrides` is `--set`)."""
-    study: str | None = None  # default: the storage's only study
-    storage: str = DEFAULT_STORAGE
-    fastest_to: float | None = None  # instead of a trial: the fastest front trial reaching this
-    batch_size: int | None = None  # the full run's last phase's global batch
-    overrides: tuple[str, ...] = ()  # KEY=VALUE changes of the full run config
-    runs_dir: str | Path = "runs"
-    dry_run: bool = False  # print the full config and the transfer; train nothing
-    nodes: int | None = None  # through a launch plan on this many nodes ...
-    gpus_per_node: int | None = None  # ... of this many processes
-    device: str = "cuda"  # with nodes: cuda writes a cluster's plan; cpu runs it here
-    master_addr: str = "127.0.0.1"
-    mlflow: str | None = None  # a tracking URI: the study exported once the run trained
-    launcher: str = "local"  # with nodes: local runs (or plans) it here; slurm submits it
-    partition: str | None = None  # with --launcher slurm: the job's partition ...
-    account: str | None = None  # ... account ...
-    time: str | None = None  # ... and time limit (a Slurm time: 4:00:00)
-    scheduler_args: tuple[str, ...] = ()  # passed to sbatch as they are
+    """What `tianfeng promote` takes besides the trial; each field is the flag of the same name,
+    generated from it (`overrides` is `--set`, `scheduler_args` is `--sbatch-arg`)."""
+    study: str | None = option(None, "study name (default: the only study in the storage)")
+    storage: str = option(DEFAULT_STORAGE, STORAGE_HELP, show_default=False)
+    fastest_to: float | None = option(None, "promote the front trial with the least predicted wall time whose proxy "
+                                      "metric reaches LEVEL", metavar="LEVEL")
+    batch_size: int | None = option(None, "global batch of the full run's last phase; LR follows the space's "
+                                    "scaling rule")
+    overrides: tuple[str, ...] = option((), "override a value of the full run config (repeatable)", name="--set",
+                                        repeat=True, metavar="KEY=VALUE")
+    runs_dir: str | Path = option("runs", "where the promoted run's directory goes")
+    dry_run: bool = option(False, "print the full config and the transfer; do not train")
+    nodes: int | None = option(None, "run through a launch plan on N nodes (torchrun per node, Slurm script); "
+                               "needs --gpus-per-node")
+    gpus_per_node: int | None = option(None, "processes per node (GPUs, or CPU ranks)")
+    device: str = option("cuda", "with --nodes: cuda writes the plan for a cluster; cpu runs it here as emulated "
+                         "nodes", choices=("cuda", "cpu"))
+    master_addr: str = option("127.0.0.1", "with --nodes: rendezvous host (the first node)")
+    mlflow: str | None = option(None, "also log the study's trials and promoted runs as MLflow runs, e.g. "
+                                "sqlite:///mlflow.db", metavar="URI")
+    launcher: str = option("local", "with --nodes: local runs the plan here (cpu) or writes it (cuda); slurm "
+                           "submits it with sbatch, requeueable, and returns (tianfeng runs follows it)",
+                           choices=LAUNCHERS)
+    partition: str | None = option(None, "with --launcher slurm: the job's partition")
+    account: str | None = option(None, "with --launcher slurm: the job's account")
+    time: str | None = option(None, "with --launcher slurm: the job's time limit, e.g. 4:00:00")
+    scheduler_args: tuple[str, ...] = option((), "with --launcher slurm: passed to sbatch as it is (repeatable)",
+                                             name="--sbatch-arg", repeat=True, metavar="ARG")
 
     def changed(self, **changes: Any) -> PromoteOptions:
         """A copy with `changes`; an unknown name is one line with the closest known one."""

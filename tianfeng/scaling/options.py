@@ -8,31 +8,51 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tianfeng.defaults import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES
-from tianfeng.options import with_changes
+from tianfeng.defaults import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES, STORAGE_HELP
+from tianfeng.options import option, with_changes
 from tianfeng.trainers.config import ConfigError
+
+
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.lstrip("-").isdigit():
+            raise ConfigError("--batch-sizes", "", f"must be comma-separated integers such as 64,256,1024; got {part!r}")
+        sizes.append(int(part))
+    if any(b < 1 for b in sizes):
+        raise ConfigError("--batch-sizes", "", f"must all be positive; got {text}")
+    if len(sizes) < 2:
+        raise ConfigError("--batch-sizes", "", f"a curve needs at least two batch sizes; got {text}")
+    if any(later <= earlier for earlier, later in zip(sizes, sizes[1:], strict=False)):
+        raise ConfigError("--batch-sizes", "", f"must be strictly increasing; got {text}")
+    return tuple(sizes)
 
 
 @dataclass(frozen=True)
 class ScaleOptions:
-    """What `tianfeng scale` takes besides the space; each field is the flag of the same name
-    (the three budgets are `--budget-per-batch` as trials, seconds or epochs: give one)."""
-    batch_sizes: tuple[int, ...] = ()  # at least two, increasing
-    trials_per_batch: int | None = None
+    """What `tianfeng scale` takes besides the space; each field is the flag of the same name,
+    generated from it (the three budgets are `--budget-per-batch` as trials, seconds or epochs:
+    give one)."""
+    batch_sizes: tuple[int, ...] = option((), "increasing global batch sizes, e.g. 64,256,1024,2048",
+                                          from_text=parse_batch_sizes, required=True)
+    trials_per_batch: int | None = None  # the three budgets: `--budget-per-batch` gives one
     timeout_s_per_batch: float | None = None
     epochs_per_batch: int | None = None
-    data: str | None = None  # replaces the space's data source
-    name: str | None = None  # default: <space name>-scale
-    storage: str = DEFAULT_STORAGE
-    sampler: str = "auto"  # random on a screening rung, else tpe (registry.resolve_sampler)
-    pruner: str = "asha"
-    fidelity: str | None = None  # the rung trials run at; default: the space's search_fidelity
-    workers: int = 1  # local worker processes per search
-    warm_start: int = 3  # best trials of the previous batch size enqueued first
-    tolerance: float = 1.0  # how far below the smallest batch's value still counts as kept
-    seed: int = 0
-    runs_dir: str | Path = "runs"
-    verbose: bool = False
+    data: str | None = option(None, "replace the space's data source (digits, imagefolder:DIR)")
+    name: str | None = option(None, "name of the scale study; its searches are NAME-b<batch> (default <space "
+                              "name>-scale)")
+    storage: str = option(DEFAULT_STORAGE, STORAGE_HELP, show_default=False)
+    sampler: str = option("auto", "sampler of each batch size's search (auto: as tianfeng search's)",
+                          choices=SAMPLER_NAMES)
+    pruner: str = option("asha", "pruner of each batch size's search", choices=PRUNER_NAMES)
+    fidelity: str | None = option(None, "the rung trials run at (default: the space's search_fidelity)")
+    workers: int = option(1, "local worker processes per search")
+    warm_start: int = option(3, "best trials of the previous batch size enqueued first")
+    tolerance: float = option(1.0, "how far below the smallest batch's value, in points, still counts as kept")
+    seed: int = option(0, "the samplers' seed")
+    runs_dir: str | Path = option("runs", "where trial run directories go")
+    verbose: bool = option(False, "also log every epoch of every trial")
 
     def changed(self, **changes: Any) -> ScaleOptions:
         """A copy with `changes`; an unknown name is one line with the closest known one."""

@@ -103,7 +103,7 @@ def _durations(trials: list[optuna.trial.FrozenTrial]) -> tuple[float, float]:
 
 
 def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int]) -> list[ScalePoint]:
-    storage = plan.search.storage
+    storage = plan.search.options.storage
     existing = set(optuna.get_all_study_names(storage)) & set(study_names(plan))
     if existing and not resume:
         raise ConfigError("--name", plan.name, f"studies {', '.join(sorted(existing))} already exist in "
@@ -111,12 +111,12 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
     space = plan_space(plan.search)
     pinned = batch_parameter(space)
     store = ScaleStore(storage)
-    settings = {"space": plan.search.space_path, "data": plan.search.data or space.base.data.source,
+    settings = {"space": plan.search.space_path, "data": plan.search.options.data or space.base.data.source,
                 "rung": plan.search.rung, "metric": space.objective.metric,
                 "direction": space.objective.direction, "batch_sizes": list(plan.batch_sizes),
-                "trials_per_batch": plan.search.trials, "timeout_s": plan.search.timeout_s,
+                "trials_per_batch": plan.search.options.trials, "timeout_s": plan.search.options.timeout_s,
                 "epoch_budget": plan.search.epoch_budget, "tolerance": plan.tolerance,
-                "sampler": plan.search.sampler, "pruner": plan.search.pruner, "storage": storage}
+                "sampler": plan.search.sampler, "pruner": plan.search.options.pruner, "storage": storage}
     points: list[ScalePoint] = []
     previous: optuna.Study | None = None
     reference: optuna.trial.FrozenTrial | None = None
@@ -134,8 +134,9 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
         # study's random start-up trials, which the warm start already summarises (a hash, not
         # seed + index, which would give --seed 1's second batch --seed 2's first batch's draws)
         index = plan.batch_sizes.index(batch)
-        search = dataclasses.replace(plan.search, study=name, batch_size=batch, warm_start=warm,
-                                     seed=derived_seed(plan.search.seed, index) if index else plan.search.seed,
+        seed = plan.search.options.seed
+        search = plan.search.changed(study=name, batch_size=batch, warm_start=warm,
+                                     seed=derived_seed(seed, index) if index else seed,
                                      study_attrs={"scale": plan.name, "batch_size": batch, "role": "search"})
         if naive_trial is not None and name not in existing:
             search = _reuse_naive(search, naive_trial, f"{naive_name} trial #{naive_trial.number}")
@@ -185,15 +186,15 @@ def _run_naive(plan: ScalePlan, batch: int, reference: optuna.trial.FrozenTrial,
                name: str, *, resume: bool) -> optuna.trial.FrozenTrial:
     """The smallest batch's winner at `batch` with linear LR scaling and nothing else changed."""
     params = {n: v for n, v in reference.params.items() if n != pinned}
-    naive = dataclasses.replace(
-        plan.search, study=name, batch_size=batch, sampler="random", pruner="none", trials=1,
+    naive = plan.search.changed(
+        study=name, batch_size=batch, sampler="random", pruner="none", trials=1,
         timeout_s=None, epoch_budget=None, priors=False, set_overrides=NAIVE_RULE,
         warm_start=((f"naive: b{plan.batch_sizes[0]} trial #{reference.number}, linear LR scaling", params),),
         study_attrs={"scale": plan.name, "batch_size": batch, "role": "naive"})
     log.info("batch %d: naive baseline (batch %d winner, linear LR scaling) in study %s",
              batch, plan.batch_sizes[0], name)
     run_search(naive, 1, resume=resume)
-    return optuna.load_study(study_name=name, storage=plan.search.storage).get_trials(deepcopy=False)[-1]
+    return optuna.load_study(study_name=name, storage=plan.search.options.storage).get_trials(deepcopy=False)[-1]
 
 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -33,18 +32,11 @@ from tianfeng.trainers.noise_scale import EpochNoise, accumulated_backward, meas
 from tianfeng.trainers.optim import build_optimizer
 from tianfeng.trainers.phases import PhasePlan
 from tianfeng.trainers.precision import build_precision
+from tianfeng.trainers.run_status import RunStatus
 from tianfeng.trainers.schedules import learning_rate
 from tianfeng.trainers.tensorboard_log import open_board
 
 log = logging.getLogger("tianfeng.engine")
-
-
-class RunStatus(StrEnum):
-    """How a run ended."""
-    COMPLETED = "completed"
-    DIVERGED = "diverged"  # a non-finite loss on any rank, or collapsed to a uniform guess (collapse.py)
-    PRUNED = "pruned"  # stopped by its epoch callback (a pruner)
-    STOPPED = "stopped"  # max_steps or engine.stop_after_epochs reached, or stopped by the callback
 
 
 class StopTraining(Exception):

@@ -11,17 +11,24 @@ from enum import StrEnum
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tianfeng.trainers.run_status import RunStatus
+
 
 class TrialStatus(StrEnum):
-    """A trial's `status` user attribute: how its run ended (the engine's statuses), or that it
-    failed with an error or was cut short; `running` only in the Ray backend's reports."""
-    COMPLETED = "completed"
-    DIVERGED = "diverged"
-    PRUNED = "pruned"
-    STOPPED = "stopped"
+    """A trial's `status` user attribute: how its run ended (each of the engine's `RunStatus`
+    values, the same words), or that it failed with an error or was cut short; `running` only in
+    the Ray backend's reports. `of_run` turns the engine's status into this vocabulary."""
+    COMPLETED = RunStatus.COMPLETED.value
+    DIVERGED = RunStatus.DIVERGED.value
+    PRUNED = RunStatus.PRUNED.value
+    STOPPED = RunStatus.STOPPED.value
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     RUNNING = "running"
+
+    @classmethod
+    def of_run(cls, status: RunStatus) -> TrialStatus:
+        return cls(status.value)
 
 
 class Outcome(StrEnum):

@@ -60,9 +60,9 @@ class StopOnRepeatedFailure:
 
 
 def raise_if_failing(plan: SearchPlan, study: optuna.Study) -> None:
-    error = repeated_failure(study, plan.failure_limit)
+    error = repeated_failure(study, plan.options.failure_limit)
     if error:
-        raise SearchFailed(f"the last {plan.failure_limit} trials of study {plan.study} failed with: {error}; "
+        raise SearchFailed(f"the last {plan.options.failure_limit} trials of study {plan.study} failed with: {error}; "
                            "completed trials are kept: fix the cause and continue with --resume")
 
 

@@ -205,7 +205,7 @@ class ProxyObjective:
             raise
         finally:
             engine_log.removeFilter(tag)
-        trial.set_user_attr("status", result.status)
+        trial.set_user_attr("status", TrialStatus.of_run(result.status))
         if result.status == RunStatus.DIVERGED:
             trial.set_user_attr("message", result.message)
             raise optuna.TrialPruned(f"diverged: {result.message}")

@@ -97,7 +97,7 @@ class StudySearcher(Searcher):
         self.study, self.space, self.plan, self.progress = study, space, plan, progress
         self.threads, self.trainer = max(1, int(options.cpus_per_trial)), options.trainer
         self.cores = options.cpus_per_trial
-        self.budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
+        self.budget = Budget(plan.options.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
         self.epochs: dict[str, int] = {}  # each Ray trial's own epochs at the rung (they differ per trial)
         self.log_trial = TrialLogger(space.objective.metric)
         self.trials: dict[str, optuna.Trial] = {}
@@ -111,14 +111,14 @@ class StudySearcher(Searcher):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.study = optuna.load_study(study_name=self.plan.study, storage=self.plan.storage)
+        self.study = optuna.load_study(study_name=self.plan.study, storage=self.plan.options.storage)
         self.progress, self.trials = None, {}
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return True  # metric and mode come from the space
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        if self.budget.exhausted(self.study) or repeated_failure(self.study, self.plan.failure_limit):
+        if self.budget.exhausted(self.study) or repeated_failure(self.study, self.plan.options.failure_limit):
             return Searcher.FINISHED
         trial = self.study.ask()
         cfg = prepare_trial(trial, self.space, self.plan.study, self.runs_root, self.plan.rung,
@@ -266,13 +266,13 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
     resources, options = connect(options)
     from ray import tune
 
-    if not plan.verbose:
+    if not plan.options.verbose:
         logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
     study = open_study(plan, space, resume=resume, heartbeat=False,
                        seed=sampler_seed(plan, 0, new_stream() if resume else 0))
     log_objective(space)
     epochs = rung_epochs(space, plan.rung)
-    pruner = plan.pruner
+    pruner = plan.options.pruner
     if judged_by_peers(space, plan):
         log.warning("Ray's schedulers stop trials on the metric alone; with objective %s no trial is "
                     "pruned under --backend ray (the optuna backend compares trials of similar "
@@ -284,9 +284,9 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
         concurrent = min(concurrent, int(resources.get("GPU", 0) // options.gpus_per_trial))
     log.info("study %s on Ray (%g CPUs, %g GPUs; up to %d trials at once): %d of %d trials done; "
              "sampler %s, scheduler %s, rung %s", plan.study, resources.get("CPU", 0),
-             resources.get("GPU", 0), concurrent, done, plan.trials, plan.sampler,
+             resources.get("GPU", 0), concurrent, done, plan.options.trials, plan.sampler,
              RAY_PRUNERS[pruner], plan.rung)
-    with StudyProgress(plan.trials, space.objective.metric) as progress:
+    with StudyProgress(plan.options.trials, space.objective.metric) as progress:
         searcher = StudySearcher(study, space, plan, options, progress)
         trainable = tune.with_resources(ray_trial, {"cpu": options.cpus_per_trial,
                                                     "gpu": options.gpus_per_trial})
@@ -295,7 +295,7 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
             tune_config=tune.TuneConfig(
                 search_alg=searcher, scheduler=_scheduler(pruner, epochs),
                 metric=space.objective.metric, mode="max" if space.objective.direction == "maximize" else "min",
-                num_samples=max(1, plan.trials - done), time_budget_s=plan.timeout_s, reuse_actors=True),
+                num_samples=max(1, plan.options.trials - done), time_budget_s=plan.options.timeout_s, reuse_actors=True),
             run_config=tune.RunConfig(name=ray_folder(plan).name, storage_path=str(ray_folder(plan).parent), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=0)))
         try:
@@ -303,7 +303,7 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
                 tuner.fit()
         finally:
             cut = searcher.close_unfinished()
-            requeue_interrupted(plan.storage, plan.study)
+            requeue_interrupted(plan.options.storage, plan.study)
             if cut:
                 log.warning("trial(s) %s did not finish under Ray; --resume runs them again",
                             ", ".join(map(str, cut)))

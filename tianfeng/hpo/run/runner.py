@@ -62,7 +62,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
 
     if worker > 0:  # a spawned process: set up logging and the worker's share of the cores
         setup_logging()
-    if not plan.verbose:  # per-trial lines only; the engine's epoch lines with --verbose
+    if not plan.options.verbose:  # per-trial lines only; the engine's epoch lines with --verbose
         logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
     if threads:
         import torch
@@ -71,18 +71,18 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     # a failed trial is one line of ours (TrialLogger); Optuna's traceback only with --debug
     quiet_optuna()
     space = space if space is not None else plan_space(plan)
-    storage = open_storage(plan.storage, plan.heartbeat_s, plan.grace_s)
+    storage = open_storage(plan.options.storage, plan.options.heartbeat_s, plan.options.grace_s)
     study = optuna.load_study(study_name=plan.study, storage=storage,
-                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, stream), plan.seed),
+                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, stream), plan.options.seed),
                               pruner=make_pruner(space, plan))
-    budget = Budget(plan.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
+    budget = Budget(plan.options.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
     if budget.exhausted(study):
         return
     if isinstance(storage, LockedSQLiteStorage):  # the count checked as each trial starts
         storage.limit(plan.study, budget.exhausted_by)
     peers = PeerPruner() if judged_by_peers(space, plan) else None
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, peers=peers)
-    callbacks = [budget, StopOnRepeatedFailure(plan.failure_limit), TrialLogger(space.objective.metric)] + (
+    callbacks = [budget, StopOnRepeatedFailure(plan.options.failure_limit), TrialLogger(space.objective.metric)] + (
         [progress.update] if progress else []) + [lambda study, trial: raise_if_interrupted()] + (
         [after_trial] if after_trial else [])
     if plan.pause_file:  # before the first trial too: a worker may start while a promoted run trains
@@ -90,7 +90,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
         callbacks[-1].wait()
     # any error fails the trial, not the search; repeated_failure stops a search that cannot work
     with contextlib.suppress(BudgetReached), interrupts_through_optuna():
-        study.optimize(objective, timeout=plan.timeout_s, callbacks=callbacks, catch=(Exception,))
+        study.optimize(objective, timeout=plan.options.timeout_s, callbacks=callbacks, catch=(Exception,))
 
 
 class WaitWhilePaused:
@@ -117,8 +117,8 @@ def sampler_seed(plan: SearchPlan, worker: int, stream: int) -> int:
     1's worker 1 would draw --seed 2's worker 0's trials, and two seeds would share half their
     trials."""
     if stream == 0 and worker == 0:
-        return plan.seed
-    return derived_seed(plan.seed, worker, stream)
+        return plan.options.seed
+    return derived_seed(plan.options.seed, worker, stream)
 
 
 def derived_seed(*keys: int) -> int:
@@ -145,10 +145,10 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: Sea
     study = open_study(plan, space, resume=resume)
     log_objective(space)
     done = finished_count(study)
-    workers, why = resolve_workers(workers, plan.trials - done)
+    workers, why = resolve_workers(workers, plan.options.trials - done)
     log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s) (%s)",
              plan.study, done, budget_text(plan), plan.sampler, pruner_label(space, plan), plan.rung, workers, why)
-    total = plan.trials if plan.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
+    total = plan.options.trials if plan.options.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
     stream = new_stream() if resume else 0
     with StudyProgress(total, space.objective.metric, enabled=progress) as bar:
         bar.update(study)
@@ -159,7 +159,7 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: Sea
             try:
                 run_worker(plan, progress=bar, stream=stream, space=space)
             except KeyboardInterrupt:  # this process was the worker: none of its trials still runs
-                requeue_interrupted(plan.storage, plan.study, dead_workers={worker_id()})
+                requeue_interrupted(plan.options.storage, plan.study, dead_workers={worker_id()})
                 raise
         else:
             _run_processes(plan, workers, study, bar, stream)
@@ -185,7 +185,7 @@ def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress
                 p.join(timeout=1.0 / len(procs))
     except KeyboardInterrupt:
         _interrupt(procs)
-        requeue_interrupted(plan.storage, plan.study, dead_workers={worker_id(p.pid) for p in procs})
+        requeue_interrupted(plan.options.storage, plan.study, dead_workers={worker_id(p.pid) for p in procs})
         raise
     _warn_abnormal(procs)
 
@@ -251,7 +251,7 @@ def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, spa
             run_due(study)
         except KeyboardInterrupt:
             _interrupt(procs)
-            requeue_interrupted(plan.storage, plan.study,
+            requeue_interrupted(plan.options.storage, plan.study,
                                 dead_workers={worker_id()} | {worker_id(p.pid) for p in procs})
             raise
         finally:

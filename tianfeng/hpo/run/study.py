@@ -63,14 +63,14 @@ def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePrun
         # a screened trial is judged by its score at the screen's end: pruning it earlier would
         # rank by fewer epochs than a lengthened screen (see screen_check) found reliable
         return optuna.pruners.NopPruner()
-    return PastWarmup(PRUNERS[plan.pruner](rung_epochs(space, plan.rung)))
+    return PastWarmup(PRUNERS[plan.options.pruner](rung_epochs(space, plan.rung)))
 
 
 def judged_by_peers(space: SearchSpace, plan: SearchPlan) -> bool:
     """Pareto and time-to-target trials are pruned by `PeerPruner` (Optuna's pruners judge one
     objective only), unless the plan prunes nothing or its rung screens (a screened trial is
     judged at the screen's end, see make_pruner)."""
-    return (space.objective.mode != ObjectiveMode.ACCURACY and plan.pruner != "none"
+    return (space.objective.mode != ObjectiveMode.ACCURACY and plan.options.pruner != "none"
             and not space.fidelities[plan.rung].stop_after_epochs)
 
 
@@ -78,11 +78,11 @@ def pruner_label(space: SearchSpace, plan: SearchPlan) -> str:
     """What stops this plan's trials early, as the search's start line names it (`make_pruner`)."""
     if judged_by_peers(space, plan):
         return "peers (the median of trials as fast or faster)"
-    if plan.pruner == "none":
+    if plan.options.pruner == "none":
         return "none"
     if space.fidelities[plan.rung].stop_after_epochs:
         return "none (screened trials are judged at the screen's end)"
-    return plan.pruner
+    return plan.options.pruner
 
 
 def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
@@ -94,13 +94,13 @@ def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat:
 
 def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool,
                 seed: int | None) -> optuna.Study:
-    storage = open_storage(plan.storage, plan.heartbeat_s if heartbeat else None, plan.grace_s)
+    storage = open_storage(plan.options.storage, plan.options.heartbeat_s if heartbeat else None, plan.options.grace_s)
     exists = plan.study in optuna.get_all_study_names(storage)
     if exists and not resume:
-        raise ConfigError("--study", plan.study, f"already exists in {plan.storage}; pass --resume to "
+        raise ConfigError("--study", plan.study, f"already exists in {plan.options.storage}; pass --resume to "
                           "continue it or choose another --study name")
     if not exists and resume:
-        raise ConfigError("--study", plan.study, f"no such study in {plan.storage} to resume")
+        raise ConfigError("--study", plan.study, f"no such study in {plan.options.storage} to resume")
     if space.objective.mode == ObjectiveMode.PARETO and plan.sampler == "cmaes":
         raise ConfigError("--sampler", "cmaes", "optimises one objective; with objective pareto use tpe, "
                           "random, qmc or grid")
@@ -111,13 +111,13 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
         if was != space.objective.mode:
             raise ConfigError("--objective", space.objective.mode, f"study {plan.study} was created with "
                               f"objective {was}; resume it with --objective {was}")
-        owner = study_owner(stored, plan.storage)
+        owner = study_owner(stored, plan.options.storage)
         claim_folder(folder, owner)
     else:  # before the study exists, so a refusal leaves nothing behind
         check_folder(folder, None)
     study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
                                 directions=directions(space),
-                                sampler=make_sampler(plan.sampler, space, plan.seed if seed is None else seed, plan.seed),
+                                sampler=make_sampler(plan.sampler, space, plan.options.seed if seed is None else seed, plan.options.seed),
                                 pruner=make_pruner(space, plan))
     if not exists:
         with warnings.catch_warnings():  # experimental since Optuna 3.2, and what the dashboard reads
@@ -129,14 +129,14 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
                  "target": space.objective.target, "min_accuracy": space.objective.min_accuracy,
                  "cluster": space.cluster.describe(), "per_gpu_batch": per_gpu_range(space),
                  "gpus": space.cluster.gpus, "gpus_per_node": space.cluster.gpus_per_node,
-                 "data": plan.data or space.base.data.source, "rung": plan.rung,
-                 "sampler": plan.sampler, "pruner": plan.pruner,
-                 "metric": space.objective.metric, "runs_root": plan.runs_root,
+                 "data": plan.options.data or space.base.data.source, "rung": plan.rung,
+                 "sampler": plan.sampler, "pruner": plan.options.pruner,
+                 "metric": space.objective.metric, "runs_root": str(plan.runs_root),
                  "created": time.strftime("%Y-%m-%d %H:%M:%S"), "space_format": SPACE_FORMAT, "uid": new_uid(),
                  **plan.study_attrs}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
-        claim_folder(folder, study_owner(study, plan.storage))
+        claim_folder(folder, study_owner(study, plan.options.storage))
         for trial in plan.copied_trials:
             study.add_trial(trial)
         for label, params in plan.warm_start:
@@ -160,7 +160,7 @@ def enqueue_priors(study: optuna.Study, space: SearchSpace, plan: SearchPlan) ->
     if not priors:
         return
     waiting = sum(t.state == TrialState.WAITING for t in trials)
-    room = max(0, plan.trials - len(counted(trials)) - waiting)
+    room = max(0, plan.options.trials - len(counted(trials)) - waiting)
     fits, left = priors[:room], priors[room:]
     for prior in fits:
         study.enqueue_trial(prior.params, user_attrs={"prior": prior.name})
@@ -168,4 +168,4 @@ def enqueue_priors(study: optuna.Study, space: SearchSpace, plan: SearchPlan) ->
         log.info("enqueued %d published recipes as the first trials: %s", len(fits), ", ".join(p.name for p in fits))
     if left:
         log.info("the budget of %d trials has no room for the published recipe(s) %s; a --resume with a larger "
-                 "--trials runs them", plan.trials, ", ".join(p.name for p in left))
+                 "--trials runs them", plan.options.trials, ", ".join(p.name for p in left))

@@ -58,11 +58,11 @@ def _short(value: object) -> str:
 
 def budget_text(plan: SearchPlan) -> str:
     """The plan's budget as a person would say it: "12 trials", "45 min", "72 epochs or 10 min"."""
-    parts = [f"{plan.trials} trials"] if plan.trials < UNLIMITED_TRIALS else []
+    parts = [f"{plan.options.trials} trials"] if plan.options.trials < UNLIMITED_TRIALS else []
     if plan.epoch_budget is not None:
         parts.append(f"{plan.epoch_budget} epochs")
-    if plan.timeout_s is not None:
-        parts.append(f"{plan.timeout_s / 60:g} min")
+    if plan.options.timeout_s is not None:
+        parts.append(f"{plan.options.timeout_s / 60:g} min")
     return " or ".join(parts) or "unlimited"
 
 

@@ -148,9 +148,6 @@ def stopping_after(cfg: RunConfig, epochs: int) -> RunConfig:
     return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, stop_after_epochs=epochs))
 
 
-DEFAULT_MIN_STEPS = 50
-
-
 def optimizer_steps(phases: list[dict[str, int]], images: int) -> int:
     """Optimizer steps of a run over `images` training images (the engine drops the last
     partial batch, and takes at least one step an epoch)."""

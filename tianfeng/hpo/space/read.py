@@ -24,6 +24,7 @@ from tianfeng.hpo.space.schema import (
     ACCURACY_METRICS,
     CLUSTER_CONSTANTS,
     CONSTANTS,
+    DEFAULT_MIN_STEPS,
     METRICS,
     PARAMETER_TYPES,
     PRECISIONS,
@@ -317,7 +318,7 @@ def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = No
         raise top.error("search_fidelity", f"must be one of {', '.join(fidelities)}; got {search_fidelity!r}")
     objective = _read_objective(source, raw.get("objective") or {})
     priors = _read_priors(source, raw.get("priors") or [], parameters, complete=not legacy)
-    min_steps = raw.get("min_steps", 0 if legacy else 50)
+    min_steps = raw.get("min_steps", 0 if legacy else DEFAULT_MIN_STEPS)
     if isinstance(min_steps, bool) or not isinstance(min_steps, int) or min_steps < 0:
         raise top.error("min_steps", f"must be an integer >= 0 (0: no guard); got {min_steps!r}")
     read = {n for e in [*assignments.values(), *(vars(phases).values() if phases else ())] if e for n in e.names}

@@ -24,6 +24,9 @@ CLUSTER_CONSTANTS = ("gpus", "gpus_per_node", "min_per_gpu", "max_per_gpu")
 CONSTANTS = (*CLUSTER_CONSTANTS, "train_images")
 
 
+DEFAULT_MIN_STEPS = 50  # a space's `min_steps` when it gives none
+
+
 @dataclass(frozen=True)
 class Parameter:
     name: str
@@ -103,7 +106,7 @@ class SearchSpace:
     priors: tuple[Prior, ...] = field(default=())
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
     constants: dict[str, int] = field(default_factory=dict)  # CONSTANTS' values
-    min_steps: int = 50  # the fewest optimizer steps a proxy rung may leave a trial (0: any)
+    min_steps: int = DEFAULT_MIN_STEPS  # the fewest optimizer steps a proxy rung may leave a trial (0: any)
 
     @property
     def target(self) -> Fidelity:

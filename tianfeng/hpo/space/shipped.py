@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tianfeng.trainers.config import ConfigError
 
-SPACES_DIR = Path(__file__).resolve().parent / "spaces"
+SPACES_DIR = Path(__file__).resolve().parents[2] / "spaces"  # tianfeng/spaces
 
 
 def shipped_spaces() -> list[Path]:
