@@ -41,6 +41,7 @@ from tianfeng.hpo.space.read import (
     round_resolution,
 )
 from tianfeng.hpo.space.shipped import resolve_space, shipped_spaces
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.launch.local import run_here
 from tianfeng.launch.scheduler import SchedulerOptions
 from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
@@ -132,7 +133,7 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
         pick = fastest_trial(loaded, o.fastest_to)
         logging.getLogger("tianfeng.promote").info(
             "trial %d: the fastest front trial with %s >= %g (%.4g, full run predicted %.0f s)", pick.number,
-            loaded.user_attrs.get("metric", "value"), o.fastest_to, score(pick), pick.user_attrs["predicted"]["seconds"])
+            loaded.user_attrs.get("metric", "value"), o.fastest_to, score(pick), pick.user_attrs[TrialKey.PREDICTED]["seconds"])
         trial = pick.number
     launch = Launch(o.nodes, o.gpus_per_node, o.device, o.master_addr, o.launcher,
                     SchedulerOptions(o.partition, o.account, o.time, tuple(o.scheduler_args))) if o.nodes else None

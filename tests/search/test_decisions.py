@@ -12,10 +12,10 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.judge.outcomes import TrialStatus
 from tianfeng.hpo.judge.peers import PeerPruner, rung_passed
 from tianfeng.hpo.judge.scores import best_trial, front_floor, pareto_front
 from tianfeng.hpo.run.budget import counted
+from tianfeng.hpo.trial_attrs import TrialStatus
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -314,7 +314,7 @@ def test_transfer_gives_each_phase_its_own_batch_and_lr(stages, batch, full_batc
 
 def test_a_trial_status_is_the_engine_status_of_the_same_word() -> None:
     """One vocabulary: every way the engine says a run ended is a trial status, spelt alike."""
-    from tianfeng.hpo.judge.outcomes import TrialStatus
+    from tianfeng.hpo.trial_attrs import TrialStatus
     from tianfeng.trainers.run_status import RunStatus
 
     assert [TrialStatus.of_run(s) for s in RunStatus] == [TrialStatus(s.value) for s in RunStatus]

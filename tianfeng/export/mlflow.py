@@ -14,6 +14,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.runs import RunRecordStatus
 
 log = logging.getLogger("tianfeng.tracking")
@@ -66,11 +67,11 @@ def export_study(uri: str, study: optuna.Study, storage: str | None = None) -> i
     for t in study.get_trials(deepcopy=False, states=tuple(_STATUS)):
         if ("trial", str(t.number)) in logged:
             continue
-        predicted = (t.user_attrs.get("predicted") or {}).get("seconds")
+        predicted = (t.user_attrs.get(TrialKey.PREDICTED) or {}).get("seconds")
         _log(client, experiment, f"trial-{t.number}",
              {"tianfeng.kind": "trial", "tianfeng.id": str(t.number), "tianfeng.study": study.study_name,
-              "tianfeng.state": t.state.name.lower(), "tianfeng.rung": str(t.user_attrs.get("fidelity", ""))},
-             t.params, _epochs(Path(t.user_attrs.get("run_dir", "")) / "metrics.jsonl"),
+              "tianfeng.state": t.state.name.lower(), "tianfeng.rung": str(t.user_attrs.get(TrialKey.FIDELITY, ""))},
+             t.params, _epochs(Path(t.user_attrs.get(TrialKey.RUN_DIR, "")) / "metrics.jsonl"),
              {"score": score(t), "predicted_full_run_s": predicted}, _STATUS[t.state])
         added += 1
     if storage is not None:

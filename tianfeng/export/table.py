@@ -10,6 +10,7 @@ import pandas as pd
 
 from tianfeng.hpo.judge.outcomes import outcome
 from tianfeng.hpo.run.dashboard import metric_names
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.trainers.config import ConfigError
 
@@ -34,10 +35,10 @@ def trials_table(study: optuna.Study, storage: str) -> pd.DataFrame:
             promoted[run["trial_number"]] = run["final_score"]
     number = table["number"] if len(table) else pd.Series(dtype=int)
     table["outcome"] = [outcome(trials[n]).value for n in number]
-    table["score"] = [trials[n].user_attrs.get("score") for n in number]
-    table["predicted_seconds"] = [trials[n].user_attrs.get("predicted", {}).get("seconds") for n in number]
-    table["predicted_gpu_hours"] = [trials[n].user_attrs.get("predicted", {}).get("gpu_hours") for n in number]
-    table["fidelity"] = [trials[n].user_attrs.get("fidelity") for n in number]
+    table["score"] = [trials[n].user_attrs.get(TrialKey.SCORE) for n in number]
+    table["predicted_seconds"] = [trials[n].user_attrs.get(TrialKey.PREDICTED, {}).get("seconds") for n in number]
+    table["predicted_gpu_hours"] = [trials[n].user_attrs.get(TrialKey.PREDICTED, {}).get("gpu_hours") for n in number]
+    table["fidelity"] = [trials[n].user_attrs.get(TrialKey.FIDELITY) for n in number]
     table["promoted_score"] = [promoted.get(n) for n in number]
     return table.loc[:, ~table.columns.duplicated()]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from optuna.trial import FrozenTrial
 
 from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.trainers import checkpoint
 from tianfeng.trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
 
@@ -23,7 +24,7 @@ log = logging.getLogger("tianfeng.promote")
 
 def _screen_checkpoints(trial: FrozenTrial) -> Path | None:
     """Where the screened trial's run kept its checkpoints, if it was screened."""
-    config = trial.user_attrs.get("config")
+    config = trial.user_attrs.get(TrialKey.CONFIG)
     if SCREENED_ATTR not in trial.user_attrs or not isinstance(config, dict):
         return None
     return config_from_dict(config).resolved_checkpoint_dir

@@ -20,6 +20,7 @@ from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
 from tianfeng.hpo.run.objective import objective_value
 from tianfeng.hpo.space.read import SearchSpace, parse_space
 from tianfeng.hpo.space.stored import space_text
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.local import run_here
 from tianfeng.launch.scheduler import SchedulerOptions
@@ -120,8 +121,8 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     check_folder(folder, owner)  # the study's own folder: another study's of the same name is refused
     space = study_space(study)
     trial = complete_trial(study, trial_number)
-    values = trial.user_attrs.get("values") or trial.params
-    proxy_rung = trial.user_attrs.get("fidelity", space.search_fidelity)
+    values = trial.user_attrs.get(TrialKey.VALUES) or trial.params
+    proxy_rung = trial.user_attrs.get(TrialKey.FIDELITY, space.search_fidelity)
     full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides,
                              screened=trial.user_attrs.get(SCREENED_ATTR))
     # a run on another world is another run: its own directory, checkpoints and record
@@ -168,8 +169,8 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
         epochs_so_far = next(r["epochs"] for r in epochs_so_far if r["id"] == run_id)
         out = {"run": run_id, "study": study.study_name, "trial": trial_number, "resumed": resumed,
                "run_dir": str(run_dir), "proxy_score": score(trial)}
-        if trial.user_attrs.get("predicted"):
-            out["predicted_full_run"] = trial.user_attrs["predicted"]
+        if trial.user_attrs.get(TrialKey.PREDICTED):
+            out["predicted_full_run"] = trial.user_attrs[TrialKey.PREDICTED]
         if not resumed and plan is None:  # a screened trial's own run goes on from its screen
             continued = continue_screen(trial, full)
             if continued:
@@ -177,7 +178,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
                 store.update(run_id, epochs=continued)
                 out["continued_after_epoch"] = len(continued)
         if plan is not None:
-            _warn_if_short(launch, trial.user_attrs.get("predicted"))
+            _warn_if_short(launch, trial.user_attrs.get(TrialKey.PREDICTED))
             return out | _run_plan(plan, launch, run_dir, store, run_id, space)
         try:
             with RunProgress(f"trial {trial_number} at full scale", full.total_epochs, metric) as bar:

@@ -22,6 +22,7 @@ from tianfeng.hpo.judge.scores import (
     ranked,
     score,
 )
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.promotion.run import load_study
 from tianfeng.reporting import figures
 from tianfeng.reporting.guidance import fidelity_caveat, front_rows, importance_caveat, next_step
@@ -55,7 +56,7 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
     attrs = study.user_attrs
     seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
                   if t.datetime_complete and t.datetime_start)
-    core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get("cores", 1))
+    core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get(TrialKey.CORES, 1))
                  for t in trials if t.datetime_complete and t.datetime_start)
     calibration = attrs.get("calibration")
     rows = [("data set", attrs.get("data", "-")), ("space file", attrs.get("space_path", "-")),
@@ -69,7 +70,7 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
     if attrs.get("per_gpu_batch"):
         rows.insert(5, ("per-GPU batch", attrs["per_gpu_batch"]))
     best = best_trial(study)
-    parts = best is not None and (best.user_attrs.get("predicted") or {}).get("parts")
+    parts = best is not None and (best.user_attrs.get(TrialKey.PREDICTED) or {}).get("parts")
     if parts:
         rows.insert(5, (f"trial {best.number}'s predicted full run", parts_text(parts)))
     if calibration:
@@ -105,9 +106,9 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     best = None
     b = best_trial(study)
     if b is not None:
-        best = {"number": b.number, "value": _fmt(score(b)), "prior": b.user_attrs.get("prior", ""),
+        best = {"number": b.number, "value": _fmt(score(b)), "prior": b.user_attrs.get(TrialKey.PRIOR, ""),
                 "params": [(k, _fmt(v)) for k, v in b.params.items()],
-                "config_yaml": yaml.safe_dump(b.user_attrs.get("config", {}), sort_keys=False)}
+                "config_yaml": yaml.safe_dump(b.user_attrs.get(TrialKey.CONFIG, {}), sort_keys=False)}
     flags = f"--study {study.study_name}{storage_flag(storage)}"
     importance_fig, _ = figures.importances(study)
     top_params = []
@@ -140,10 +141,10 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     rows = []
     for t in trials:
         seconds = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None
-        predicted = t.user_attrs.get("predicted") or {}
+        predicted = t.user_attrs.get(TrialKey.PREDICTED) or {}
         rows.append([t.number, str(outcome(t)), _fmt(score(t)), epochs_reported(t), _fmt(seconds),
                      format_seconds(predicted["seconds"]) if predicted else "-", _fmt(predicted.get("gpu_hours")),
-                     t.user_attrs.get("prior", ""), *[_fmt(t.params.get(p)) for p in params]])
+                     t.user_attrs.get(TrialKey.PRIOR, ""), *[_fmt(t.params.get(p)) for p in params]])
     run_rows = [{**r, "proxy": _fmt(r["proxy_score"]), "full": _fmt(r["final_score"]),
                  "throughput": _fmt(r["epochs"][-1]["samples_per_s"]) if r["epochs"] else "-"} for r in runs]
     from tianfeng.reporting.measured_scaling import scaling_rows

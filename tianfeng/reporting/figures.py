@@ -22,6 +22,7 @@ from tianfeng.hpo.judge.scores import (
     predicted_s,
     score,
 )
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.trainers.config import config_from_dict
 from tianfeng.trainers.schedules import learning_rate
 
@@ -90,7 +91,7 @@ def timeline(study: optuna.Study) -> Figure:
             continue
         fig.add_trace(go.Bar(
             orientation="h", name=str(shown), marker_color=colour,
-            y=[t.user_attrs.get("worker", "unknown") for t in group],
+            y=[t.user_attrs.get(TrialKey.WORKER, "unknown") for t in group],
             base=[t.datetime_start.isoformat() for t in group],
             x=[max(1.0, ((t.datetime_complete or now) - t.datetime_start).total_seconds() * 1000) for t in group],
             text=[f"#{t.number}" for t in group], textposition="inside",
@@ -218,7 +219,7 @@ def pareto(study: optuna.Study, runs: list[dict]) -> Figure:
     metric = study.user_attrs.get("metric", "value")
 
     def hover(t) -> str:
-        p = t.user_attrs["predicted"]
+        p = t.user_attrs[TrialKey.PREDICTED]
         return (f"#{t.number}: {metric} {score(t):.4g}, {format_seconds(p['seconds'])}, "
                 f"{p['gpu_hours']:.3g} GPU-h<br>{schedule_text(p.get('phases') or [])}")
 
@@ -248,8 +249,8 @@ def schedules(trials: list[optuna.trial.FrozenTrial]) -> Figure:
     (only when the phases differ in resolution). Phase details are in the hover text, never as
     labels on the plot, so nothing overlaps however many trials share a phase."""
     fig = go.Figure()
-    configs = [(t.number, config_from_dict(t.user_attrs["config"], f"trial {t.number}"))
-               for t in trials if t.user_attrs.get("config")]
+    configs = [(t.number, config_from_dict(t.user_attrs[TrialKey.CONFIG], f"trial {t.number}"))
+               for t in trials if t.user_attrs.get(TrialKey.CONFIG)]
     if not configs:
         return None, "not drawn: no trial with a recorded config"
     resolutions = sorted({p.resolution for _, cfg in configs for p in cfg.phases})
@@ -321,7 +322,7 @@ def noise_scale(trials: list[optuna.trial.FrozenTrial], runs: list[dict]) -> Fig
     """The gradient noise scale per epoch: the top trials' (proxy runs) and the promoted runs'."""
     fig = go.Figure()
     for t in trials:
-        points = sorted((int(e), v) for e, v in t.user_attrs.get("noise_curve", {}).items())
+        points = sorted((int(e), v) for e, v in t.user_attrs.get(TrialKey.NOISE_CURVE, {}).items())
         if points:
             fig.add_trace(go.Scatter(x=[e for e, _ in points], y=[v for _, v in points], mode="lines+markers",
                                      name=f"trial #{t.number}"))

@@ -11,6 +11,7 @@ import optuna
 from tianfeng.cost.walltime import format_seconds
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.scores import completed, mode_of, pareto_front, predicted_s, score
+from tianfeng.hpo.trial_attrs import TrialKey
 
 # below these, a figure is drawn but read as a hint (importances) or not measured at all (rho)
 FEW_FOR_IMPORTANCES = 10
@@ -63,7 +64,7 @@ def front_rows(study: optuna.Study) -> list[dict]:
     front = [t for t in pareto_front(study) if predicted_s(t) is not None]
     rows = []
     for t in sorted(front, key=predicted_s):
-        predicted = t.user_attrs["predicted"]
+        predicted = t.user_attrs[TrialKey.PREDICTED]
         rows.append({"number": t.number, "score": _value(score(t)),
                      "seconds": format_seconds(predicted["seconds"]),
                      "gpu_hours": f"{predicted['gpu_hours']:.3g}",

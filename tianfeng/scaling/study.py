@@ -18,6 +18,7 @@ from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.run.runner import derived_seed, run_search
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.pinned import batch_parameter
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.scaling.results import ScalePoint, ScaleStore
 from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
 from tianfeng.trainers.schedules import peak_lr
@@ -59,7 +60,7 @@ def recipe(trial: optuna.trial.FrozenTrial | None) -> dict[str, Any]:
     """The recipe a trial ran, in the terms large-batch papers use."""
     if trial is None or "config" not in trial.user_attrs:
         return {}
-    cfg = config_from_dict(trial.user_attrs["config"], f"trial {trial.number}")
+    cfg = config_from_dict(trial.user_attrs[TrialKey.CONFIG], f"trial {trial.number}")
     out: dict[str, Any] = {
         "trial": trial.number, "optimizer": cfg.optimizer.name, "lr": cfg.optimizer.lr,
         "peak_lr": peak_lr(cfg), "scaling_rule": cfg.schedule.scaling_rule,
@@ -68,7 +69,7 @@ def recipe(trial: optuna.trial.FrozenTrial | None) -> dict[str, Any]:
         "phases": [[p.epochs, p.resolution, p.batch_size] for p in cfg.phases], "params": dict(trial.params)}
     if cfg.optimizer.name == "lars":
         out["trust_coefficient"] = cfg.optimizer.lars.trust_coefficient
-    for key in ("prior", "warm_start"):
+    for key in (TrialKey.PRIOR, TrialKey.WARM_START):
         if key in trial.user_attrs:
             out[key] = trial.user_attrs[key]
     return out
@@ -128,7 +129,7 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
         if reference is not None:
             naive_name = naive_study(plan.name, batch)
             naive_trial = _run_naive(plan, batch, reference, pinned, naive_name, resume=naive_name in existing)
-            naive_state = (naive_trial.user_attrs.get("status", naive_trial.state.name.lower())
+            naive_state = (naive_trial.user_attrs.get(TrialKey.STATUS, naive_trial.state.name.lower())
                            if naive_trial.state != TrialState.COMPLETE else "complete")
         # each batch size's sampler gets its own seed: the same seed would replay the previous
         # study's random start-up trials, which the warm start already summarises (a hash, not
@@ -161,10 +162,10 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
             naive_status=naive_state, naive_recipe=recipe(best if naive_name is None else naive_trial),
             trials=len(trials), complete=sum(t.state == TrialState.COMPLETE for t in trials),
             pruned=sum(t.state == TrialState.PRUNED for t in trials),
-            warm_started=sum("warm_start" in t.user_attrs for t in trials),
+            warm_started=sum(TrialKey.WARM_START in t.user_attrs for t in trials),
             wall_s=time.perf_counter() - started, trial_s=trial_s, pruned_s=pruned_s,
             steps_per_epoch=steps_per_epoch.get(batch, 0), epochs_per_trial=rung_epochs(space, plan.search.rung),
-            noise_scale=(best.user_attrs.get("final") or {}).get("noise_scale") if best else None)
+            noise_scale=(best.user_attrs.get(TrialKey.FINAL) or {}).get("noise_scale") if best else None)
         store.save(plan.name, point, settings)
         points.append(point)
         previous = study
@@ -209,14 +210,14 @@ def _reuse_naive(search: SearchPlan, naive: optuna.trial.FrozenTrial, naive_stud
     if naive.state != TrialState.COMPLETE or "config" not in naive.user_attrs:
         return search
     space = plan_space(search)
-    target = _comparable(naive.user_attrs["config"])
+    target = _comparable(naive.user_attrs[TrialKey.CONFIG])
     for i, (label, params) in enumerate(search.warm_start):
         if _comparable(config_to_dict(build_config(space, params, search.rung))) != target:
             continue
         copy = optuna.trial.create_trial(
             state=TrialState.COMPLETE, value=naive.value, params=naive.params, distributions=naive.distributions,
             intermediate_values=naive.intermediate_values,
-            user_attrs={**naive.user_attrs, "warm_start": label, "copied_from": naive_study_label})
+            user_attrs={**naive.user_attrs, TrialKey.WARM_START: label, TrialKey.COPIED_FROM: naive_study_label})
         log.info("warm start %s is the naive baseline: its result (%.4g) is copied, not trained again",
                  label, naive.value)
         return dataclasses.replace(search, warm_start=search.warm_start[:i] + search.warm_start[i + 1:],

@@ -7,6 +7,7 @@ from rich.console import Console
 
 from tianfeng.cost.walltime import format_seconds, schedule_text
 from tianfeng.hpo.judge.scores import front_floor, pareto_front, predicted_s, score
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.terminal.tables import add_plain_row, plain_table
 
 
@@ -19,7 +20,7 @@ def front_table(study: optuna.Study, trials: list | None = None):
                               f"full run's predicted wall time on {cluster}{below}",
                         columns=("trial", metric, "predicted time", "GPU-hours", "batch", "resolution schedule"))
     for t in pareto_front(study) if trials is None else trials:
-        predicted = t.user_attrs["predicted"]
+        predicted = t.user_attrs[TrialKey.PREDICTED]
         phases = predicted.get("phases") or []
         batches = sorted({b for _, _, b in phases})
         add_plain_row(table, str(t.number), f"{score(t):.4f}", format_seconds(predicted_s(t)),

@@ -11,24 +11,7 @@ from enum import StrEnum
 
 from optuna.trial import FrozenTrial, TrialState
 
-from tianfeng.trainers.run_status import RunStatus
-
-
-class TrialStatus(StrEnum):
-    """A trial's `status` user attribute: how its run ended (each of the engine's `RunStatus`
-    values, the same words), or that it failed with an error or was cut short; `running` only in
-    the Ray backend's reports. `of_run` turns the engine's status into this vocabulary."""
-    COMPLETED = RunStatus.COMPLETED.value
-    DIVERGED = RunStatus.DIVERGED.value
-    PRUNED = RunStatus.PRUNED.value
-    STOPPED = RunStatus.STOPPED.value
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-    RUNNING = "running"
-
-    @classmethod
-    def of_run(cls, status: RunStatus) -> TrialStatus:
-        return cls(status.value)
+from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus
 
 
 class Outcome(StrEnum):
@@ -50,7 +33,7 @@ COLOURS = {Outcome.COMPLETE: "#1a7f37", Outcome.PRUNED: "#c4a000", Outcome.FAILE
 
 def outcome(trial: FrozenTrial) -> Outcome:
     if trial.state == TrialState.FAIL:
-        return Outcome.FAILED if trial.user_attrs.get("status") == TrialStatus.FAILED else Outcome.INTERRUPTED
+        return Outcome.FAILED if trial.user_attrs.get(TrialKey.STATUS) == TrialStatus.FAILED else Outcome.INTERRUPTED
     return _BY_STATE[trial.state]
 
 

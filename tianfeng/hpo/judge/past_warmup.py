@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import optuna
 
+from tianfeng.hpo.trial_attrs import TrialKey
+
 
 def warmup_epochs(trial: optuna.trial.FrozenTrial) -> float:
     """The trial's warm-up in its own (rung) epochs, from the config it recorded; 0 if none."""
-    schedule = trial.user_attrs.get("config", {}).get("schedule", {})
+    schedule = trial.user_attrs.get(TrialKey.CONFIG, {}).get("schedule", {})
     return float(schedule.get("warmup_epochs") or 0.0)
 
 

@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tianfeng.hpo.judge.scores import predicted_s
+from tianfeng.hpo.trial_attrs import TrialKey
 
 RUNGS = (1 / 3, 2 / 3)
 RUNG_KEYS = tuple(f"{r:.3f}" for r in RUNGS)
@@ -36,9 +37,9 @@ class PeerPruner:
     def should_prune(self, study: optuna.Study, trial: optuna.Trial, rung: str, value: float,
                      maximize: bool) -> bool:
         """Record the trial's value at `rung`, then compare it with its peers'."""
-        values = {**trial.user_attrs.get("rung_values", {}), rung: value}
-        trial.set_user_attr("rung_values", values)
-        mine = trial.user_attrs.get("predicted", {}).get("seconds")
+        values = {**trial.user_attrs.get(TrialKey.RUNG_VALUES, {}), rung: value}
+        trial.set_user_attr(TrialKey.RUNG_VALUES, values)
+        mine = trial.user_attrs.get(TrialKey.PREDICTED, {}).get("seconds")
         if mine is None:
             return False
         peers = []
@@ -46,7 +47,7 @@ class PeerPruner:
             theirs = predicted_s(t)
             if t.number == trial.number or theirs is None or theirs > self.slack * mine:
                 continue
-            v = t.user_attrs.get("rung_values", {}).get(rung)
+            v = t.user_attrs.get(TrialKey.RUNG_VALUES, {}).get(rung)
             if v is not None:
                 peers.append(v)
         if len(peers) < self.min_peers:

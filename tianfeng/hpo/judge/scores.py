@@ -11,6 +11,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.trial_attrs import TrialKey
 
 
 def mode_of(study: optuna.Study) -> ObjectiveMode:
@@ -36,7 +37,7 @@ def reaches_target(study: optuna.Study, value: float | None) -> bool:
 def score(trial: FrozenTrial) -> float | None:
     """The trial's proxy metric (None until it completes)."""
     if "score" in trial.user_attrs:
-        return trial.user_attrs["score"]
+        return trial.user_attrs[TrialKey.SCORE]
     if trial.values is None or len(trial.values) != 1:
         return None
     return trial.values[0]
@@ -46,7 +47,7 @@ def curve(trial: FrozenTrial) -> dict[int, float]:
     """The metric after each epoch the trial trained."""
     if trial.intermediate_values:
         return dict(trial.intermediate_values)
-    return {int(k): v for k, v in trial.user_attrs.get("curve", {}).items()}
+    return {int(k): v for k, v in trial.user_attrs.get(TrialKey.CURVE, {}).items()}
 
 
 def epochs_reported(trial: FrozenTrial) -> int:
@@ -54,7 +55,7 @@ def epochs_reported(trial: FrozenTrial) -> int:
 
 
 def predicted_s(trial: FrozenTrial) -> float | None:
-    return (trial.user_attrs.get("predicted") or {}).get("seconds")
+    return (trial.user_attrs.get(TrialKey.PREDICTED) or {}).get("seconds")
 
 
 def completed(study: optuna.Study) -> list[FrozenTrial]:

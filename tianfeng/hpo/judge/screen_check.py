@@ -23,10 +23,11 @@ from optuna.trial import FrozenTrial
 
 from tianfeng.hpo.judge.scores import maximizing
 from tianfeng.hpo.judge.screen_forecast import forecast_end, gain_slope
+from tianfeng.hpo.trial_attrs import TrialKey
 
 log = logging.getLogger("tianfeng.promote")
 LENGTH_ATTR = "screen_epochs"  # study attribute: the epochs a screened trial trains now
-SCREENED_ATTR = "screened_epochs"  # trial attribute: the epochs it was screened for
+SCREENED_ATTR = TrialKey.SCREENED_EPOCHS
 GROWTH = 3  # each lengthening: ASHA's reduction factor, as the default pruner's rungs grow
 
 

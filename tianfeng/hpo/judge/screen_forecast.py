@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from optuna.trial import FrozenTrial
 
 from tianfeng.hpo.judge.scores import score
+from tianfeng.hpo.trial_attrs import TrialKey
 
 
 def gain_slope(curves: Sequence[list[float]], length: int) -> float:
@@ -44,7 +45,7 @@ def forecast_end(screened: float, epochs: int, length: int, slope: float, longes
 def full_epochs(trial: FrozenTrial) -> int | None:
     """The epochs of the trial's full run: its configuration's phases (a screen trains the full
     run's schedule and stops early)."""
-    phases = (trial.user_attrs.get("config") or {}).get("phases") or []
+    phases = (trial.user_attrs.get(TrialKey.CONFIG) or {}).get("phases") or []
     return sum(int(p["epochs"]) for p in phases) or None
 
 

@@ -12,6 +12,7 @@ from tianfeng.defaults import FAILURE_LIMIT
 from tianfeng.hpo.judge.outcomes import Outcome, outcome
 from tianfeng.hpo.judge.scores import epochs_reported
 from tianfeng.hpo.plan import SearchPlan
+from tianfeng.hpo.trial_attrs import TrialKey
 
 log = logging.getLogger("tianfeng.search")
 
@@ -40,7 +41,7 @@ def repeated_failure(study: optuna.Study, limit: int = FAILURE_LIMIT) -> str | N
     recipe, e.g. a missing data directory: more trials would fail the same way)."""
     ended = [t for t in study.get_trials(deepcopy=False) if t.state in FINISHED or failed(t)]
     last = sorted(ended, key=lambda t: t.datetime_complete or t.datetime_start)[-limit:]
-    errors = {t.user_attrs.get("error", "") for t in last}
+    errors = {t.user_attrs.get(TrialKey.ERROR, "") for t in last}
     if len(last) == limit and all(failed(t) for t in last) and len(errors) == 1:
         return errors.pop() or "an unknown error"
     return None

@@ -34,6 +34,8 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
+from tianfeng.hpo.run.optuna_private import trial_id
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.terminal.interrupts import deferred_interrupt
 
 
@@ -69,15 +71,15 @@ class MarkingStorage(RDBStorage):
         yield True
 
     def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
-        # the private method: Optuna's cache in front of every study's storage calls this one
+        # the private method (optuna_private.CREATE_NEW_TRIAL): Optuna's cache calls it for every new trial
         if template_trial is not None and template_trial.state != TrialState.RUNNING:
             return super()._create_new_trial(study_id, template_trial)  # enqueued or copied, not started
         with deferred_interrupt(), self._starting() as may_start:
             if not may_start:
                 raise BudgetReached
             trial = super()._create_new_trial(study_id, template_trial)
-            self._mark(trial._trial_id)
-        trial.user_attrs["worker"] = worker_id()
+            self._mark(trial_id(trial))
+        trial.user_attrs[TrialKey.WORKER] = worker_id()
         return trial
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
@@ -94,7 +96,7 @@ class MarkingStorage(RDBStorage):
             return True
 
     def _mark(self, trial_id: int) -> None:
-        self.set_trial_user_attr(trial_id, "worker", worker_id())
+        self.set_trial_user_attr(trial_id, TrialKey.WORKER, worker_id())
 
 
 class LockedSQLiteStorage(MarkingStorage):

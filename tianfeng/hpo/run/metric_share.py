@@ -19,6 +19,9 @@ from optuna.storages import InMemoryStorage
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from tianfeng.hpo.run.optuna_private import study_id
+from tianfeng.hpo.trial_attrs import TrialKey
+
 N_STARTUP_TRIALS = 8
 _VIEW_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
@@ -32,7 +35,7 @@ def metric_view(study: Study, direction: str, current: int) -> tuple[Study, Froz
     view = Study(study_name="metric-view", storage=storage)
     mine = None
     for t in study.get_trials(deepcopy=False, states=_VIEW_STATES):
-        curve = {int(epoch): float(v) for epoch, v in t.user_attrs.get("curve", {}).items()}
+        curve = {int(epoch): float(v) for epoch, v in t.user_attrs.get(TrialKey.CURVE, {}).items()}
         copy = optuna.trial.create_trial(
             state=t.state, params=t.params, distributions=t.distributions, system_attrs=t.system_attrs,
             value=t.values[0] if t.state == TrialState.COMPLETE else None,
@@ -59,7 +62,7 @@ class MetricShareSampler(optuna.samplers.BaseSampler):
         return trial.number % self.every == self.every - 1
 
     def _metric_study(self, study: Study, trial: FrozenTrial) -> tuple[Study, FrozenTrial]:
-        key = (study._study_id, trial.number)
+        key = (study_id(study), trial.number)
         if self._view is None or self._view[:2] != key:
             self._view = (*key, *metric_view(study, self.direction, trial.number))
         return self._view[2], self._view[3]

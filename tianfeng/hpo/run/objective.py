@@ -14,13 +14,13 @@ import optuna
 
 from tianfeng.cost.walltime import WallTime, check_memory, predict_wall_time
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.judge.outcomes import TrialStatus
 from tianfeng.hpo.judge.peers import PeerPruner, rung_passed
 from tianfeng.hpo.judge.screen_check import SCREENED_ATTR, screen_length
 from tianfeng.hpo.run.locked_storage import worker_id
 from tianfeng.hpo.space.materialize import build_config, sample_active, stopping_after
 from tianfeng.hpo.space.read import Parameter, SearchSpace
 from tianfeng.hpo.space.schema import Fidelity
+from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
 from tianfeng.trainers.data.sources import open_source
 from tianfeng.trainers.engine import EpochMetrics, RunResult, RunStatus, StopTraining, train
@@ -53,7 +53,7 @@ def trial_run_dir(runs_root: Path, study: str, trial: optuna.Trial) -> Path:
     """A retried trial inherits its original's user attributes, so it finds the original's run
     directory and resumes from its last checkpoint. A fresh trial owns a clean directory: what
     is there belonged to a deleted study of the same name."""
-    inherited = trial.user_attrs.get("run_dir")
+    inherited = trial.user_attrs.get(TrialKey.RUN_DIR)
     if inherited:
         return Path(inherited)
     check_name(study, "--study", "", max_length=STUDY_MAX_LENGTH)
@@ -70,8 +70,8 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     said otherwise), whichever backend then runs it."""
     import torch
 
-    trial.set_user_attr("cores", cores if cores is not None else torch.get_num_threads())
-    trial.set_user_attr("worker", worker or worker_id())
+    trial.set_user_attr(TrialKey.CORES, cores if cores is not None else torch.get_num_threads())
+    trial.set_user_attr(TrialKey.WORKER, worker or worker_id())
     values = suggest(trial, space)
     run_dir = trial_run_dir(runs_root, study_name, trial)
     cfg = build_config(space, values, rung, name=f"{study_name}-{run_dir.name}", run_dir=str(run_dir))
@@ -83,15 +83,15 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
         log.debug("trial %d: no wall-time prediction: %s", trial.number, exc)
         predicted = None
     if predicted is not None:
-        trial.set_user_attr("predicted", {"seconds": predicted.seconds, "gpu_hours": predicted.gpu_hours,
+        trial.set_user_attr(TrialKey.PREDICTED, {"seconds": predicted.seconds, "gpu_hours": predicted.gpu_hours,
                                           "steps": predicted.steps, "efficiency": predicted.efficiency,
                                           "cluster": space.cluster.describe(),
                                           "phases": [list(p) for p in predicted.phases],
                                           "parts": predicted.parts, "notes": list(predicted.notes)})
-    trial.set_user_attr("values", values)
-    trial.set_user_attr("fidelity", rung)
-    trial.set_user_attr("run_dir", str(run_dir))
-    trial.set_user_attr("config", config_to_dict(cfg))
+    trial.set_user_attr(TrialKey.VALUES, values)
+    trial.set_user_attr(TrialKey.FIDELITY, rung)
+    trial.set_user_attr(TrialKey.RUN_DIR, str(run_dir))
+    trial.set_user_attr(TrialKey.CONFIG, config_to_dict(cfg))
     return cfg
 
 
@@ -113,7 +113,7 @@ def stop_if_screened(epoch: int, last: int, total: int) -> None:
 
 def record_final(trial: optuna.Trial, space: SearchSpace, final: dict[str, Any]) -> None:
     """The last epoch's metrics and the objective's constraints (0 = satisfied)."""
-    trial.set_user_attr("final", final)
+    trial.set_user_attr(TrialKey.FINAL, final)
     for i, constraint in enumerate(space.objective.constraints):
         trial.set_constraint(f"c{i}", 0.0 if bool(constraint.evaluate(final)) else 1.0)
 
@@ -121,8 +121,8 @@ def record_final(trial: optuna.Trial, space: SearchSpace, final: dict[str, Any])
 def mark_failed(trial: optuna.Trial, exc: Exception) -> None:
     """The trial failed with an error (it counts towards the budget); the error's first line."""
     lines = str(exc).strip().splitlines()
-    trial.set_user_attr("status", TrialStatus.FAILED)
-    trial.set_user_attr("error", f"{type(exc).__name__}: {lines[0][:500] if lines else ''}")
+    set_status(trial, TrialStatus.FAILED)
+    trial.set_user_attr(TrialKey.ERROR, f"{type(exc).__name__}: {lines[0][:500] if lines else ''}")
 
 
 def judge_epoch(trial: optuna.Trial, objective, peers: PeerPruner | None, epoch: int, total_epochs: int,
@@ -137,7 +137,7 @@ def judge_epoch(trial: optuna.Trial, objective, peers: PeerPruner | None, epoch:
         if epoch < total_epochs and trial.should_prune():
             return f"pruned at epoch {epoch} ({metric} {value:.4g})"
         return None
-    trial.set_user_attr("curve", {**trial.user_attrs.get("curve", {}), str(epoch): value})
+    trial.set_user_attr(TrialKey.CURVE, {**trial.user_attrs.get(TrialKey.CURVE, {}), str(epoch): value})
     rung = rung_passed(epoch, total_epochs)
     if rung and peers and peers.should_prune(trial.study, trial, rung, value, objective.direction == "maximize"):
         return f"pruned at epoch {epoch} ({metric} {value:.4g}, below the median of trials as fast or faster)"
@@ -171,7 +171,7 @@ class ProxyObjective:
         except KeyboardInterrupt:
             # cut before, during or after training (while its results are written): queued again
             # with its run directory, so a resume continues it from its last checkpoint
-            trial.set_user_attr("status", TrialStatus.INTERRUPTED)
+            set_status(trial, TrialStatus.INTERRUPTED)
             raise
 
     def _run(self, trial: optuna.Trial) -> float | tuple[float, float]:
@@ -188,7 +188,7 @@ class ProxyObjective:
         def report(m: EpochMetrics) -> None:
             # called only for epochs this process trained: a resumed trial reports no epoch twice
             if m.noise_scale is not None:
-                trial.set_user_attr("noise_curve", {**trial.user_attrs.get("noise_curve", {}),
+                trial.set_user_attr(TrialKey.NOISE_CURVE, {**trial.user_attrs.get(TrialKey.NOISE_CURVE, {}),
                                                     str(m.epoch): m.noise_scale})
             why = judge_epoch(trial, objective, self.peers, m.epoch, last, getattr(m, metric))
             if why:
@@ -205,9 +205,9 @@ class ProxyObjective:
             raise
         finally:
             engine_log.removeFilter(tag)
-        trial.set_user_attr("status", TrialStatus.of_run(result.status))
+        set_status(trial, TrialStatus.of_run(result.status))
         if result.status == RunStatus.DIVERGED:
-            trial.set_user_attr("message", result.message)
+            trial.set_user_attr(TrialKey.MESSAGE, result.message)
             raise optuna.TrialPruned(f"diverged: {result.message}")
         if result.status == RunStatus.PRUNED:
             raise optuna.TrialPruned(result.message)
@@ -221,8 +221,8 @@ class ProxyObjective:
 def objective_values(trial: optuna.Trial, objective, value: float) -> float | tuple[float, float]:
     """What Optuna is told, by mode: the metric; (metric, predicted s); or the predicted s with
     the metric's shortfall from the target as a constraint (<= 0 when reached)."""
-    trial.set_user_attr("score", value)
-    seconds = trial.user_attrs["predicted"]["seconds"]
+    trial.set_user_attr(TrialKey.SCORE, value)
+    seconds = trial.user_attrs[TrialKey.PREDICTED]["seconds"]
     if objective.mode == ObjectiveMode.PARETO:
         if objective.min_accuracy is not None:
             trial.set_constraint("min_accuracy", objective.min_accuracy - value)

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tianfeng.hpo.judge.outcomes import Outcome, count_outcomes
 from tianfeng.hpo.judge.scores import best_trial, epochs_reported, score
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.terminal.run_progress import progress_bar
 
 
@@ -83,7 +84,7 @@ def running_text(trials: list[FrozenTrial], shown: int = 3) -> str:
         return "running 0"
     parts = []
     for t in running[:shown]:
-        phases = (t.user_attrs.get("config") or {}).get("phases") or []
+        phases = (t.user_attrs.get(TrialKey.CONFIG) or {}).get("phases") or []
         total = sum(p.get("epochs", 0) for p in phases)
         parts.append(f"#{t.number} ep {epochs_reported(t)}/{total}" if total else f"#{t.number}")
     more = f" +{len(running) - shown}" if len(running) > shown else ""

@@ -22,7 +22,6 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.judge.outcomes import TrialStatus
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.run.budget import Budget, counted, raise_if_failing, repeated_failure
 from tianfeng.hpo.run.locked_storage import worker_id
@@ -39,6 +38,7 @@ from tianfeng.hpo.run.study import judged_by_peers, open_study
 from tianfeng.hpo.run.trial_log import TrialLogger, log_objective
 from tianfeng.hpo.space.materialize import screened_epochs, stopping_after
 from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status
 from tianfeng.launch.ray_cluster import start_or_join
 from tianfeng.terminal.interrupts import deferred_interrupt
 from tianfeng.terminal.logs import quiet_optuna
@@ -123,7 +123,7 @@ class StudySearcher(Searcher):
         trial = self.study.ask()
         cfg = prepare_trial(trial, self.space, self.plan.study, self.runs_root, self.plan.rung,
                             cores=self.cores, worker="ray (waiting for a worker)")
-        trial.set_user_attr("backend", "ray")
+        trial.set_user_attr(TrialKey.BACKEND, "ray")
         self.trials[trial_id], self.values[trial_id] = trial, {}
         self.epochs[trial_id] = screened_epochs(self.space.fidelities[self.plan.rung], cfg.total_epochs)
         return {"run_config": config_to_dict(stopping_after(cfg, self.epochs[trial_id])), "trial_number": trial.number, "threads": self.threads,
@@ -139,12 +139,12 @@ class StudySearcher(Searcher):
             return
         epoch = int(result["epoch"])
         if not values and "worker" in result:
-            trial.set_user_attr("worker", result["worker"])
+            trial.set_user_attr(TrialKey.WORKER, result["worker"])
         if epoch not in values:
             if self.space.objective.mode == ObjectiveMode.ACCURACY:
                 trial.report(float(value), epoch)
             else:  # Optuna keeps no intermediate values for these modes
-                trial.set_user_attr("curve", {**trial.user_attrs.get("curve", {}), str(epoch): float(value)})
+                trial.set_user_attr(TrialKey.CURVE, {**trial.user_attrs.get(TrialKey.CURVE, {}), str(epoch): float(value)})
             values[epoch] = float(value)
 
     def save(self, checkpoint_path: str) -> None:
@@ -172,19 +172,19 @@ class StudySearcher(Searcher):
         status = result.get("status", TrialStatus.FAILED if error else TrialStatus.RUNNING)
         epochs = int(result.get("epoch", 0))
         if error:
-            trial.set_user_attr("status", TrialStatus.FAILED)
-            trial.set_user_attr("error", "the trial raised on its Ray worker; see error.txt in "
+            set_status(trial, TrialStatus.FAILED)
+            trial.set_user_attr(TrialKey.ERROR, "the trial raised on its Ray worker; see error.txt in "
                                          f"{ray_folder(self.plan)}")
             self.study.tell(trial, state=TrialState.FAIL)
         elif status == TrialStatus.DIVERGED:
-            trial.set_user_attr("status", TrialStatus.DIVERGED)
-            trial.set_user_attr("message", result.get("message", ""))
+            set_status(trial, TrialStatus.DIVERGED)
+            trial.set_user_attr(TrialKey.MESSAGE, result.get("message", ""))
             self.study.tell(trial, state=TrialState.PRUNED)
         elif epochs < own_epochs:  # Ray's scheduler stopped it before its last epoch
-            trial.set_user_attr("status", TrialStatus.PRUNED)
+            set_status(trial, TrialStatus.PRUNED)
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
-            trial.set_user_attr("status", TrialStatus.COMPLETED)
+            set_status(trial, TrialStatus.COMPLETED)
             final = {k: result[k] for k in self.space_metrics() if k in result}
             record_final(trial, self.space, final)
             value = objective_value(self.space, values)
@@ -199,7 +199,7 @@ class StudySearcher(Searcher):
         `--resume` queues them again from their checkpoints. Asked trials have no heartbeat."""
         numbers = []
         for trial in self.trials.values():
-            trial.set_user_attr("status", TrialStatus.INTERRUPTED)
+            set_status(trial, TrialStatus.INTERRUPTED)
             self.study.tell(trial, state=TrialState.FAIL)
             numbers.append(trial.number)
         self.trials.clear()

@@ -9,6 +9,7 @@ import optuna
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.outcomes import outcome
 from tianfeng.hpo.judge.scores import epochs_reported, score
+from tianfeng.hpo.trial_attrs import TrialKey
 
 
 def study_row(summary: optuna.study.StudySummary) -> dict[str, Any]:
@@ -21,10 +22,10 @@ def study_row(summary: optuna.study.StudySummary) -> dict[str, Any]:
 
 
 def trial_row(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    predicted = t.user_attrs.get("predicted") or {}
+    predicted = t.user_attrs.get(TrialKey.PREDICTED) or {}
     return {"trial": t.number, "state": str(outcome(t)), "value": score(t),
             "predicted_s": predicted.get("seconds"), "gpu_hours": predicted.get("gpu_hours"),
             "epochs_reported": epochs_reported(t),
-            "prior": t.user_attrs.get("prior", ""), "params": t.params,
+            "prior": t.user_attrs.get(TrialKey.PRIOR, ""), "params": t.params,
             "seconds": (t.datetime_complete - t.datetime_start).total_seconds()
             if t.datetime_complete and t.datetime_start else None}

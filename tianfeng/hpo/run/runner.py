@@ -19,7 +19,6 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from tianfeng.hpo.judge.outcomes import TrialStatus
 from tianfeng.hpo.judge.peers import PeerPruner
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.run.budget import Budget, StopOnRepeatedFailure, finished_count, raise_if_failing
@@ -30,6 +29,7 @@ from tianfeng.hpo.run.locked_storage import (
     worker_id,
 )
 from tianfeng.hpo.run.objective import ProxyObjective
+from tianfeng.hpo.run.optuna_private import storage_of, trial_id
 from tianfeng.hpo.run.progress import StudyProgress
 from tianfeng.hpo.run.registry import make_sampler
 from tianfeng.hpo.run.study import (
@@ -41,6 +41,7 @@ from tianfeng.hpo.run.study import (
 )
 from tianfeng.hpo.run.trial_log import TrialLogger, budget_text, log_objective
 from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus
 from tianfeng.terminal.interrupts import (
     deferred_interrupt,
     held_for_children,
@@ -346,14 +347,14 @@ def _requeue_interrupted(storage: str, study_name: str, dead_workers: set[str]) 
     study = optuna.load_study(study_name=study_name, storage=storage)
     trials = study.get_trials(deepcopy=False)
     for t in trials:
-        if t.state == TrialState.RUNNING and t.user_attrs.get("worker") in dead_workers:
-            study._storage.set_trial_user_attr(t._trial_id, "status", TrialStatus.INTERRUPTED)
-            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        if t.state == TrialState.RUNNING and t.user_attrs.get(TrialKey.WORKER) in dead_workers:
+            storage_of(study).set_trial_user_attr(trial_id(t), TrialKey.STATUS, TrialStatus.INTERRUPTED)
+            storage_of(study).set_trial_state_values(trial_id(t), TrialState.FAIL)
     trials = study.get_trials(deepcopy=False)
     waiting = {t.system_attrs.get("failed_trial") for t in trials if t.state == TrialState.WAITING}
     retried = {t.system_attrs.get("failed_trial") for t in trials}
     cut = [t for t in trials if t.state == TrialState.FAIL and t.number not in retried
-           and t.user_attrs.get("status") == TrialStatus.INTERRUPTED]
+           and t.user_attrs.get(TrialKey.STATUS) == TrialStatus.INTERRUPTED]
     for t in cut:
         # a trial cut before it sampled anything keeps the values it was queued with (a prior's)
         fixed = {} if t.params else t.system_attrs.get("fixed_params", {})

@@ -21,6 +21,7 @@ from tianfeng.hpo.run.locked_storage import rdb_storage
 from tianfeng.hpo.run.registry import PRUNERS, make_sampler
 from tianfeng.hpo.space.read import SearchSpace, per_gpu_range
 from tianfeng.hpo.space.stored import store_space_text
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.ownership import check_folder, claim_folder, new_uid, study_owner
 from tianfeng.storage.url import engine_options
 from tianfeng.terminal.interrupts import (
@@ -140,7 +141,7 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
         for trial in plan.copied_trials:
             study.add_trial(trial)
         for label, params in plan.warm_start:
-            study.enqueue_trial(params, user_attrs={"warm_start": label})
+            study.enqueue_trial(params, user_attrs={TrialKey.WARM_START: label})
         if plan.sampler == "grid" and space.priors:
             log.info("grid sampler: the priors are not enqueued (the grid covers the space itself)")
     if plan.sampler != "grid":
@@ -154,7 +155,7 @@ def enqueue_priors(study: optuna.Study, space: SearchSpace, plan: SearchPlan) ->
     trials = study.get_trials(deepcopy=False)
     # a prior the warm start already holds (same values for every key the prior names) is dropped
     warm = [params for _, params in plan.warm_start] + [t.params for t in plan.copied_trials]
-    queued = {t.user_attrs.get("prior") for t in trials}
+    queued = {t.user_attrs.get(TrialKey.PRIOR) for t in trials}
     priors = [p for p in space.priors if p.name not in queued
               and not any(all(w.get(k) == v for k, v in p.params.items()) for w in warm)]
     if not priors:
@@ -163,7 +164,7 @@ def enqueue_priors(study: optuna.Study, space: SearchSpace, plan: SearchPlan) ->
     room = max(0, plan.options.trials - len(counted(trials)) - waiting)
     fits, left = priors[:room], priors[room:]
     for prior in fits:
-        study.enqueue_trial(prior.params, user_attrs={"prior": prior.name})
+        study.enqueue_trial(prior.params, user_attrs={TrialKey.PRIOR: prior.name})
     if fits:
         log.info("enqueued %d published recipes as the first trials: %s", len(fits), ", ".join(p.name for p in fits))
     if left:

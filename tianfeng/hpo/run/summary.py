@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.url import storage_flag
 
 
@@ -46,7 +47,7 @@ def print_summary(study, storage: str) -> int:
         print(f"promote one with:\n  tianfeng promote --fastest-to LEVEL --study {study.study_name}{storage}\n"
               f"  (or tianfeng promote TRIAL; list the front again with tianfeng promote --front)")
         return 0
-    predicted = best.user_attrs.get("predicted")
+    predicted = best.user_attrs.get(TrialKey.PREDICTED)
     label = "fastest trial reaching the target" if mode == ObjectiveMode.TIME_TO_TARGET and all(
         c <= 0 for c in best.constraints.values()) else "best trial"
     print(f"{label}: #{best.number}  {metric} {score(best):.4f}"

@@ -9,10 +9,10 @@ from optuna.trial import TrialState
 
 from tianfeng.cost.walltime import format_seconds
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.judge.outcomes import TrialStatus
 from tianfeng.hpo.judge.scores import best_trial, epochs_reported, score
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan
 from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus
 from tianfeng.trainers.config import config_from_dict
 from tianfeng.trainers.schedules import peak_lr
 
@@ -35,21 +35,21 @@ class TrialLogger:
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         params = "  ".join(f"{k}={_short(v)}" for k, v in trial.params.items())
         took = (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete else 0
-        predicted = trial.user_attrs.get("predicted")
+        predicted = trial.user_attrs.get(TrialKey.PREDICTED)
         full = f"full run {format_seconds(predicted['seconds'])} ({predicted['gpu_hours']:.3g} GPU-h)  " \
             if predicted else ""
-        full += effective_lr_text(trial.user_attrs.get("config"))
+        full += effective_lr_text(trial.user_attrs.get(TrialKey.CONFIG))
         if trial.state == TrialState.COMPLETE:
             best = best_trial(study)
             best_text = f"best {score(best):.4g} (#{best.number})" if best else ""
             log.info("trial %d complete  %s %.4g  %s  %.1fs  %s%s", trial.number, self.metric,
                      score(trial), best_text, took, full, params)
         elif trial.state == TrialState.PRUNED:
-            why = "diverged" if trial.user_attrs.get("status") == TrialStatus.DIVERGED else f"at epoch {epochs_reported(trial)}"
+            why = "diverged" if trial.user_attrs.get(TrialKey.STATUS) == TrialStatus.DIVERGED else f"at epoch {epochs_reported(trial)}"
             log.info("trial %d pruned %s  %.1fs  %s%s", trial.number, why, took, full, params)
         else:
             log.warning("trial %d %s  %.1fs  %s  %s", trial.number, trial.state.name.lower(), took,
-                        params, trial.user_attrs.get("error", ""))
+                        params, trial.user_attrs.get(TrialKey.ERROR, ""))
 
 
 def _short(value: object) -> str:

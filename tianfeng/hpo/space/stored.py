@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import optuna
 
+from tianfeng.hpo.run.optuna_private import storage_of, study_id
+
 SPACE_ATTR = "tianfeng:space_yaml"
 
 
 def store_space_text(study: optuna.Study, text: str) -> None:
     # Optuna 5 keeps study system attributes on the storage only (as optuna-dashboard reads them)
-    study._storage.set_study_system_attr(study._study_id, SPACE_ATTR, text)
+    storage_of(study).set_study_system_attr(study_id(study), SPACE_ATTR, text)
 
 
 def space_text(study: optuna.Study) -> str | None:
-    stored = study._storage.get_study_system_attrs(study._study_id).get(SPACE_ATTR)
+    stored = storage_of(study).get_study_system_attrs(study_id(study)).get(SPACE_ATTR)
     return stored if stored is not None else study.user_attrs.get("space_yaml")

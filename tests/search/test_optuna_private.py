@@ -1,0 +1,32 @@
+"""The reaches past Optuna's public API, checked against the installed Optuna: a release that
+renames or moves one fails here, not in a user's search."""
+
+from __future__ import annotations
+
+import inspect
+
+import optuna
+from optuna.storages import RDBStorage
+
+from tianfeng.hpo.run.locked_storage import MarkingStorage
+from tianfeng.hpo.run.optuna_private import CREATE_NEW_TRIAL, storage_of, study_id, trial_id
+
+
+def test_the_study_and_trial_ids_are_the_storages_own(tmp_path) -> None:
+    storage = RDBStorage(f"sqlite:///{tmp_path / 'p.db'}")
+    study = optuna.create_study(study_name="p", storage=storage)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    assert study_id(study) == storage.get_study_id_from_name("p")
+    assert isinstance(storage_of(study), optuna.storages.BaseStorage)
+    for trial in study.get_trials():
+        assert storage.get_trial(trial_id(trial)).number == trial.number
+    storage_of(study).set_study_system_attr(study_id(study), "k", "v")
+    assert storage.get_study_system_attrs(study_id(study))["k"] == "v"
+
+
+def test_the_method_the_locked_storage_wraps_is_still_rdbstorages() -> None:
+    original = getattr(RDBStorage, CREATE_NEW_TRIAL)
+    assert list(inspect.signature(original).parameters) == ["self", "study_id", "template_trial"]
+    assert getattr(MarkingStorage, CREATE_NEW_TRIAL) is not original  # the override is the one called
+    source = inspect.getsource(RDBStorage.create_new_trial)
+    assert CREATE_NEW_TRIAL in source  # the public method still goes through it

@@ -1,0 +1,28 @@
+"""Every reach past Optuna's public API, in one room, each with why it is needed; the test beside
+it (tests/search/test_optuna_private.py) fails when an Optuna release moves one of them.
+
+- A study's storage and id: study system attributes (the stored space file) and a trial's state
+  written from outside its worker (a dead worker's trial marked interrupted) have no public API.
+- A trial's storage id: the storage's setters take it, the public trial object hides it.
+- `RDBStorage._create_new_trial`: the one method Optuna's cache calls for every new trial, which
+  the locked storage wraps to mark a trial with its worker as it starts."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial
+
+CREATE_NEW_TRIAL = "_create_new_trial"  # RDBStorage's, overridden by locked_storage.MarkingStorage
+
+
+def storage_of(study: optuna.Study) -> BaseStorage:
+    return study._storage
+
+
+def study_id(study: optuna.Study) -> int:
+    return study._study_id
+
+
+def trial_id(trial: FrozenTrial) -> int:
+    return trial._trial_id
