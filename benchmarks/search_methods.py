@@ -75,13 +75,13 @@ def _promote(storage: str, study: str, number: int, directory: Path) -> None:
 def _proxy_worker(plan: SearchPlan, space: SearchSpace, worker: int) -> tuple[optuna.Study, Callable[[], None]]:
     """The study as worker `worker` sees it (its own sampler stream) and a call that runs one
     proxy trial, logged as the search logs it."""
+    from tianfeng.hpo.judge.pruning import judging
     from tianfeng.hpo.run.objective import ProxyObjective
     from tianfeng.hpo.run.registry import make_sampler
     from tianfeng.hpo.run.runner import sampler_seed
-    from tianfeng.hpo.run.study import make_pruner
     from tianfeng.hpo.run.trial_log import TrialLogger
 
-    study = optuna.load_study(study_name=plan.study, storage=plan.options.storage, pruner=make_pruner(space, plan),
+    study = optuna.load_study(study_name=plan.study, storage=plan.options.storage, pruner=judging(space, plan.rung, plan.options.pruner).pruner,
                               sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, 0)))
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
     callbacks = [TrialLogger(space.objective.metric)]

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 import tianfeng
 from tests.search.conftest import write_space
+from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.judge.scores import predicted_s
 from tianfeng.hpo.judge.screen_check import (
     agreeing_length,
@@ -29,7 +30,6 @@ from tianfeng.hpo.judge.screen_check import (
 )
 from tianfeng.hpo.plan import SearchPlan, with_objective
 from tianfeng.hpo.run.registry import make_sampler, resolve_sampler
-from tianfeng.hpo.run.study import judged_by_peers, pruner_label
 from tianfeng.hpo.run.summary import print_summary
 from tianfeng.hpo.space.materialize import max_rung_epochs, sample_active
 from tianfeng.hpo.space.read import load_space
@@ -71,9 +71,10 @@ def test_the_auto_sampler_screens_at_random_and_searches_other_rungs_with_tpe(tm
     # and judged at the screen's end, as for accuracy: no peer cuts a (lengthened) screen short
     screen_plan = SearchPlan.of(space_path=str(space.path), data=None, storage="sqlite://", study="s", sampler="auto",
                              pruner="asha", seed=0, trials=1, timeout_s=None, runs_dir=str(tmp_path), rung="screen")
-    assert not judged_by_peers(to_target, screen_plan)
-    assert pruner_label(to_target, screen_plan) == "none (screened trials are judged at the screen's end)"
-    assert judged_by_peers(to_target, dataclasses.replace(screen_plan, rung="proxy"))
+    screened = judging(to_target, screen_plan.rung, screen_plan.options.pruner)
+    assert screened.peers is None and isinstance(screened.pruner, optuna.pruners.NopPruner)
+    assert screened.label == "none (screened trials are judged at the screen's end)"
+    assert judging(to_target, "proxy", screen_plan.options.pruner).peers is not None
 
 
 def test_tpe_screening_for_a_target_every_screen_misses_follows_the_screens_not_the_predicted_time(

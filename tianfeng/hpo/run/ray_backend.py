@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.run.budget import Budget, counted, raise_if_failing, repeated_failure
 from tianfeng.hpo.run.locked_storage import worker_id
@@ -34,7 +35,7 @@ from tianfeng.hpo.run.objective import (
 )
 from tianfeng.hpo.run.progress import StudyProgress
 from tianfeng.hpo.run.runner import new_stream, requeue_interrupted, sampler_seed
-from tianfeng.hpo.run.study import judged_by_peers, open_study
+from tianfeng.hpo.run.study import open_study
 from tianfeng.hpo.run.trial_log import TrialLogger, log_objective
 from tianfeng.hpo.space.materialize import screened_epochs, stopping_after
 from tianfeng.hpo.space.read import SearchSpace
@@ -273,7 +274,7 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
     log_objective(space)
     epochs = rung_epochs(space, plan.rung)
     pruner = plan.options.pruner
-    if judged_by_peers(space, plan):
+    if judging(space, plan.rung, pruner).peers is not None:
         log.warning("Ray's schedulers stop trials on the metric alone; with objective %s no trial is "
                     "pruned under --backend ray (the optuna backend compares trials of similar "
                     "predicted time)", space.objective.mode)

@@ -19,7 +19,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from tianfeng.hpo.judge.peers import PeerPruner
+from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.run.budget import Budget, StopOnRepeatedFailure, finished_count, raise_if_failing
 from tianfeng.hpo.run.locked_storage import (
@@ -33,11 +33,8 @@ from tianfeng.hpo.run.optuna_private import storage_of, trial_id
 from tianfeng.hpo.run.progress import StudyProgress
 from tianfeng.hpo.run.registry import make_sampler
 from tianfeng.hpo.run.study import (
-    judged_by_peers,
-    make_pruner,
     open_storage,
     open_study,
-    pruner_label,
 )
 from tianfeng.hpo.run.trial_log import TrialLogger, budget_text, log_objective
 from tianfeng.hpo.space.read import SearchSpace
@@ -72,17 +69,17 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     # a failed trial is one line of ours (TrialLogger); Optuna's traceback only with --debug
     quiet_optuna()
     space = space if space is not None else plan_space(plan)
+    judge = judging(space, plan.rung, plan.options.pruner)
     storage = open_storage(plan.options.storage, plan.options.heartbeat_s, plan.options.grace_s)
     study = optuna.load_study(study_name=plan.study, storage=storage,
                               sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, stream), plan.options.seed),
-                              pruner=make_pruner(space, plan))
+                              pruner=judge.pruner)
     budget = Budget(plan.options.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
     if budget.exhausted(study):
         return
     if isinstance(storage, LockedSQLiteStorage):  # the count checked as each trial starts
         storage.limit(plan.study, budget.exhausted_by)
-    peers = PeerPruner() if judged_by_peers(space, plan) else None
-    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, peers=peers)
+    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, peers=judge.peers)
     callbacks = [budget, StopOnRepeatedFailure(plan.options.failure_limit), TrialLogger(space.objective.metric)] + (
         [progress.update] if progress else []) + [lambda study, trial: raise_if_interrupted()] + (
         [after_trial] if after_trial else [])
@@ -148,7 +145,7 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: Sea
     done = finished_count(study)
     workers, why = resolve_workers(workers, plan.options.trials - done)
     log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s) (%s)",
-             plan.study, done, budget_text(plan), plan.sampler, pruner_label(space, plan), plan.rung, workers, why)
+             plan.study, done, budget_text(plan), plan.sampler, judging(space, plan.rung, plan.options.pruner).label, plan.rung, workers, why)
     total = plan.options.trials if plan.options.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
     stream = new_stream() if resume else 0
     with StudyProgress(total, space.objective.metric, enabled=progress) as bar:

@@ -13,12 +13,12 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.judge.past_warmup import PastWarmup
-from tianfeng.hpo.plan import SearchPlan, rung_epochs
+from tianfeng.hpo.judge.pruning import judging
+from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.run.budget import counted
 from tianfeng.hpo.run.dashboard import metric_names
 from tianfeng.hpo.run.locked_storage import rdb_storage
-from tianfeng.hpo.run.registry import PRUNERS, make_sampler
+from tianfeng.hpo.run.registry import make_sampler
 from tianfeng.hpo.space.read import SearchSpace, per_gpu_range
 from tianfeng.hpo.space.stored import store_space_text
 from tianfeng.hpo.trial_attrs import TrialKey
@@ -57,35 +57,6 @@ def directions(space: SearchSpace) -> list[str]:
     return ["minimize"] if mode == ObjectiveMode.TIME_TO_TARGET else [space.objective.direction]
 
 
-def make_pruner(space: SearchSpace, plan: SearchPlan) -> optuna.pruners.BasePruner:
-    if space.objective.mode != ObjectiveMode.ACCURACY:
-        return optuna.pruners.NopPruner()  # the objective's PeerPruner judges, see peer_pruning
-    if space.fidelities[plan.rung].stop_after_epochs:
-        # a screened trial is judged by its score at the screen's end: pruning it earlier would
-        # rank by fewer epochs than a lengthened screen (see screen_check) found reliable
-        return optuna.pruners.NopPruner()
-    return PastWarmup(PRUNERS[plan.options.pruner](rung_epochs(space, plan.rung)))
-
-
-def judged_by_peers(space: SearchSpace, plan: SearchPlan) -> bool:
-    """Pareto and time-to-target trials are pruned by `PeerPruner` (Optuna's pruners judge one
-    objective only), unless the plan prunes nothing or its rung screens (a screened trial is
-    judged at the screen's end, see make_pruner)."""
-    return (space.objective.mode != ObjectiveMode.ACCURACY and plan.options.pruner != "none"
-            and not space.fidelities[plan.rung].stop_after_epochs)
-
-
-def pruner_label(space: SearchSpace, plan: SearchPlan) -> str:
-    """What stops this plan's trials early, as the search's start line names it (`make_pruner`)."""
-    if judged_by_peers(space, plan):
-        return "peers (the median of trials as fast or faster)"
-    if plan.options.pruner == "none":
-        return "none"
-    if space.fidelities[plan.rung].stop_after_epochs:
-        return "none (screened trials are judged at the screen's end)"
-    return plan.options.pruner
-
-
 def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
                seed: int | None = None) -> optuna.Study:
     """The plan's study, created whole (Ctrl-C waits for it) or loaded to be resumed."""
@@ -119,7 +90,7 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
     study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
                                 directions=directions(space),
                                 sampler=make_sampler(plan.sampler, space, plan.options.seed if seed is None else seed, plan.options.seed),
-                                pruner=make_pruner(space, plan))
+                                pruner=judging(space, plan.rung, plan.options.pruner).pruner)
     if not exists:
         with warnings.catch_warnings():  # experimental since Optuna 3.2, and what the dashboard reads
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -1,0 +1,37 @@
+"""Who stops a plan's trials early, decided once: an Optuna pruner (past each trial's warm-up),
+the peer rule, or nobody; the search's start line names the same decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+
+from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.judge.past_warmup import PastWarmup
+from tianfeng.hpo.judge.peers import PeerPruner
+from tianfeng.hpo.run.registry import PRUNERS
+from tianfeng.hpo.space.materialize import max_rung_epochs
+from tianfeng.hpo.space.read import SearchSpace
+
+
+@dataclass(frozen=True)
+class Judging:
+    pruner: optuna.pruners.BasePruner  # the study's: NopPruner when Optuna's pruners do not judge
+    peers: PeerPruner | None  # the objective's peer rule, when it judges
+    label: str  # what stops trials early, in the search's start line
+
+
+def judging(space: SearchSpace, rung: str, pruner: str) -> Judging:
+    """Optuna's pruners compare one objective, so pareto and time-to-target trials are judged by
+    their peers (`PeerPruner`). A screened trial (its rung stops the full run after a few epochs)
+    is judged by its score at the screen's end: pruning it earlier would rank by fewer epochs than
+    a lengthened screen (see screen_check) found reliable."""
+    nobody = optuna.pruners.NopPruner()
+    if pruner == "none":
+        return Judging(nobody, None, "none")
+    if space.fidelities[rung].stop_after_epochs:
+        return Judging(nobody, None, "none (screened trials are judged at the screen's end)")
+    if space.objective.mode != ObjectiveMode.ACCURACY:
+        return Judging(nobody, PeerPruner(), "peers (the median of trials as fast or faster)")
+    return Judging(PastWarmup(PRUNERS[pruner](max_rung_epochs(space, rung))), None, pruner)
