@@ -43,7 +43,6 @@ from tianfeng.hpo.space.read import (
 from tianfeng.hpo.space.shipped import resolve_space, shipped_spaces
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.launch.local import run_here
-from tianfeng.launch.scheduler import SchedulerOptions
 from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
 from tianfeng.promotion.jobs import with_jobs
 from tianfeng.promotion.options import PromoteOptions
@@ -68,7 +67,9 @@ def search(space: str | Path, options: SearchOptions | None = None, **changes: A
     in `options.storage` and returned. `options` (a `SearchOptions`) holds what `tianfeng search`
     takes as flags; keyword arguments change single options:
     `search("large_batch.yaml", trials=60, objective="pareto", gpus=128)`. Ctrl-C raises
-    `SearchInterrupted` (a KeyboardInterrupt) once the cut trials are queued again."""
+    `SearchInterrupted` (a KeyboardInterrupt) once the cut trials are queued again. With
+    `launcher="slurm"` the study is created, its workers submitted as a job array, and the study
+    returned at once (the job in `study.user_attrs["workers_job"]`); the trials come as they run."""
     from tianfeng.hpo.run.runner import requeue_interrupted
     from tianfeng.terminal.interrupts import clear
 
@@ -90,6 +91,13 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
 
     plan, loaded = plan_search(space, o)  # the space, read once in this process
     named.append(plan.study)
+    if o.launcher != "local":
+        from tianfeng.hpo.run.study import open_study
+        from tianfeng.hpo.run.submitted import submit_workers
+
+        study_obj = open_study(plan, loaded, resume=o.resume, heartbeat=False)
+        submit_workers(plan, study_obj)
+        return study_obj
     if o.backend == "ray":
         from tianfeng.hpo.run.ray_backend import RayOptions, run_ray_search
 
@@ -136,7 +144,7 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
             loaded.user_attrs.get("metric", "value"), o.fastest_to, score(pick), pick.user_attrs[TrialKey.PREDICTED]["seconds"])
         trial = pick.number
     launch = Launch(o.nodes, o.gpus_per_node, o.device, o.master_addr, o.launcher,
-                    SchedulerOptions(o.partition, o.account, o.time, tuple(o.scheduler_args))) if o.nodes else None
+                    o.scheduler_options()) if o.nodes else None
     out = run_promotion(o.storage, o.study, trial, batch_size=o.batch_size, overrides=list(o.overrides),
                         runs_dir=Path(o.runs_dir), dry_run=o.dry_run, launch=launch)
     if o.mlflow and not o.dry_run and out["status"] not in (RunRecordStatus.PLANNED, RunRecordStatus.SUBMITTED):

@@ -47,6 +47,26 @@ def flag_name(field: dataclasses.Field) -> str:
     return (meta and meta.name) or "--" + field.name.replace("_", "-")
 
 
+def option_args(options: Any) -> list[str]:
+    """The command-line flags that give `options` again: one for each flag field whose value is
+    not its default (a repeated flag once per value, a tuple joined by commas)."""
+    args: list[str] = []
+    for field in dataclasses.fields(options):
+        meta, value = flag_of(field), getattr(options, field.name)
+        if meta is None or value == field.default:
+            continue
+        name = flag_name(field)
+        if isinstance(value, bool):
+            args += [name] if value else []
+        elif meta.repeat:
+            args += [a for v in value for a in (name, str(v))]
+        elif isinstance(value, tuple):
+            args += [name, ",".join(map(str, value))]
+        elif value is not None:
+            args += [name, str(value)]
+    return args
+
+
 def with_changes(options: T, verb: str, changes: dict[str, Any]) -> T:
     """A copy of the frozen dataclass `options` with `changes` (lists become tuples); an unknown
     name is one line naming `verb` and the closest known name."""

@@ -5,6 +5,7 @@ scheduler's refusals are one line, exit 2, nothing recorded."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -155,3 +156,55 @@ def test_the_schedulers_refusals_are_one_line_and_record_nothing(slurm_env, sear
     assert all(r["status"] != "submitted" for r in RunStore(storage).runs())
     out = _promote({**slurm_env, "PATH": "/nonexistent"}, tmp_path, storage)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "sbatch is not on PATH" in out.stderr
+
+
+def test_search_workers_run_as_a_job_array_and_a_signalled_task_requeues_its_trial(slurm_env, tmp_path) -> None:
+    """`tianfeng search --launcher slurm --workers 2`: the study is created here and two array
+    tasks spend its budget; the pre-timeout signal stops each task's worker as Ctrl-C does (its
+    cut trial queued again from its checkpoint) and requeues the task, which continues it."""
+    import optuna
+    from optuna.trial import TrialState
+
+    space = copy.deepcopy(TINY_SPACE)
+    space["base"]["phases"][0]["epochs"] = 12  # trials long enough to be cut mid-run
+    space_file = write_space(tmp_path, space)
+    storage = f"sqlite:///{tmp_path / 'search.db'}"
+    out = _cli(slurm_env, tmp_path, "search", "--space", str(space_file), "--storage", storage, "--study", "arr",
+               "--fidelity", "target", "--trials", "4", "--sampler", "random", "--pruner", "none",
+               "--launcher", "slurm", "--workers", "2", "--time", "20", "--runs-dir", str(tmp_path / "runs"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    study = optuna.load_study(study_name="arr", storage=storage)
+    job = study.user_attrs["workers_job"]
+    assert job["launcher"] == "slurm" and job["workers"] == 2 and f"job {job['job']}" in out.stdout
+
+    def running_with_epochs() -> bool:
+        trials = optuna.load_study(study_name="arr", storage=storage).get_trials(deepcopy=False)
+        return any(t.state == TrialState.RUNNING and len(t.intermediate_values) >= 2 for t in trials)
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not running_with_epochs():
+        time.sleep(0.2)
+    assert running_with_epochs()
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job["job"]], check=True, env=slurm_env)  # every task
+
+    def tasks() -> list[dict[str, str]]:
+        out = subprocess.run(["scontrol", "show", "job", "-o", job["job"]], capture_output=True, text=True,
+                             env=slurm_env)
+        return [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in out.stdout.splitlines()]
+
+    deadline = time.monotonic() + 420
+    while time.monotonic() < deadline and not (len(tasks()) == 2 and all(t["JobState"] == "COMPLETED"
+                                                                          for t in tasks())):
+        time.sleep(1)
+    assert sorted(t["ArrayTaskId"] for t in tasks()) == ["0", "1"]
+    assert all(t["JobState"] == "COMPLETED" for t in tasks()), tasks()
+    assert any(int(t["Restarts"]) >= 1 for t in tasks())  # the same task, started again
+    trials = optuna.load_study(study_name="arr", storage=storage).get_trials()
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    cut = [t for t in trials if t.user_attrs.get("status") == "interrupted"]
+    assert len(complete) == 4 and cut, [(t.number, t.state, t.user_attrs.get("status")) for t in trials]
+    # each cut trial was continued by a later trial that completed, from the cut one's checkpoint
+    continued = {t.system_attrs.get("failed_trial"): t for t in complete}
+    assert all(c.number in continued for c in cut)
+    logs = "".join(p.read_text() for p in Path(job["log_dir"]).glob("slurm-*_*.out"))
+    assert "the worker stops, its trial is queued again, and the task is requeued" in logs

@@ -42,16 +42,48 @@ def test_every_flag_of_search_is_generated_from_an_option_with_its_default() -> 
     ({"failure_limit": 0}, "--failure-limit: must be >= 1"),
     ({"grace_s": 10}, "--grace-s: must be longer than the heartbeat interval (10 s)"),
     ({"backend": "ray", "workers": 2}, "--workers: is for the optuna backend"),
-    ({"cpus_per_trial": 2.0}, "--backend: --address, --cpus-per-trial and --gpus-per-trial need --backend ray"),
+    ({"cpus_per_trial": 2.0}, "--backend: --cpus-per-trial and --gpus-per-trial need --backend ray or --launcher slurm"),
     ({"objective": "fastest"}, "--objective: must be one of accuracy, pareto, time-to-target"),
     ({"sampler": "bayes"}, "--sampler: must be one of auto, tpe"),
     ({"target": float("nan")}, "--target: must be a finite number"),
     ({"min_accuracy": 100.0}, "--min-accuracy: must be a percentage in [0, 100)"),
     ({"timeout_s": -1.0}, "--timeout: must be a positive duration"),
+    ({"ray_address": "auto"}, "--backend: --address needs --backend ray"),
+    ({"launcher": "slurm"}, "--workers: with --launcher slurm: give the job array's tasks"),
+    ({"launcher": "slurm", "workers": 2, "promote": "leader"}, "--launcher: slurm submits optuna workers"),
+    ({"partition": "gpu"}, "--partition: goes with --launcher slurm"),
+    ({"launcher": "pbs"}, "--launcher: must be one of local, slurm"),
 ])
 def test_each_option_is_checked_in_one_place(changes: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         SearchOptions().changed(**changes).checked()
+
+
+def test_the_workers_command_gives_the_resolved_search_again(tmp_path: Path) -> None:
+    """Each Slurm task runs `tianfeng search` with the flags that rebuild this search as resolved
+    here (study, rung, sampler, floor), joining the study with paths that hold on any node; a
+    flag dropped or a default taken for a change fails here."""
+    from tianfeng.hpo.plan import SearchPlan
+    from tianfeng.hpo.run.submitted import array_script, worker_options
+
+    plan = SearchPlan.of(tmp_path / "s.yaml", study="s", rung="screen", sampler="random", floor=41.5, trials=9,
+                         launcher="slurm", workers=3, time="1:00:00", seed=4, timeout_s=600.0,
+                         runs_dir="runs", cpus_per_trial=2.0, objective="pareto")
+    parser = build_parser().commands["search"]
+    script = array_script(plan, 3, tmp_path / "logs")
+    command = next(line for line in script.splitlines() if " -m tianfeng.cli search " in line)
+    import shlex
+
+    argv = shlex.split(command.removesuffix(" &"))
+    rebuilt = search_options(parser.parse_args(argv[argv.index("search") + 1:])).checked()
+    assert rebuilt == dataclasses.replace(worker_options(plan), runs_dir=Path(worker_options(plan).runs_dir)).checked()
+    assert (rebuilt.study, rebuilt.fidelity, rebuilt.sampler, rebuilt.min_accuracy, rebuilt.trials, rebuilt.seed,
+            rebuilt.timeout_s, rebuilt.objective, rebuilt.workers, rebuilt.resume, rebuilt.launcher) == (
+        "s", "screen", "random", 41.5, 9, 4, 600.0, "pareto", 1, True, "local")
+    assert Path(rebuilt.runs_dir).is_absolute() and Path(argv[argv.index("--space") + 1]).is_absolute()
+    for line in ("#SBATCH --array=0-2", "#SBATCH --cpus-per-task=2", "#SBATCH --requeue", "#SBATCH --time=1:00:00",
+                 "#SBATCH --signal=B:USR1@120", f"#SBATCH --output={tmp_path / 'logs'}/slurm-%A_%a.out"):
+        assert line in script.splitlines(), line
 
 
 def test_a_mistyped_option_names_the_closest_one() -> None:

@@ -23,6 +23,7 @@ from tianfeng.defaults import (
     SAMPLER_NAMES,
     STORAGE_HELP,
 )
+from tianfeng.launch.submit_options import SubmitOptions
 from tianfeng.options import option, with_changes
 from tianfeng.trainers.config import ConfigError
 
@@ -43,10 +44,11 @@ def parse_duration(text: str | None) -> float | None:
 
 
 @dataclass(frozen=True)
-class SearchOptions:
+class SearchOptions(SubmitOptions):
     """What `tianfeng search` takes besides the space: each field with `option(...)` is the flag
     of the same name (`ray_address` is `--address`, `timeout_s` is `--timeout`), generated from
-    it; `progress` is the Python API's alone."""
+    it; `progress` is the Python API's alone. With `launcher` slurm the workers are a job array
+    of `workers` tasks (`SubmitOptions` has the job's flags)."""
     mlflow: str | None = option(None, "also log every trial (parameters, per-epoch metrics, final score) as an "
                                 "MLflow run in an experiment named after the study, e.g. sqlite:///mlflow.db",
                                 metavar="URI")
@@ -61,15 +63,17 @@ class SearchOptions:
     trials: int = option(DEFAULT_TRIALS, "the study's trial budget, counting trials already done")
     timeout_s: float | None = option(None, "stop starting trials after this long: 90s, 10m, 1h", name="--timeout",
                                      from_text=parse_duration)
-    workers: int | str = option("auto", "local worker processes sharing the study; auto: one per GPU, or without "
-                                "GPUs one per CPU core (up to 8) with the cores shared out; 1 runs the trials one "
-                                "at a time, in a reproducible order")
+    workers: int | str = option("auto", "worker processes sharing the study; auto: one per GPU, or without GPUs one "
+                                "per CPU core (up to 8) with the cores shared out; 1 runs the trials one at a time, "
+                                "in a reproducible order; with --launcher slurm, the job array's tasks")
     backend: str = option("optuna", "optuna: local worker processes; ray: Ray Tune places the trials (local or a "
                           "cluster) and prunes with its own ASHA; both record in the study", choices=BACKENDS)
     ray_address: str | None = option(None, "with --backend ray: auto or HOST:PORT of a running Ray cluster "
                                      "(default: start one here)", name="--address")
-    cpus_per_trial: float | None = option(None, "with --backend ray (default 1)")
-    gpus_per_trial: float | None = option(None, "with --backend ray (default 1 on a cluster with GPUs, else 0)")
+    cpus_per_trial: float | None = option(None, "with --backend ray (default 1), or --launcher slurm: each "
+                                          "worker's CPUs")
+    gpus_per_trial: float | None = option(None, "with --backend ray (default 1 on a cluster with GPUs, else 0), or "
+                                          "--launcher slurm: each worker's GPUs")
     fidelity: str | None = option(None, "the rung trials run at (default: the space's search_fidelity)")
     objective: str | None = option(None, "accuracy: the metric alone; pareto: the metric against the full run's "
                                    "predicted wall time on the cluster; time-to-target: least predicted time whose "
@@ -132,9 +136,18 @@ class SearchOptions:
                                     "as --cpus-per-trial and --gpus-per-trial allow")
         if self.backend == "ray" and self.promote != "none":
             raise fail("--promote", "needs --backend optuna (its workers pause while a promoted run trains)")
-        if self.backend == "optuna" and any(v is not None for v in (self.ray_address, self.cpus_per_trial,
-                                                                     self.gpus_per_trial)):
-            raise fail("--backend", "--address, --cpus-per-trial and --gpus-per-trial need --backend ray")
+        self.check_submit()
+        if self.launcher != "local":
+            if self.backend != "optuna" or self.promote != "none":
+                raise fail("--launcher", f"{self.launcher} submits optuna workers: not with --backend ray or "
+                                         "--promote leader")
+            if workers == "auto":
+                raise fail("--workers", f"with --launcher {self.launcher}: give the job array's tasks, e.g. --workers 4")
+        if self.backend == "optuna" and self.ray_address is not None:
+            raise fail("--backend", "--address needs --backend ray")
+        if self.backend == "optuna" and self.launcher == "local" and any(
+                v is not None for v in (self.cpus_per_trial, self.gpus_per_trial)):
+            raise fail("--backend", "--cpus-per-trial and --gpus-per-trial need --backend ray or --launcher slurm")
         if self.cpus_per_trial is not None and not (math.isfinite(self.cpus_per_trial) and self.cpus_per_trial > 0):
             raise fail("--cpus-per-trial", f"must be > 0, got {self.cpus_per_trial:g}")
         if self.gpus_per_trial is not None and not (math.isfinite(self.gpus_per_trial) and self.gpus_per_trial >= 0):

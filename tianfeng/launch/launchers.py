@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from tianfeng.launch.scheduler import LaunchError, Scheduler
 from tianfeng.launch.slurm import Slurm
+from tianfeng.launch.submit_options import LAUNCHERS
 
-LAUNCHERS = ("local", "slurm")
 _SCHEDULERS: dict[str, type] = {"slurm": Slurm}
 
 

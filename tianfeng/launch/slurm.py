@@ -49,10 +49,11 @@ def _run(args: list[str], what: str) -> str:
     return out.stdout
 
 
-def sbatch_directives(options: SchedulerOptions, log_dir: Path) -> list[str]:
-    """The #SBATCH lines the options add: limits, where the output goes, and requeue on
-    preemption with a signal before the time limit."""
-    lines = [f"--output={log_dir}/slurm-%j.out", "--open-mode=append", "--requeue",
+def sbatch_directives(options: SchedulerOptions, log_dir: Path, output: str = "slurm-%j.out") -> list[str]:
+    """The #SBATCH lines the options add: limits, where the output goes (`output` in `log_dir`:
+    slurm-%A_%a.out for a job array), and requeue on preemption with a signal before the time
+    limit."""
+    lines = [f"--output={log_dir}/{output}", "--open-mode=append", "--requeue",
              f"--signal=B:USR1@{options.signal_s}"]
     for flag, value in (("--partition", options.partition), ("--account", options.account),
                         ("--time", options.time)):

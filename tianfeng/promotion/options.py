@@ -8,16 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
-from tianfeng.launch.launchers import LAUNCHERS
-from tianfeng.launch.slurm import time_limit_s
+from tianfeng.launch.submit_options import SubmitOptions
 from tianfeng.options import option, with_changes
 from tianfeng.trainers.config import ConfigError
 
 
 @dataclass(frozen=True)
-class PromoteOptions:
+class PromoteOptions(SubmitOptions):
     """What `tianfeng promote` takes besides the trial; each field is the flag of the same name,
-    generated from it (`overrides` is `--set`, `scheduler_args` is `--sbatch-arg`)."""
+    generated from it (`overrides` is `--set`); the launcher's come from `SubmitOptions`."""
     study: str | None = option(None, "study name (default: the only study in the storage)")
     storage: str = option(DEFAULT_STORAGE, STORAGE_HELP, show_default=False)
     fastest_to: float | None = option(None, "promote the front trial with the least predicted wall time whose proxy "
@@ -36,14 +35,6 @@ class PromoteOptions:
     master_addr: str = option("127.0.0.1", "with --nodes: rendezvous host (the first node)")
     mlflow: str | None = option(None, "also log the study's trials and promoted runs as MLflow runs, e.g. "
                                 "sqlite:///mlflow.db", metavar="URI")
-    launcher: str = option("local", "with --nodes: local runs the plan here (cpu) or writes it (cuda); slurm "
-                           "submits it with sbatch, requeueable, and returns (tianfeng runs follows it)",
-                           choices=LAUNCHERS)
-    partition: str | None = option(None, "with --launcher slurm: the job's partition")
-    account: str | None = option(None, "with --launcher slurm: the job's account")
-    time: str | None = option(None, "with --launcher slurm: the job's time limit, e.g. 4:00:00")
-    scheduler_args: tuple[str, ...] = option((), "with --launcher slurm: passed to sbatch as it is (repeatable)",
-                                             name="--sbatch-arg", repeat=True, metavar="ARG")
 
     def changed(self, **changes: Any) -> PromoteOptions:
         """A copy with `changes`; an unknown name is one line with the closest known one."""
@@ -59,14 +50,7 @@ class PromoteOptions:
             raise ConfigError("--nodes", "", "give --nodes and --gpus-per-node together")
         if self.device not in ("cuda", "cpu"):
             raise ConfigError("--device", self.device, "allowed: cuda, cpu")
-        if self.launcher not in LAUNCHERS:
-            raise ConfigError("--launcher", "", f"must be one of {', '.join(LAUNCHERS)}; got {self.launcher!r}")
+        self.check_submit()
         if self.launcher != "local" and self.nodes is None:
             raise ConfigError("--launcher", "", f"{self.launcher} needs --nodes and --gpus-per-node")
-        scheduler_only = [f for f, v in (("--partition", self.partition), ("--account", self.account),
-                                         ("--time", self.time), ("--sbatch-arg", self.scheduler_args)) if v]
-        if scheduler_only and self.launcher == "local":
-            raise ConfigError(scheduler_only[0], "", "goes with --launcher slurm")
-        if self.time is not None:
-            time_limit_s(self.time)
         return self

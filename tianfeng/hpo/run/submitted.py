@@ -1,0 +1,88 @@
+"""A search's workers submitted to Slurm: a job array whose every task runs one worker (`tianfeng
+search --resume --workers 1`) on the study this process created, so the budget is spent on the
+cluster while nothing runs here. Each worker draws from its own sampler stream; a task signalled
+before its time limit (or preempted) stops its worker, whose cut trial is queued again from its
+checkpoint, and is requeued; a worker killed outright leaves its trial to the heartbeat, which
+another worker retries. The study records the job (`workers_job`)."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from tianfeng.hpo.options import SearchOptions
+from tianfeng.hpo.plan import SearchPlan
+from tianfeng.launch.launchers import scheduler
+from tianfeng.launch.slurm import sbatch_directives
+from tianfeng.options import option_args
+
+log = logging.getLogger("tianfeng.search")
+
+WORKERS_JOB = "workers_job"  # study attribute: {launcher, job, workers, script, log_dir}
+
+
+def worker_options(plan: SearchPlan) -> SearchOptions:
+    """What each task's worker runs: the search's own options, resolved as this process resolved
+    them (study, rung, sampler, floor), joining the study, with paths that hold on any node."""
+    o = plan.options
+    return SearchOptions().changed(
+        data=o.data, study=plan.study, storage=o.storage, sampler=plan.sampler, pruner=o.pruner, trials=o.trials,
+        timeout_s=o.timeout_s, workers=1, fidelity=plan.rung, objective=o.objective, target=o.target,
+        min_accuracy=o.min_accuracy if plan.floor is None else plan.floor, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
+        resume=True, seed=o.seed, runs_dir=str(plan.runs_root.resolve()), verbose=o.verbose,
+        failure_limit=o.failure_limit, heartbeat_s=o.heartbeat_s, grace_s=o.grace_s)
+
+
+def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:
+    """The batch script of the job array: one worker per task, in the background so that the
+    batch shell's trap runs when the pre-timeout signal comes (bash runs a trap only between
+    commands), and the trap stops the worker as Ctrl-C would."""
+    o = plan.options
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "tianfeng.cli", "search", "--space",
+                                                 str(Path(plan.space_path).resolve()),
+                                                 *option_args(worker_options(plan))])
+    resources = [f"#SBATCH --cpus-per-task={int(o.cpus_per_trial)}\n" if o.cpus_per_trial else "",
+                 f"#SBATCH --gpus-per-task={int(o.gpus_per_trial)}\n" if o.gpus_per_trial else ""]
+    directives = "".join(f"{d}\n" for d in sbatch_directives(o.scheduler_options(), log_dir, "slurm-%A_%a.out"))
+    task = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
+    return (f"#!/bin/bash\n#SBATCH --job-name=search-{plan.study}\n#SBATCH --array=0-{workers - 1}\n"
+            f"#SBATCH --ntasks=1\n{''.join(resources)}#SBATCH --chdir={Path.cwd()}\n{directives}"
+            "set -uo pipefail\n"
+            "set -m  # job control: a background worker keeps Ctrl-C (SIGINT), which it needs to queue its trial again\n"
+            "requeue() {\n"
+            f"  echo \"tianfeng: task {task[1:-1]}: signal before its time limit: the worker stops, its trial "
+            "is queued again, and the task is requeued\" >&2\n"
+            "  kill -INT \"$worker\" 2> /dev/null; wait \"$worker\"\n"
+            f"  scontrol requeue {task}\n"
+            "}\n"
+            "trap requeue USR1\n"
+            f"{command} &\n"
+            "worker=$!\n"
+            "wait \"$worker\"; status=$?\n"
+            "while kill -0 \"$worker\" 2> /dev/null; do wait \"$worker\"; status=$?; done  # a trap cut the wait\n"
+            "exit \"$status\"\n")
+
+
+def submit_workers(plan: SearchPlan, study) -> dict:
+    """Submit the search's workers as a job array (the study already created); returns the job
+    as the study records it."""
+    o = plan.options
+    sched = scheduler(o.launcher)
+    sched.check(o.scheduler_options())
+    workers = int(o.workers)
+    log_dir = plan.runs_root.resolve() / plan.study / o.launcher
+    log_dir.mkdir(parents=True, exist_ok=True)
+    script = log_dir / "search-workers.sh"
+    script.write_text(array_script(plan, workers, log_dir))
+    script.chmod(0o755)
+    if o.storage.startswith("sqlite"):
+        log.warning("the study is a SQLite file: every node must see it (a shared file system) and few "
+                    "workers write at once; use postgresql://... for many")
+    job = sched.submit(script, o.scheduler_options())
+    record = {"launcher": o.launcher, "job": job, "workers": workers, "script": str(script), "log_dir": str(log_dir)}
+    study.set_user_attr(WORKERS_JOB, record)
+    log.info("study %s: %d workers submitted as %s job array %s (logs in %s)", plan.study, workers, o.launcher,
+             job, log_dir)
+    return record
