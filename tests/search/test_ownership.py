@@ -32,21 +32,21 @@ def test_a_same_named_study_in_another_database_is_refused_before_it_exists(tmp_
     second = plan_for(tmp_path, tiny_space_file, trials=2, study="x", storage=f"sqlite:///{tmp_path / 'b.db'}")
     with pytest.raises(ConfigError, match=r"holds the runs of study x in sqlite:///.*a\.db"):
         run_search(second, workers=1, resume=False)
-    assert optuna.get_all_study_names(second.storage) == []  # nothing half-made to trip a retry
+    assert optuna.get_all_study_names(second.options.storage) == []  # nothing half-made to trip a retry
     assert _files(folder) == before
     # the owner itself resumes in its folder, and another --runs-dir serves the second study
-    run_search(plan_for(tmp_path, tiny_space_file, trials=3, study="x", storage=first.storage),
+    run_search(plan_for(tmp_path, tiny_space_file, trials=3, study="x", storage=first.options.storage),
                workers=1, resume=True)
-    assert len(optuna.load_study(study_name="x", storage=first.storage).trials) == 3
+    assert len(optuna.load_study(study_name="x", storage=first.options.storage).trials) == 3
     other = plan_for(tmp_path, tiny_space_file, trials=1, study="x", storage=f"sqlite:///{tmp_path / 'c.db'}",
-                     runs_root=str(tmp_path / "other-runs"))
+                     runs_dir=str(tmp_path / "other-runs"))
     run_search(other, workers=1, resume=False)
     assert (tmp_path / "other-runs" / "x" / "trial-0").is_dir()
     # promoting that study's trial into the first study's folder is refused, dry run or not
     before = _files(folder)
     for dry_run in (True, False):
         with pytest.raises(ConfigError, match="holds the runs of study x"):
-            promote(other.storage, "x", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "runs", dry_run=dry_run)
+            promote(other.options.storage, "x", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "runs", dry_run=dry_run)
     assert _files(folder) == before
 
 
@@ -63,17 +63,17 @@ def test_a_report_of_another_study_is_not_overwritten(tmp_path: Path, tiny_space
     monkeypatch.chdir(tmp_path)
     a = plan_for(tmp_path, tiny_space_file, trials=1, study="x", storage=f"sqlite:///{tmp_path / 'a.db'}")
     run_search(a, workers=1, resume=False)
-    page = build_report(a.storage, "x")
+    page = build_report(a.options.storage, "x")
     assert page == Path("reports/x.html")
-    assert build_report(a.storage, "x") == page  # its own report is rewritten
+    assert build_report(a.options.storage, "x") == page  # its own report is rewritten
     written = page.read_bytes()  # (each build stamps its own time: read after the last one)
     b = plan_for(tmp_path, tiny_space_file, trials=1, study="x", storage=f"sqlite:///{tmp_path / 'b.db'}",
-                 runs_root=str(tmp_path / "b-runs"))
+                 runs_dir=str(tmp_path / "b-runs"))
     run_search(b, workers=1, resume=False)
     with pytest.raises(ConfigError, match=r"reports/x\.html is the report of study x in sqlite:///.*a\.db"):
-        build_report(b.storage, "x")
+        build_report(b.options.storage, "x")
     assert page.read_bytes() == written
-    assert build_report(b.storage, "x", tmp_path / "b.html").exists()
+    assert build_report(b.options.storage, "x", tmp_path / "b.html").exists()
 
 
 @pytest.mark.slow

@@ -101,28 +101,28 @@ def test_promote_dry_run_then_real_run_then_resume(finished_study, tmp_path: Pat
 
 def test_promote_rejects_unknown_and_pruned_trials(finished_study, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such trial"):
-        promote(finished_study.storage, "p", 99, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True)
+        promote(finished_study.options.storage, "p", 99, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True)
     with pytest.raises(ConfigError, match="no such study"):
-        promote(finished_study.storage, "nope", 0, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True)
+        promote(finished_study.options.storage, "nope", 0, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True)
 
 
 def test_cli_promote_and_runs(finished_study, tmp_path: Path) -> None:
     base = [sys.executable, "-m", "tianfeng.cli"]
-    out = subprocess.run([*base, "promote", "1", "--study", "p", "--storage", finished_study.storage,
+    out = subprocess.run([*base, "promote", "1", "--study", "p", "--storage", finished_study.options.storage,
                           "--runs-dir", str(tmp_path / "r"), "--json"], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["status"] == "completed" and "proxy -> full transfer" in out.stderr
     assert (tmp_path / result["report"]).exists()  # the study's report is rewritten after promote
-    again = subprocess.run([*base, "promote", "1", "--study", "p", "--storage", finished_study.storage,
+    again = subprocess.run([*base, "promote", "1", "--study", "p", "--storage", finished_study.options.storage,
                             "--runs-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert again.stdout.startswith("trial 1 of p completed: val_top1 ") and "reused from an earlier promotion" in again.stdout
-    listed = subprocess.run([*base, "runs", "--storage", finished_study.storage, "--json"],
+    listed = subprocess.run([*base, "runs", "--storage", finished_study.options.storage, "--json"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     rows = json.loads(listed.stdout)
     assert [r["trial_number"] for r in rows] == [1]
-    bad = subprocess.run([*base, "promote", "42", "--study", "p", "--storage", finished_study.storage],
+    bad = subprocess.run([*base, "promote", "42", "--study", "p", "--storage", finished_study.options.storage],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such trial" in bad.stderr
 
@@ -233,7 +233,7 @@ def test_promote_plan_must_fit_the_world(finished_study, tmp_path: Path) -> None
     from tianfeng.promotion.run import Launch
 
     with pytest.raises(ConfigError, match=r"must be divisible by nodes x GPUs \(3 x 1 = 3\)"):
-        promote(finished_study.storage, "p", 0, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True,
+        promote(finished_study.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True,
                 launch=Launch(nodes=3, per_node=1))
 
 
@@ -270,7 +270,7 @@ def test_a_killed_promotion_is_listed_as_interrupted_and_resumes(finished_study,
     import time
 
     base = [sys.executable, "-m", "tianfeng.cli"]
-    storage = finished_study.storage
+    storage = finished_study.options.storage
     promote_args = [*base, "promote", "0", "--study", "p", "--storage", storage, "--runs-dir", str(tmp_path / "r"),
                     "--set", "phases.0.epochs=120"]
     first = subprocess.Popen(promote_args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
