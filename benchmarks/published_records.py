@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from common import ROOT  # noqa: F401  (puts the repository on the path)
 
 from tianfeng.cost.cluster import ClusterSpec, checked
+from tianfeng.cost.published_rates import POINTS, fitted
+from tianfeng.cost.step_time import DEVICES
 from tianfeng.cost.walltime import format_seconds, predict_wall_time
 from tianfeng.trainers.config import config_from_dict
 
@@ -50,6 +52,11 @@ NETWORKS = {
     # description says the same); 10 us a hop, as for DGX-1, an assumption
     "dgxa100-ib": Network(4800.0, 200.0, 8, 10.0, "DGX A100: NVLink 3, eight 200 Gbit/s HDR InfiniBand (datasheet)"),
     "big-basin": Network(640.0, 50.0, 1, 30.0, "Goyal et al. 2017 section 5: Big Basin, 50 Gbit Ethernet"),
+    # DGX H100 and CoreWeave's HGX H100: NVLink 4 (900 GB/s a GPU) through NVSwitch, eight 400
+    # Gbit/s NDR InfiniBand adapters for compute (the MLPerf v3.1 and v4.0 system descriptions)
+    "dgxh100-ib": Network(7200.0, 400.0, 8, 10.0, "DGX/HGX H100: NVLink 4, eight 400 Gbit/s NDR (MLPerf systems)"),
+    # DGX-2H: 16 V100 SXM3 on NVSwitch (300 GB/s a GPU), eight 100 Gbit/s EDR adapters (MLPerf v0.7 system)
+    "dgx2h-ib": Network(2400.0, 100.0, 8, 10.0, "DGX-2H: NVSwitch, eight 100 Gbit/s EDR (MLPerf v0.7 system)"),
 }
 
 
@@ -68,6 +75,41 @@ class Record:
     optimizer: str
     timed_from_first_step: bool  # MLPerf's clock starts after initialisation
     source: str
+    stack: str = "pytorch"  # a key of tianfeng.cost.step_time.STACKS
+    mlperf: tuple[str, str] | None = None  # (round, system) of its logs, as published_rates names them
+    check: bool = False  # a round kept out of the fitted rates: an independent check
+
+
+def _mlperf(rnd: str, system: str, device: str, gpus: int, per_node: int, network: str, cores: float,
+            per_gpu: int, epochs: int, seconds: float, check: bool = False) -> Record:
+    """A record from NVIDIA's MLPerf logs: MXNet with DALI, fp16, LARS; epochs to the target and
+    the time from run_start to run_stop as the five runs' median."""
+    return Record(f"NVIDIA MLPerf {rnd} {gpus} GPUs", seconds, device, gpus, per_node, network, "fp16",
+                  ((epochs, 224, per_gpu * gpus),), "dali", cores, "lars", True,
+                  f"training_results_{rnd} NVIDIA/results/{system}: {gpus} GPUs, {per_gpu} a GPU, {epochs} epochs, "
+                  f"{seconds:.1f} s (median of the successful runs, MLPerf's clock)",
+                  "mxnet-mlperf", (rnd, system), check)
+
+
+MLPERF_RECORDS = (
+    _mlperf("v1.0", "dgxa100_ngc21.05_mxnet", "a100", 8, 8, "dgxa100-ib", 16.0, 408, 35, 1724.5),
+    _mlperf("v1.1", "dgxa100_n8_ngc21.09_mxnet", "a100", 64, 8, "dgxa100-ib", 16.0, 51, 35, 271.9),
+    _mlperf("v1.1", "dgxa100_n128_ngc21.09_mxnet", "a100", 1024, 8, "dgxa100-ib", 16.0, 35, 60, 34.5),
+    _mlperf("v1.1", "dgxa100_n540_ngc21.09_mxnet", "a100", 4320, 8, "dgxa100-ib", 16.0, 15, 85, 20.9),
+    _mlperf("v2.1", "dgxa100_ngc22.04_mxnet", "a100", 8, 8, "dgxa100-ib", 16.0, 408, 35, 1719.2),
+    _mlperf("v3.1", "eos_ngc23.09_mxnet", "h100", 8, 8, "dgxh100-ib", 14.0, 400, 35, 811.3),
+    _mlperf("v3.1", "eos_n8_ngc23.09_mxnet", "h100", 64, 8, "dgxh100-ib", 14.0, 50, 35, 149.7),
+    _mlperf("v3.1", "coreweave_hgxh100_n448_ngc23.04_mxnet", "h100", 3584, 8, "dgxh100-ib", 14.0, 16, 77, 11.0),
+    _mlperf("v4.0", "eos_n316_ngc24.04_mxnet", "h100", 2528, 8, "dgxh100-ib", 14.0, 16, 70, 13.9),
+    # kept out of the fitted rates (v0.7, v3.0): the independent check
+    _mlperf("v0.7", "dgx1_ngc20.06_mxnet", "v100", 8, 8, "dgx1-ib", 5.0, 208, 37, 4271.9, check=True),
+    _mlperf("v0.7", "dgx2h_n32_ngc20.06_mxnet", "v100", 512, 16, "dgx2h-ib", 3.0, 65, 56, 120.2, check=True),
+    _mlperf("v0.7", "dgxa100_ngc20.06_mxnet", "a100", 8, 8, "dgxa100-ib", 16.0, 408, 41, 2366.7, check=True),
+    _mlperf("v0.7", "dgxa100_n96_ngc20.06_mxnet", "a100", 768, 8, "dgxa100-ib", 16.0, 45, 59, 63.4, check=True),
+    _mlperf("v3.0", "dgxh100_ngc23.04_mxnet", "h100", 8, 8, "dgxh100-ib", 14.0, 400, 35, 815.5, check=True),
+    _mlperf("v3.0", "dgxh100_n64_ngc23.04_mxnet", "h100", 512, 8, "dgxh100-ib", 14.0, 40, 50, 29.9, check=True),
+    _mlperf("v3.0", "dgxh100_n96_ngc23.04_mxnet", "h100", 768, 8, "dgxh100-ib", 14.0, 42, 56, 22.2, check=True),
+)
 
 
 RECORDS = (
@@ -81,10 +123,6 @@ RECORDS = (
     Record("Fujitsu MLPerf v0.6", 70.4, "v100", 2048, 4, "abci", "fp16", ((90, 224, 86016),), "dali", 10.0,
            "lars", True, "training_results_v0.6 Fujitsu: 2048 V100 on ABCI, batch 86016, 90 epochs, MXNet + "
            "DALI, 70.4 s (MLPerf clock)"),
-    Record("NVIDIA MLPerf v1.0", 294.6, "a100", 64, 8, "dgxa100-ib", "fp16", ((45, 224, 13056),), "dali", 16.0,
-           "lars", True, "training_results_v1.0 NVIDIA dgxa100_n8_ngc21.05_mxnet: 8 DGX A100 (A100 SXM4 80 GB, "
-           "two 64-core EPYC 7742 a node), 204 images a GPU (batch 13056), MXNet + DALI, fp16; each of the five "
-           "logged runs reached the target after 45 epochs, 294.5-294.6 s from run_start to run_stop"),
 )
 
 LEFT_OUT = (
@@ -93,7 +131,24 @@ LEFT_OUT = (
 )
 
 
-def predict(r: Record) -> dict:
+RECORDS = RECORDS + (
+    _mlperf("v1.0", "dgxa100_n8_ngc21.05_mxnet", "a100", 64, 8, "dgxa100-ib", 16.0, 204, 45, 294.6),
+) + MLPERF_RECORDS
+
+
+def _left_out(r: Record) -> dict:
+    """The cluster keys that predict `r` from rates fitted without its own: its device's curve
+    (half batch) and, for A100, the stack's factor, both refitted without the record's point."""
+    own = tuple(p for p in POINTS if r.mlperf and (p.round, p.system) == r.mlperf)
+    if not own:
+        return {"stack": r.stack}
+    curve = fitted(r.device, own)
+    a100 = fitted("a100", own if r.device == "a100" else ())
+    factor = a100.images_per_s(256) / DEVICES["a100"].mixed_images_per_s
+    return {"half_batch": curve.half_batch, "images_per_s": DEVICES[r.device].mixed_images_per_s * factor}
+
+
+def predict(r: Record, leave_one_out: bool = False) -> dict:
     net = NETWORKS[r.network]
     cfg = config_from_dict({"model": {"name": "resnet50"}, "precision": {"mode": r.precision},
                             "optimizer": {"name": r.optimizer},
@@ -105,33 +160,40 @@ def predict(r: Record) -> dict:
     spec = checked(ClusterSpec(gpus=r.gpus, gpus_per_node=r.gpus_per_node, device=r.device, exchange="flat",
                                intra_gbps=net.intra_gbps, inter_gbps=net.inter_gbps, adapters_per_node=net.adapters,
                                inter_latency_us=net.inter_latency_us, loader=r.loader,
-                               cpu_cores_per_gpu=r.cores_per_gpu), r.name)
+                               cpu_cores_per_gpu=r.cores_per_gpu,
+                               **(_left_out(r) if leave_one_out else {"stack": r.stack})), r.name)
     w = predict_wall_time(cfg, spec, train_images=IMAGENET_TRAIN, val_images=IMAGENET_VAL, classes=1000,
                           startup=not r.timed_from_first_step)
     return {"record": r.name, "published_s": r.published_s, "predicted_s": w.seconds,
-            "ratio": w.seconds / r.published_s, "parts": w.parts, "notes": list(w.notes), "source": r.source}
+            "ratio": w.seconds / r.published_s, "parts": w.parts, "notes": list(w.notes), "source": r.source,
+            "check": r.check}
+
+
+def _off(ratio: float) -> float:
+    return max(ratio, 1 / ratio)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="every record's prediction and parts as JSON")
     args = parser.parse_args()
-    rows = [predict(r) for r in RECORDS]
+    rows = [{**predict(r), "loo_ratio": predict(r, leave_one_out=True)["ratio"]} for r in RECORDS]
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'record':<26} {'published':>10} {'predicted':>10} {'ratio':>6}  largest parts")
+    print(f"{'record':<30} {'published':>10} {'predicted':>10} {'ratio':>6} {'LOO':>6}  largest parts")
     for row in rows:
-        parts = sorted(((v, k) for k, v in row["parts"].items() if v > 0), reverse=True)[:4]
+        parts = sorted(((v, k) for k, v in row["parts"].items() if v > 0), reverse=True)[:3]
         shown = ", ".join(f"{k} {format_seconds(v)}" for v, k in parts)
-        print(f"{row['record']:<26} {format_seconds(row['published_s']):>10} {format_seconds(row['predicted_s']):>10} "
-              f"{row['ratio']:>6.2f}  {shown}")
-        for note in row["notes"]:
-            print(f"{'':<26} {note}")
-    ratios = [r["ratio"] for r in rows]
-    worst = max(max(ratios), 1 / min(ratios))
-    print(f"median ratio {statistics.median(ratios):.2f}; worst {worst:.2f}x off (aim: every record within 1.5x, "
-          f"median within 1.25x)")
+        mark = " (check)" if row["check"] else ""
+        print(f"{row['record'] + mark:<30} {format_seconds(row['published_s']):>10} "
+              f"{format_seconds(row['predicted_s']):>10} {row['ratio']:>6.2f} {row['loo_ratio']:>6.2f}  {shown}")
+    for label, chosen in (("fitted rounds and papers", [r for r in rows if not r["check"]]),
+                          ("independent check (v0.7, v3.0)", [r for r in rows if r["check"]])):
+        loo = [r["loo_ratio"] for r in chosen]
+        print(f"{label}: {len(chosen)} records; leave-one-out median {statistics.median(loo):.2f}, worst "
+              f"{max(map(_off, loo)):.2f}x off, {sum(_off(x) <= 1.25 for x in loo)} within 1.25x "
+              "(aim: every record within 1.25x, median within 1.10x)")
     for name, why in LEFT_OUT:
         print(f"left out: {name}: {why}")
 

@@ -8,13 +8,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tianfeng.cost.exchange import BACKWARD_SHARE, DEFAULT_PRESET, PRESETS, VARIANTS, Cluster, Link
-from tianfeng.cost.step_time import DEVICES
+from tianfeng.cost.step_time import DEVICES, STACKS
 from tianfeng.trainers.config import ConfigError
 from tianfeng.trainers.yaml_input import MAX_BYTES
 
 KEYS = ("gpus", "gpus_per_node", "device", "throughput", "images_per_s", "half_batch", "exchange", "overlap",
         "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us", "adapters_per_node",
-        "train_images", "memory_gib", "cpu_cores_per_gpu", "loader", "min_per_gpu_batch")
+        "train_images", "memory_gib", "cpu_cores_per_gpu", "loader", "min_per_gpu_batch", "stack")
 LOADERS = ("dali", "cache", "torch")
 # Half the smallest per-GPU batch among the published GPU records (Goyal et al. 2017: 32 per
 # GPU), above the range where BatchNorm over a GPU's own images loses accuracy fast (Wu & He,
@@ -43,6 +43,7 @@ class ClusterSpec:
     cpu_cores_per_gpu: float | None = None  # data loader cores per GPU; None: the device's node
     loader: str = "dali"  # the full run's data pipeline: dali (GPU decode), cache (pre-decoded), torch
     min_per_gpu_batch: int = MIN_PER_GPU_BATCH  # what the shipped spaces sample from (min_per_gpu)
+    stack: str = "pytorch"  # the software the full run trains with: a key of step_time.STACKS
 
     @property
     def device_memory_gib(self) -> float | None:
@@ -150,6 +151,8 @@ def checked(spec: ClusterSpec, source: str, prefix: str = "cluster.") -> Cluster
     if spec.loader not in LOADERS:
         raise fail("loader", f"must be one of {', '.join(LOADERS)}; got {spec.loader!r}")
     integer("min_per_gpu_batch", 1)
+    if spec.stack not in STACKS:
+        raise fail("stack", f"must be one of {', '.join(STACKS)}; got {spec.stack!r}")
     if spec.gpus < spec.gpus_per_node:
         spec = replace(spec, gpus_per_node=spec.gpus)  # fewer GPUs than a node holds: one node
     return spec

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from tianfeng.cost.published_rates import fitted
 from tianfeng.trainers.config import ModelConfig
 
 REFERENCE_RESOLUTION = 224
@@ -36,17 +37,19 @@ class DeviceThroughput:
     node_source: str = ""
 
 
-# half_batch: V100's mixed-precision inference runs batch 1 in 12.8 ms and saturates at
-# 3,382 img/s (same source), so its fixed part is worth ~43 images; training runs a forward and
-# a backward pass per step, and we take the same ~45-image share for every device (an
-# assumption: the source gives no small-batch training figures).
+# half_batch: A100's and H100's are fitted to MLPerf's logged per-GPU rates at per-GPU batches
+# from 15 to 408 (tianfeng.cost.published_rates): about 16 and 26 images. V100 and P100 have no
+# small-batch training rates in those sources: theirs is 45, from V100's mixed-precision
+# inference (batch 1 in 12.8 ms, 3,382 img/s at saturation, DLE), an assumption.
+_A100, _H100 = fitted("a100"), fitted("h100")
+
 DEVICES: dict[str, DeviceThroughput] = {
     "v100": DeviceThroughput(1200.0, 367.0, 256, 45.0,
                              f"DGX-1 (8x V100 16GB), 1 GPU: 1,200 img/s mixed, 367 img/s FP32; {DLE}",
                              16.0, 900.0, 5.0,
                              "V100 SXM2 16 GB, 900 GB/s HBM2 (NVIDIA Tesla V100 datasheet); DGX-1: two 20-core "
                              "Xeon E5-2698 v4 for 8 GPUs (NVIDIA DGX-1 datasheet)"),
-    "a100": DeviceThroughput(2470.0, 938.0, 256, 45.0,
+    "a100": DeviceThroughput(2470.0, 938.0, 256, _A100.half_batch,
                              f"DGX A100 (8x A100 80GB), 1 GPU: 2,470 img/s mixed, 938 img/s TF32; {DLE}",
                              80.0, 2039.0, 16.0,
                              "A100 SXM4 80 GB, 2,039 GB/s HBM2e (NVIDIA A100 datasheet); DGX A100: two 64-core "
@@ -61,15 +64,34 @@ DEVICES: dict[str, DeviceThroughput] = {
                              "P100 SXM2 16 GB, 732 GB/s HBM2 (NVIDIA Tesla P100 datasheet); DGX-1 with P100: two "
                              "20-core Xeon E5-2698 v4 for 8 GPUs (NVIDIA DGX-1 datasheet)"),
     # no per-GPU ResNet-50 table is published for H100 in the same form: Lambda's analysis puts
-    # vision models at ~2x an A100 (https://lambdalabs.com/blog/nvidia-h100-gpu-deep-learning-
-    # performance-analysis); give cluster.images_per_s for a measured figure
-    "h100": DeviceThroughput(4940.0, 1876.0, 256, 45.0,
+    # vision models at ~2x an A100, and MLPerf's logs agree: one DGX H100 trained at 2.14x one
+    # DGX A100's per-GPU rate on the same stack (v3.1 7,055 against v1.1 3,293 images/s a GPU
+    # at 400-408 a GPU; published_rates); give cluster.images_per_s for a measured figure
+    "h100": DeviceThroughput(4940.0, 1876.0, 256, _H100.half_batch,
                              "2x the A100 figures above, per Lambda's H100 analysis (vision models "
                              "~2x A100), https://lambdalabs.com/blog/nvidia-h100-gpu-deep-learning-"
-                             "performance-analysis",
+                             "performance-analysis, and MLPerf's logs (2.14x on one stack)",
                              80.0, 3350.0, 14.0,
                              "H100 SXM5 80 GB, 3.35 TB/s HBM3 (NVIDIA H100 datasheet); DGX H100: two 56-core "
                              "Xeon Platinum 8480C for 8 GPUs (NVIDIA DGX H100 datasheet)"),
+}
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The software a run trains with, as a factor on the devices' figures (which describe
+    PyTorch, as tianfeng's engine runs): one factor per stack, the same for every device."""
+    factor: float
+    source: str
+
+
+# NVIDIA's MLPerf MXNet (DALI, fused NHWC kernels): its A100 curve (published_rates) at the DLE
+# figure's 256 a GPU, over that figure (2,470 images/s, PyTorch)
+STACKS = {
+    "pytorch": Stack(1.0, "the device table's own figures (DLE PyTorch)"),
+    "mxnet-mlperf": Stack(_A100.images_per_s(256) / 2470.0,
+                          "NVIDIA's MLPerf MXNet A100 rate at 256 a GPU (fitted to MLPerf v1.0-v2.1 logs) "
+                          "over DLE PyTorch's 2,470 images/s"),
 }
 
 

@@ -29,6 +29,7 @@ from tianfeng.cost.exchange import allreduce_s, step_seconds
 from tianfeng.cost.memory import OPTIMIZER_STATES, per_gpu_fit
 from tianfeng.cost.step_time import (
     DEVICES,
+    STACKS,
     StepCost,
     StepModel,
     reference_step_model,
@@ -122,8 +123,8 @@ def _step_models(cfg: RunConfig, spec: ClusterSpec, in_channels: int, classes: i
         reference = reference_step_model(spec.images_per_s, 256, half)
         return {r: scaled_step_model(reference, step_cost(cfg.model, r, in_channels, classes), anchor)
                 for r in resolutions}
-    reference = reference_step_model(device.mixed_images_per_s if mixed else device.fp32_images_per_s,
-                                     device.batch, half)
+    rate = (device.mixed_images_per_s if mixed else device.fp32_images_per_s) * STACKS[spec.stack].factor
+    reference = reference_step_model(rate, device.batch, half)
     return {r: scaled_step_model(reference, step_cost(cfg.model, r, in_channels, classes)) for r in resolutions}
 
 
