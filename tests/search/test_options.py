@@ -68,7 +68,7 @@ def test_the_workers_command_gives_the_resolved_search_again(tmp_path: Path) -> 
 
     plan = SearchPlan.of(tmp_path / "s.yaml", study="s", rung="screen", sampler="random", floor=41.5, trials=9,
                          launcher="slurm", workers=3, time="1:00:00", seed=4, timeout_s=600.0,
-                         runs_dir="runs", cpus_per_trial=2.0, objective="pareto")
+                         runs_dir="runs", cpus_per_trial=1.5, objective="pareto")
     parser = build_parser().commands["search"]
     script = array_script(plan, 3, tmp_path / "logs")
     command = next(line for line in script.splitlines() if " -m tianfeng.cli search " in line)

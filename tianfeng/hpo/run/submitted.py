@@ -8,6 +8,7 @@ another worker retries. The study records the job (`workers_job`)."""
 from __future__ import annotations
 
 import logging
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -43,8 +44,9 @@ def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:
     command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "tianfeng.cli", "search", "--space",
                                                  str(Path(plan.space_path).resolve()),
                                                  *option_args(worker_options(plan))])
-    resources = [f"#SBATCH --cpus-per-task={int(o.cpus_per_trial)}\n" if o.cpus_per_trial else "",
-                 f"#SBATCH --gpus-per-task={int(o.gpus_per_trial)}\n" if o.gpus_per_trial else ""]
+    # Slurm allots whole CPUs and GPUs: a share is rounded up
+    resources = [f"#SBATCH --cpus-per-task={math.ceil(o.cpus_per_trial)}\n" if o.cpus_per_trial else "",
+                 f"#SBATCH --gpus-per-task={math.ceil(o.gpus_per_trial)}\n" if o.gpus_per_trial else ""]
     directives = "".join(f"{d}\n" for d in sbatch_directives(o.scheduler_options(), log_dir, "slurm-%A_%a.out"))
     task = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
     return (f"#!/bin/bash\n#SBATCH --job-name=search-{plan.study}\n#SBATCH --array=0-{workers - 1}\n"
