@@ -44,7 +44,7 @@ from tianfeng.hpo.space.shipped import resolve_space, shipped_spaces
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.launch.local import run_here
 from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
-from tianfeng.promotion.jobs import with_jobs
+from tianfeng.promotion.jobs import cancel_job, with_jobs
 from tianfeng.promotion.options import PromoteOptions
 from tianfeng.promotion.run_lock import with_live_status
 from tianfeng.recipes import DEFAULT_RECIPE
@@ -193,6 +193,14 @@ def runs(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[di
     refresh_submitted(storage, study)  # runs a scheduler trains: their state now, collected when done
     store = RunStore(storage)
     return with_jobs(store, [with_live_status(r) for r in store.runs(study)])
+
+
+def cancel(run: int, *, storage: str = DEFAULT_STORAGE) -> dict:
+    """Cancel a submitted run's scheduler job and return the run as `runs` then lists it (its
+    job cancelled; collected as interrupted, or completed if it finished first). As `tianfeng
+    runs --cancel RUN`."""
+    cancel_job(RunStore(storage), run)
+    return next(r for r in runs(storage=storage) if r["id"] == run)
 
 
 def spaces() -> list[dict]:

@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser("runs", help="list promoted runs", description="List the promoted runs recorded in a study database.")
     runs.add_argument("--study", default=None, help="one study's runs (default: every study)")
+    runs.add_argument("--cancel", type=int, default=None, metavar="RUN",
+                      help="cancel submitted run RUN's scheduler job (promoting the trial again resumes it)")
     add_storage(runs)
     add_json(runs)
 

@@ -208,3 +208,20 @@ def test_search_workers_run_as_a_job_array_and_a_signalled_task_requeues_its_tri
     assert all(c.number in continued for c in cut)
     logs = "".join(p.read_text() for p in Path(job["log_dir"]).glob("slurm-*_*.out"))
     assert "the worker stops, its trial is queued again, and the task is requeued" in logs
+
+
+def test_runs_cancel_ends_a_submitted_runs_job_and_the_run_is_interrupted(slurm_env, searched, tmp_path) -> None:
+    storage = _study_copy(searched, tmp_path, "cancel")
+    out = _promote(slurm_env, tmp_path, storage, "--set", f"phases.0.epochs={EPOCHS}", "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    job = json.loads(out.stdout)["job"]
+    run_id = _runs(slurm_env, tmp_path, storage)[0]["id"]
+    out = _cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", str(run_id), "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = json.loads(out.stdout)
+    assert run["status"] == "interrupted" and run["job"]["state"] == "cancelled", run
+    assert _scontrol(slurm_env, job)["JobState"] == "CANCELLED"
+    again = _cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", str(run_id))
+    assert again.returncode == 2 and "only a submitted run's job can be cancelled" in again.stderr
+    missing = _cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", "999")
+    assert missing.returncode == 2 and "--cancel: no run 999 in this database" in missing.stderr

@@ -54,6 +54,11 @@ def _promoted_lines(out: dict) -> list[str]:
 
 
 def run_runs_command(args) -> int:
+    if args.cancel is not None:
+        run = api.cancel(args.cancel, storage=args.storage)
+        emit(args, run, [f"run {run['id']}: {run['job']['launcher']} job {run['job']['job_id']} cancelled; it is "
+                         f"{run['status']} (promote trial {run['trial_number']} again to resume it)"])
+        return 0
     rows = api.runs(args.study, storage=args.storage)
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ from typing import Any
 from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.scheduler import JobState
 from tianfeng.storage.runs import RunRecordStatus, RunStore
+from tianfeng.trainers.config import ConfigError
 
 log = logging.getLogger("tianfeng.promote")
 
+CANCEL_WAIT_S = 60  # how long a cancel waits for the scheduler to say the job ended
 # how a job that ended without the run's result leaves the run record
 _ENDED_WITHOUT_RESULT = {"cancelled": RunRecordStatus.INTERRUPTED, "preempted": RunRecordStatus.INTERRUPTED}
 
@@ -42,6 +45,26 @@ def submit_run(launch: Any, run_dir: Path, store: RunStore, run_id: int) -> dict
     print(f"tianfeng: submitted run {run_id} as {sched.name} job {job_id}; follow it with `tianfeng runs` "
           f"(the result enters the study when the job ends)", file=sys.stderr)
     return _answer(launch.launcher, job_id, JobState("pending", "submitted", None), run_dir)
+
+
+def cancel_job(store: RunStore, run_id: int) -> dict:
+    """Cancel the scheduler job of submitted run `run_id`; the run is then collected as any
+    ended job is (interrupted, or completed if it finished first) and resumes from its last
+    checkpoint when the trial is promoted again. Returns the job as it was."""
+    runs = {r["id"]: r for r in store.runs()}
+    if run_id not in runs:
+        raise ConfigError("--cancel", "", f"no run {run_id} in this database (tianfeng runs lists them)")
+    job = store.jobs().get(run_id)
+    if job is None or runs[run_id]["status"] != RunRecordStatus.SUBMITTED:
+        raise ConfigError("--cancel", "", f"run {run_id} is {runs[run_id]['status']}: only a submitted run's job "
+                                          "can be cancelled")
+    sched = scheduler(job["launcher"])
+    sched.cancel(job["job_id"])
+    deadline = time.monotonic() + CANCEL_WAIT_S  # the scheduler ends the job's processes first
+    while not sched.state(job["job_id"]).ended and time.monotonic() < deadline:
+        time.sleep(0.5)
+    log.info("run %d: %s job %s cancelled", run_id, job["launcher"], job["job_id"])
+    return job
 
 
 def _answer(launcher: str, job_id: str, state: JobState, run_dir: Path) -> dict:
