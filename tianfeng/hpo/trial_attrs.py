@@ -24,7 +24,7 @@ class TrialStatus(StrEnum):
 
     @classmethod
     def of_run(cls, status: RunStatus) -> TrialStatus:
-        return cls(status.value)
+        return cls(RunStatus(status).value)  # the engine's word, checked; a plain string too
 
 
 class TrialKey(StrEnum):
