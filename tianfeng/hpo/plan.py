@@ -56,6 +56,11 @@ class SearchPlan:
         check_name(self.study, "--study", "", max_length=STUDY_MAX_LENGTH)  # runs/<study>/trial-N
 
     @property
+    def accuracy_floor(self) -> float | None:
+        """The floor the plan's trials are judged by: the resolved one, else the option's."""
+        return self.options.min_accuracy if self.floor is None else self.floor
+
+    @property
     def runs_root(self) -> Path:
         return Path(self.options.runs_dir)
 
@@ -106,7 +111,7 @@ def plan_space(plan: SearchPlan) -> SearchSpace:
     """The space a plan searches: the file's, pinned and adjusted as the plan says."""
     o = plan.options
     space = load_space(plan.space_path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node)
-    space = with_objective(space, o.objective, o.target, o.min_accuracy if plan.floor is None else plan.floor)
+    space = with_objective(space, o.objective, o.target, plan.accuracy_floor)
     if plan.batch_size is None and not plan.set_overrides and plan.priors:
         return space
     return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)

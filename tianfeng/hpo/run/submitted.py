@@ -27,13 +27,11 @@ WORKERS_JOB = "workers_job"  # study attribute: {launcher, job, workers, script,
 def worker_options(plan: SearchPlan) -> SearchOptions:
     """What each task's worker runs: the search's own options, resolved as this process resolved
     them (study, rung, sampler, floor), joining the study, with paths that hold on any node."""
-    o = plan.options
-    return SearchOptions().changed(
-        data=o.data, study=plan.study, storage=o.storage, sampler=plan.sampler, pruner=o.pruner, trials=o.trials,
-        timeout_s=o.timeout_s, workers=1, fidelity=plan.rung, objective=o.objective, target=o.target,
-        min_accuracy=o.min_accuracy if plan.floor is None else plan.floor, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
-        resume=True, seed=o.seed, runs_dir=str(plan.runs_root.resolve()), verbose=o.verbose,
-        failure_limit=o.failure_limit, heartbeat_s=o.heartbeat_s, grace_s=o.grace_s)
+    # the job's own options stay here: a task runs one local worker
+    return plan.options.changed(
+        study=plan.study, sampler=plan.sampler, fidelity=plan.rung, min_accuracy=plan.accuracy_floor, workers=1,
+        resume=True, runs_dir=str(plan.runs_root.resolve()), launcher="local", partition=None, account=None,
+        time=None, scheduler_args=(), cpus_per_trial=None, gpus_per_trial=None, mlflow=None)
 
 
 def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:
