@@ -215,7 +215,8 @@ def test_runs_cancel_ends_a_submitted_runs_job_and_the_run_is_interrupted(slurm_
     out = _promote(slurm_env, tmp_path, storage, "--set", f"phases.0.epochs={EPOCHS}", "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     job = json.loads(out.stdout)["job"]
-    run_id = _runs(slurm_env, tmp_path, storage)[0]["id"]
+    # a running job, so that a cancel that never reached Slurm would leave it running
+    run_id = _wait_for(slurm_env, tmp_path, storage, lambda rs: rs[0]["job"]["state"] == "running")[0]["id"]
     out = _cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", str(run_id), "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     run = json.loads(out.stdout)
