@@ -91,7 +91,9 @@ def test_divergence_read_every_few_steps_stops_late_but_never_saves_a_diverged_m
     monkeypatch.setattr(engine, "build_model", poisoned)
     monkeypatch.setattr(engine, "divergence_check_steps", lambda device: 4)  # as on an accelerator
     # one forward per step: the noise scale's two-half steps would count twice
-    cfg = make_config(tmp_path, checkpoint={"every_steps": 3}, noise_scale_every=0)
+    # and a set layout: timing the layouts would run the hooked model before training (when the
+    # machine's measurement is not cached yet)
+    cfg = make_config(tmp_path, checkpoint={"every_steps": 3}, noise_scale_every=0, memory_format="contiguous")
     result = train(cfg)
     # read at step 8 (every 4 steps; before the checkpoint after step 8 too), 2 steps late
     assert result.status == "diverged" and "by epoch 1, step 8 " in result.message, result.message

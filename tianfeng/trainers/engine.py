@@ -16,7 +16,14 @@ import torch
 import yaml
 from torch import nn
 
-from tianfeng.trainers import checkpoint, compilation, memory_format, per_gpu_bn, sync_bn
+from tianfeng.trainers import (
+    checkpoint,
+    compilation,
+    memory_format,
+    per_gpu_bn,
+    stop_signals,
+    sync_bn,
+)
 from tianfeng.trainers import distributed as dist_utils
 from tianfeng.trainers.collapse import collapse_message
 from tianfeng.trainers.comm import compression, fusion, hierarchical
@@ -197,18 +204,25 @@ def divergence_check_steps(device: torch.device) -> int:
 
 
 class DivergenceCheck:
-    """Whether any rank's loss has been non-finite: one MAX all-reduce of a flag, so every rank
-    decides the same (a rank leaving alone would hang the others in their next all-reduce)."""
+    """Whether any rank's loss has been non-finite, and whether any rank was sent a stop signal:
+    one MAX all-reduce of two flags, so every rank decides the same (a rank leaving alone would
+    hang the others in their next all-reduce)."""
 
     def __init__(self, ctx: dist_utils.DistContext) -> None:
         self.ctx = ctx
         self.last: str | None = None  # what the last check found: the loss, or "non-finite"
+        self.stop_signal: int | None = None  # a stop signal some rank received, agreed by all
 
     def check(self, nonfinite: torch.Tensor, loss: torch.Tensor | None) -> str | None:
-        flag = nonfinite.to(torch.float32)
+        # the stop signal rides on the same all-reduce: every rank learns it at the same step
+        signum = stop_signals.received() or 0
+        flags = torch.stack([nonfinite.to(torch.float32).reshape(()),
+                             torch.tensor(float(signum), device=nonfinite.device)])
         if self.ctx.enabled:
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        if not flag.item():
+            torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+        flag, agreed = flags.tolist()  # one wait for the device
+        self.stop_signal = int(agreed) or None
+        if not flag:
             self.last = None
         elif loss is not None and not torch.isfinite(loss.detach()).item():
             self.last = str(loss.item())
@@ -495,10 +509,13 @@ def _train_epoch(run: _Run, phase, max_steps: int | None) -> tuple[RunStatus, st
         pos.global_step += 1
         if cfg.log_every_steps and pos.global_step % cfg.log_every_steps == 0 and run.ctx.is_main:
             log.info("step %d loss %.4f lr %.4g", pos.global_step, loss.item(), sums.lr)
-        if cfg.checkpoint.every_steps and pos.global_step % cfg.checkpoint.every_steps == 0:
+        signalled = run.divergence.stop_signal
+        if signalled or (cfg.checkpoint.every_steps and pos.global_step % cfg.checkpoint.every_steps == 0):
             pos.loss_sum, sums.loss = pos.loss_sum + sums.loss.item(), sums.loss.zero_()
             pos.skipped, sums.skipped = pos.skipped + int(sums.skipped.item()), sums.skipped.zero_()
             _save_checkpoint(run)
+        if signalled:
+            raise stop_signals.Signalled(signalled, f"at epoch {pos.epoch + 1}, step {pos.step}")
         if max_steps is not None and pos.global_step >= max_steps:
             return RunStatus.STOPPED, "", sums
     if run.divergence.check(run.nonfinite, None) is not None:  # the steps since the last read

@@ -1,0 +1,52 @@
+"""A run its scheduler asks to stop: SIGTERM (a preemption, `scancel`, a requeue, torchrun
+ending its workers) or SIGUSR1 (Slurm's warning before the time limit). The handler only notes
+the signal; the engine agrees with every rank at its next check, writes a checkpoint after that
+step and raises `Signalled`, so the restarted run repeats no step. Installed by `tianfeng train`
+(what torchrun and Slurm start), not inside a search's trials, whose workers have their own
+Ctrl-C handling."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+_received: list[int] = []
+
+
+class Signalled(Exception):  # noqa: N818 (a way a run ends, as StopIteration is)
+    """The run stopped on a signal after writing its checkpoint; it resumes from it."""
+
+    def __init__(self, signum: int, where: str) -> None:
+        super().__init__(f"stopped on {signal.Signals(signum).name} {where}: checkpoint written, the run "
+                         f"resumes from it")
+        self.signum = signum
+
+
+def ignore_in_loader_worker(_worker_id: int) -> None:
+    """A DataLoader's `worker_init_fn`: a scheduler signals every process of the job, and torch's
+    own SIGTERM handler ends a loader worker not signalled by its parent, which would end the
+    epoch with an error before the run could checkpoint. The workers still end with the run."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
+def received() -> int | None:
+    """The first stop signal since the handlers were installed, if any."""
+    return _received[0] if _received else None
+
+
+@contextmanager
+def checkpoint_on_stop_signals() -> Iterator[None]:
+    """While inside, a stop signal is noted for the engine instead of ending the process."""
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    _received.clear()
+    for s in STOP_SIGNALS:
+        signal.signal(s, lambda signum, _frame: _received.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _received.clear()
