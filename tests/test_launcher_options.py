@@ -33,9 +33,13 @@ def test_the_batch_script_is_requeueable_and_signalled_before_its_limit(tmp_path
 
 @pytest.mark.parametrize(("changes", "expected"), [
     ({"launcher": "slurm"}, "--launcher: slurm needs --nodes and --gpus-per-node"),
-    ({"launcher": "kube", "nodes": 2, "gpus_per_node": 8}, "--launcher: must be one of local, slurm; got 'kube'"),
+    ({"launcher": "kube", "nodes": 2, "gpus_per_node": 8}, "--launcher: must be one of local, slurm, ray; got 'kube'"),
     ({"partition": "gpu", "nodes": 2, "gpus_per_node": 8}, "--partition: goes with --launcher slurm"),
     ({"time": "4h", "launcher": "slurm", "nodes": 2, "gpus_per_node": 8}, "--time: must be a Slurm time limit"),
+    ({"time": "30", "launcher": "ray", "nodes": 2, "gpus_per_node": 8}, "--time: goes with --launcher slurm"),
+    ({"jobs_address": "http://head:8265", "launcher": "slurm", "nodes": 2, "gpus_per_node": 8},
+     "--jobs-address: goes with --launcher ray"),
+    ({"launcher": "ray"}, "--launcher: ray needs --nodes and --gpus-per-node"),
 ])
 def test_promotion_launcher_options_are_checked(changes: dict, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -53,3 +57,14 @@ def test_a_time_limit_below_the_predicted_run_is_said_with_both_numbers(caplog) 
     assert [r.getMessage() for r in caplog.records] == [
         "--time 30 (1800 s) is shorter than the full run's predicted 5400 s on 16 x A100: the job will reach "
         "its limit and be requeued from its last checkpoint"]
+
+
+def test_the_ray_jobs_address_comes_from_the_flag_or_rays_own_variable(monkeypatch) -> None:
+    from tianfeng.launch.ray_jobs import jobs_address
+
+    monkeypatch.setenv("RAY_ADDRESS", "http://env-head:8265")
+    assert jobs_address(SchedulerOptions(address="http://flag-head:8265")) == "http://flag-head:8265"
+    assert jobs_address(SchedulerOptions()) == "http://env-head:8265"
+    monkeypatch.delenv("RAY_ADDRESS")
+    with pytest.raises(LaunchError, match="--launcher ray: needs --jobs-address"):
+        jobs_address(SchedulerOptions())

@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cuda: write the plan for GPU nodes; cpu: run it here as emulated nodes of gloo processes")
     launch.add_argument("--master-addr", default="127.0.0.1", help="rendezvous host (the first node)")
     launch.add_argument("--port", type=int, default=0, help="rendezvous port (default 29500, or a free one locally)")
+    launch.add_argument("--max-restarts", type=int, default=0,
+                        help="restarts of every rank from the last checkpoint after a failure (torchrun's "
+                             "--max-restarts, Ray Train's max_failures)")
     launch.add_argument("--out", type=Path, default=None, help="where the plan goes (default <run_dir>/launch)")
     launch.add_argument("--dry-run", action="store_true", help="print the plan only")
     launch.add_argument("--via", choices=("torchrun", "ray"), default="torchrun",

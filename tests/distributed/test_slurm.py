@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,10 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.distributed.submitted_runs import (
+    cli,
+    runs,
+    runs_dir,
+    searched_study,
+    study_copy,
+    wait_until,
+)
 from tests.search.conftest import TINY_SPACE, write_space
-from tests.search.test_study import plan_for
 from tests.slurm import slurm_cluster
-from tianfeng.hpo.run.runner import run_search
 from tianfeng.storage.runs import RunStore
 
 # one Slurm for the module; its jobs take the machine; each test waits for whole jobs
@@ -38,44 +43,19 @@ def slurm_env() -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("slurm-study")
-    plan = plan_for(root, write_space(root, dict(TINY_SPACE)), trials=2, study="s")
-    run_search(plan, workers=1, resume=False)
-    return root / "study.db"
-
-
-def _cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tianfeng.cli", *args], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=cwd)
-
-
-def _study_copy(searched: Path, tmp_path: Path, name: str) -> str:
-    folder = tmp_path / name
-    folder.mkdir()
-    shutil.copyfile(searched, folder / "study.db")
-    return f"sqlite:///{folder / 'study.db'}"
+    return searched_study(tmp_path_factory.mktemp("slurm-study"))
 
 
 def _promote(env, tmp_path: Path, storage: str, *extra: str) -> subprocess.CompletedProcess:
-    return _cli(env, tmp_path, "promote", "0", "--study", "s", "--storage", storage, "--nodes", "1",
-                "--gpus-per-node", "2", "--device", "cpu", "--launcher", "slurm",
-                "--runs-dir", str(Path(storage.removeprefix("sqlite:///")).parent / "runs"), *extra)
+    return cli(env, tmp_path, "promote", "0", "--study", "s", "--storage", storage, "--nodes", "1",
+               "--gpus-per-node", "2", "--device", "cpu", "--launcher", "slurm", "--runs-dir", runs_dir(storage),
+               *extra)
 
 
-def _runs(env, tmp_path: Path, storage: str) -> list[dict]:
-    out = _cli(env, tmp_path, "runs", "--storage", storage, "--json")
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout)
-
-
-def _wait_for(env, tmp_path: Path, storage: str, done, timeout_s: float = 300) -> list[dict]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        runs = _runs(env, tmp_path, storage)
-        if done(runs):
-            return runs
-        time.sleep(1)
-    raise AssertionError(f"the runs never got there: {runs}")
+def _over(env, job: str) -> bool:
+    """Whether Slurm says the job ended (a requeued job is not over)."""
+    return _scontrol(env, job).get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                                                   "OUT_OF_MEMORY", "PREEMPTED")
 
 
 def _scontrol(env, job: str) -> dict[str, str]:
@@ -84,7 +64,7 @@ def _scontrol(env, job: str) -> dict[str, str]:
 
 
 def test_a_submitted_promotion_is_watched_and_collected_into_the_study(slurm_env, searched, tmp_path) -> None:
-    storage = _study_copy(searched, tmp_path, "plain")
+    storage = study_copy(searched, tmp_path, "plain")
     out = _promote(slurm_env, tmp_path, storage, "--time", "20", "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     submitted = json.loads(out.stdout)
@@ -93,8 +73,8 @@ def test_a_submitted_promotion_is_watched_and_collected_into_the_study(slurm_env
     script = (Path(submitted["launch"]) / "sbatch.sh").read_text()
     assert "#SBATCH --requeue" in script and "#SBATCH --signal=B:USR1@120" in script and "#SBATCH --time=20" in script
     assert "--max-restarts=3" in script
-    runs = _wait_for(slurm_env, tmp_path, storage, lambda rs: rs and rs[0]["status"] != "submitted")
-    run = runs[0]
+    wait_until(lambda: _over(slurm_env, job), f"ended job {job}")
+    run = runs(slurm_env, tmp_path, storage)[0]
     # collected by `tianfeng runs` with no second promote: the engine's epochs and the full score
     assert run["status"] == "completed" and run["final_score"] is not None, run
     assert len(run["epochs"]) == 3 and run["job"]["job_id"] == job and run["job"]["state"] == "completed"
@@ -109,12 +89,14 @@ def test_a_submitted_promotion_is_watched_and_collected_into_the_study(slurm_env
 
 def test_a_job_signalled_before_its_time_limit_is_requeued_and_resumes_exactly(slurm_env, searched, tmp_path) -> None:
     longer = ("--set", f"phases.0.epochs={EPOCHS}")
-    whole_db = _study_copy(searched, tmp_path, "whole")
-    assert _promote(slurm_env, tmp_path, whole_db, *longer).returncode == 0
-    whole = _wait_for(slurm_env, tmp_path, whole_db, lambda rs: rs[0]["status"] != "submitted")[0]
+    whole_db = study_copy(searched, tmp_path, "whole")
+    out = _promote(slurm_env, tmp_path, whole_db, *longer, "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    wait_until(lambda: _over(slurm_env, json.loads(out.stdout)["job"]), "ended the uncut job")
+    whole = runs(slurm_env, tmp_path, whole_db)[0]
     assert whole["status"] == "completed"
 
-    cut_db = _study_copy(searched, tmp_path, "cut")
+    cut_db = study_copy(searched, tmp_path, "cut")
     out = _promote(slurm_env, tmp_path, cut_db, *longer, "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     submitted = json.loads(out.stdout)
@@ -130,10 +112,11 @@ def test_a_job_signalled_before_its_time_limit_is_requeued_and_resumes_exactly(s
     # epoch checkpoint written
     subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, env=slurm_env)
     assert 2 <= epochs_done() < EPOCHS, epochs_done()
-    live = _runs(slurm_env, tmp_path, cut_db)[0]  # requeued, so not over: the job's state and epochs so far
+    live = runs(slurm_env, tmp_path, cut_db)[0]  # requeued, so not over: the job's state and epochs so far
     assert live["status"] == "submitted" and live["job"]["state"] in ("pending", "running"), live
     assert len(live["epochs"]) >= 2 and live["job"]["job_id"] == job
-    cut = _wait_for(slurm_env, tmp_path, cut_db, lambda rs: rs[0]["status"] != "submitted", timeout_s=420)[0]
+    wait_until(lambda: _over(slurm_env, job), f"ended requeued job {job}", timeout_s=420)
+    cut = runs(slurm_env, tmp_path, cut_db)[0]
     assert cut["status"] == "completed" and cut["job"]["job_id"] == job
     assert int(_scontrol(slurm_env, job)["Restarts"]) >= 1  # the same job, started again
     log = (Path(cut["run_dir"]) / "launch" / f"slurm-{job}.out").read_text()
@@ -145,7 +128,7 @@ def test_a_job_signalled_before_its_time_limit_is_requeued_and_resumes_exactly(s
 
 
 def test_the_schedulers_refusals_are_one_line_and_record_nothing(slurm_env, searched, tmp_path) -> None:
-    storage = _study_copy(searched, tmp_path, "bad")
+    storage = study_copy(searched, tmp_path, "bad")
     out = _promote(slurm_env, tmp_path, storage, "--partition", "nosuch")
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "--partition: nosuch: no such partition; the cluster has debug" in out.stderr
@@ -169,7 +152,7 @@ def test_search_workers_run_as_a_job_array_and_a_signalled_task_requeues_its_tri
     space["base"]["phases"][0]["epochs"] = 12  # trials long enough to be cut mid-run
     space_file = write_space(tmp_path, space)
     storage = f"sqlite:///{tmp_path / 'search.db'}"
-    out = _cli(slurm_env, tmp_path, "search", "--space", str(space_file), "--storage", storage, "--study", "arr",
+    out = cli(slurm_env, tmp_path, "search", "--space", str(space_file), "--storage", storage, "--study", "arr",
                "--fidelity", "target", "--trials", "4", "--sampler", "random", "--pruner", "none",
                "--launcher", "slurm", "--workers", "2", "--time", "20", "--runs-dir", str(tmp_path / "runs"))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -211,18 +194,21 @@ def test_search_workers_run_as_a_job_array_and_a_signalled_task_requeues_its_tri
 
 
 def test_runs_cancel_ends_a_submitted_runs_job_and_the_run_is_interrupted(slurm_env, searched, tmp_path) -> None:
-    storage = _study_copy(searched, tmp_path, "cancel")
-    out = _promote(slurm_env, tmp_path, storage, "--set", f"phases.0.epochs={EPOCHS}", "--json")
+    storage = study_copy(searched, tmp_path, "cancel")
+    # a run far longer than the test, cancelled while it trains
+    out = _promote(slurm_env, tmp_path, storage, "--set", "phases.0.epochs=500", "--json")
     assert out.returncode == 0, out.stderr[-3000:]
-    job = json.loads(out.stdout)["job"]
+    submitted = json.loads(out.stdout)
+    job, metrics = submitted["job"], Path(submitted["launch"]).parent / "metrics.jsonl"
     # a running job, so that a cancel that never reached Slurm would leave it running
-    run_id = _wait_for(slurm_env, tmp_path, storage, lambda rs: rs[0]["job"]["state"] == "running")[0]["id"]
-    out = _cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", str(run_id), "--json")
+    wait_until(lambda: metrics.exists() and metrics.stat().st_size > 0, f"a trained epoch of job {job}")
+    run_id = runs(slurm_env, tmp_path, storage)[0]["id"]
+    out = cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", str(run_id), "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     run = json.loads(out.stdout)
     assert run["status"] == "interrupted" and run["job"]["state"] == "cancelled", run
     assert _scontrol(slurm_env, job)["JobState"] == "CANCELLED"
-    again = _cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", str(run_id))
+    again = cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", str(run_id))
     assert again.returncode == 2 and "only a submitted run's job can be cancelled" in again.stderr
-    missing = _cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", "999")
+    missing = cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", "999")
     assert missing.returncode == 2 and "--cancel: no run 999 in this database" in missing.stderr

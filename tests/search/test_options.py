@@ -50,6 +50,7 @@ def test_every_flag_of_search_is_generated_from_an_option_with_its_default() -> 
     ({"timeout_s": -1.0}, "--timeout: must be a positive duration"),
     ({"ray_address": "auto"}, "--backend: --address needs --backend ray"),
     ({"launcher": "slurm"}, "--workers: with --launcher slurm: give the job array's tasks"),
+    ({"launcher": "ray", "workers": 2}, "--launcher: ray is for promote; a search on a Ray cluster is --backend ray"),
     ({"launcher": "slurm", "workers": 2, "promote": "leader"}, "--launcher: slurm submits optuna workers"),
     ({"partition": "gpu"}, "--partition: goes with --launcher slurm"),
     ({"launcher": "pbs"}, "--launcher: must be one of local, slurm"),

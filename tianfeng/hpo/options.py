@@ -137,6 +137,9 @@ class SearchOptions(SubmitOptions):
         if self.backend == "ray" and self.promote != "none":
             raise fail("--promote", "needs --backend optuna (its workers pause while a promoted run trains)")
         self.check_submit()
+        if self.launcher == "ray":
+            raise fail("--launcher", "ray is for promote; a search on a Ray cluster is --backend ray --address "
+                                     "HOST:PORT (Ray Tune runs its trials there)")
         if self.launcher != "local":
             if self.backend != "optuna" or self.promote != "none":
                 raise fail("--launcher", f"{self.launcher} submits optuna workers: not with --backend ray or "

@@ -3,14 +3,17 @@ the others submit it to their scheduler."""
 
 from __future__ import annotations
 
+from tianfeng.launch.ray_jobs import RayJobs
 from tianfeng.launch.scheduler import LaunchError, Scheduler
 from tianfeng.launch.slurm import Slurm
 from tianfeng.launch.submit_options import LAUNCHERS
 
-_SCHEDULERS: dict[str, type] = {"slurm": Slurm}
 
-
-def scheduler(name: str) -> Scheduler:
-    if name not in _SCHEDULERS:
-        raise LaunchError(f"--launcher: must be one of {', '.join(LAUNCHERS)}; got {name!r}")
-    return _SCHEDULERS[name]()
+def scheduler(name: str, address: str | None = None) -> Scheduler:
+    """The scheduler called `name`; `address` is where it answers, for one that needs it (Ray's
+    Jobs API, recorded with each job)."""
+    if name == "slurm":
+        return Slurm()
+    if name == "ray":
+        return RayJobs(address)
+    raise LaunchError(f"--launcher: must be one of {', '.join(LAUNCHERS)}; got {name!r}")

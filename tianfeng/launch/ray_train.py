@@ -44,7 +44,7 @@ def run_with_ray_train(plan: LaunchPlan, run_dir: Path, address: str | None) -> 
     started here (address None). Returns the run's result.json (written by rank 0; the run
     directory is shared by the nodes, as for torchrun)."""
     import ray
-    from ray.train import RunConfig, ScalingConfig, TrainingFailedError
+    from ray.train import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
 
     cuda = plan.device == "cuda"
@@ -64,8 +64,10 @@ def run_with_ray_train(plan: LaunchPlan, run_dir: Path, address: str | None) -> 
         torch_config=TorchConfig(backend="nccl" if cuda else "gloo"),
         scaling_config=ScalingConfig(num_workers=plan.world, use_gpu=cuda,
                                      resources_per_worker={"GPU": 1} if cuda else {"CPU": 1}),
+        # a failed worker restarts every rank, which resume from the run's last checkpoint
         run_config=RunConfig(name=f"{plan.run_name}-{plan.nodes}x{plan.per_node}",
-                             storage_path=str(run_dir / "ray")),
+                             storage_path=str(run_dir / "ray"),
+                             failure_config=FailureConfig(max_failures=plan.max_restarts)),
     )
     log.info("Ray Train: %d workers (%d nodes x %d), backend %s", plan.world, plan.nodes, plan.per_node,
              "nccl" if cuda else "gloo")

@@ -27,6 +27,7 @@ class SchedulerOptions:
     time: str | None = None  # a Slurm time limit, e.g. 4:00:00
     extra: tuple[str, ...] = ()  # passed to the submitting command as they are
     signal_s: int = SIGNAL_S
+    address: str | None = None  # where the scheduler answers, for one that is not found by itself (Ray)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class JobState:
 
 class Scheduler(Protocol):
     name: str
+    script: str  # the launch plan's file it submits
 
     def submit(self, script: Path, options: SchedulerOptions) -> str: ...
 

@@ -30,6 +30,8 @@ class LaunchPlan:
 
     def __post_init__(self) -> None:
         check_name(self.run_name, "config", "name")  # becomes the Slurm job name and rendezvous id
+        if self.max_restarts < 0:
+            raise ConfigError("--max-restarts", "", f"must be >= 0, got {self.max_restarts}")
         if not _HOST.fullmatch(self.master_addr):
             raise ConfigError("--master-addr", "", f"must be a host name or IP address; got {self.master_addr!r}")
 
@@ -52,14 +54,20 @@ class LaunchPlan:
     def node_command(self) -> str:
         return shlex.join(self.torchrun_args())
 
+    def ray_entry_args(self) -> list[str]:
+        """What a Ray job runs on the head node: this launch through Ray Train
+        (tianfeng/launch/ray_train.py), its own copy of the plan kept apart in `ray-job/`."""
+        restarts = ["--max-restarts", str(self.max_restarts)] if self.max_restarts else []
+        return ["tianfeng", "launch", "--config", self.config_path, "--nodes", str(self.nodes),
+                "--gpus-per-node", str(self.per_node), "--device", self.device, "--via", "ray",
+                "--address", "auto", *restarts, "--out", str(Path(self.config_path).parent / "ray-job")]
+
     def ray_job_command(self) -> str:
-        """`ray job submit` to the head node, whose entrypoint runs this launch through Ray Train
-        (tianfeng/launch/ray_train.py). tianfeng and the config's data must be on every node."""
-        entry = ["tianfeng", "launch", "--config", self.config_path, "--nodes", str(self.nodes),
-                 "--gpus-per-node", str(self.per_node), "--device", self.device, "--via", "ray",
-                 "--address", "auto"]
+        """`ray job submit` to the head node, whose entrypoint is `ray_entry_args`. tianfeng and
+        the config's data must be on every node."""
         return shlex.join(["ray", "job", "submit", f"--address=http://{self.master_addr}:{RAY_DASHBOARD_PORT}",
-                           f"--submission-id={self.run_name}-{self.nodes}x{self.per_node}", "--", *entry])
+                           f"--submission-id={self.run_name}-{self.nodes}x{self.per_node}", "--",
+                           *self.ray_entry_args()])
 
     def sbatch(self, directives: tuple[str, ...] = ()) -> str:
         """One task per node, each running the same torchrun. Every argument is quoted once for
@@ -118,7 +126,10 @@ def write_plan(plan: LaunchPlan, out_dir: Path, directives: tuple[str, ...] = ()
         paths.append(path)
     for name, text in (("sbatch.sh", plan.sbatch(directives)),
                        ("ray-job.sh", f"#!/bin/bash\n# from any machine that reaches the Ray head node\n"
-                                      f"{plan.ray_job_command()}\n")):
+                                      f"{plan.ray_job_command()}\n"),
+                       ("ray-entry.sh", f"#!/bin/bash\n# a Ray job's entrypoint, on the head node "
+                                        f"(`tianfeng promote --launcher ray` submits it)\n"
+                                        f"exec {shlex.join(plan.ray_entry_args())}\n")):
         path = out_dir / name
         path.write_text(text)
         path.chmod(0o755)

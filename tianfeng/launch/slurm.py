@@ -65,6 +65,7 @@ def sbatch_directives(options: SchedulerOptions, log_dir: Path, output: str = "s
 @dataclass(frozen=True)
 class Slurm:
     name: str = "slurm"
+    script: str = "sbatch.sh"
 
     def submit(self, script: Path, options: SchedulerOptions) -> str:
         """sbatch the script; returns the job id. sbatch's own refusal is the error."""

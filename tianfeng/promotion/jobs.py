@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tianfeng.launch.launchers import scheduler
+from tianfeng.launch.ray_jobs import jobs_address
 from tianfeng.launch.scheduler import JobState
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.trainers.config import ConfigError
@@ -28,19 +29,21 @@ _ENDED_WITHOUT_RESULT = {"cancelled": RunRecordStatus.INTERRUPTED, "preempted": 
 def submit_run(launch: Any, run_dir: Path, store: RunStore, run_id: int) -> dict:
     """Submit the run's batch script, unless a job of the run is still alive; returns the job's
     state. Nothing is recorded as submitted unless the scheduler gave a job id."""
-    sched = scheduler(launch.launcher)
     job = store.jobs().get(run_id)
     if job is not None and job["state"] in ("pending", "running"):
-        state = sched.state(job["job_id"])
+        state = scheduler(job["launcher"], job["address"]).state(job["job_id"])
         if not state.ended:
-            log.info("run %d is job %s of %s (%s): not submitted again", run_id, job["job_id"], sched.name, state.state)
-            return _answer(launch.launcher, job["job_id"], state, run_dir)
+            log.info("run %d is job %s of %s (%s): not submitted again", run_id, job["job_id"], job["launcher"],
+                     state.state)
+            return _answer(job["launcher"], job["job_id"], state, run_dir)
+    sched = scheduler(launch.launcher, launch.options.address)
     try:
-        job_id = sched.submit(run_dir / "launch" / "sbatch.sh", launch.options)
+        job_id = sched.submit(run_dir / "launch" / sched.script, launch.options)
     except BaseException:
         store.update(run_id, status=RunRecordStatus.PLANNED)  # the plan is written; nothing was submitted
         raise
-    store.record_job(run_id, launcher=launch.launcher, job_id=job_id, state="pending")
+    address = jobs_address(launch.options) if launch.launcher == "ray" else None
+    store.record_job(run_id, launcher=launch.launcher, job_id=job_id, state="pending", address=address)
     store.update(run_id, status=RunRecordStatus.SUBMITTED)
     print(f"tianfeng: submitted run {run_id} as {sched.name} job {job_id}; follow it with `tianfeng runs` "
           f"(the result enters the study when the job ends)", file=sys.stderr)
@@ -58,7 +61,7 @@ def cancel_job(store: RunStore, run_id: int) -> dict:
     if job is None or runs[run_id]["status"] != RunRecordStatus.SUBMITTED:
         raise ConfigError("--cancel", "", f"run {run_id} is {runs[run_id]['status']}: only a submitted run's job "
                                           "can be cancelled")
-    sched = scheduler(job["launcher"])
+    sched = scheduler(job["launcher"], job["address"])
     sched.cancel(job["job_id"])
     deadline = time.monotonic() + CANCEL_WAIT_S  # the scheduler ends the job's processes first
     while not sched.state(job["job_id"]).ended and time.monotonic() < deadline:
@@ -81,7 +84,7 @@ def refresh_jobs(store: RunStore, collect: Callable[[dict], None], study: str | 
         run = runs.get(run_id)
         if run is None or run["status"] != RunRecordStatus.SUBMITTED:
             continue
-        state = scheduler(job["launcher"]).state(job["job_id"])
+        state = scheduler(job["launcher"], job["address"]).state(job["job_id"])
         result = Path(run["run_dir"]) / "result.json"
         if state.state == "unknown" and not result.exists():
             continue  # forgotten by the controller before it finished here: nothing to say yet

@@ -99,7 +99,7 @@ def print_changes(changes: list[Change], console: Console) -> None:
 @dataclass(frozen=True)
 class Launch:
     """Where a promoted run goes: N nodes x G devices through a launch plan, run here (`local`)
-    or submitted to a scheduler (`slurm`) with its options."""
+    or submitted to a scheduler (`slurm`, `ray`) with its options."""
     nodes: int
     per_node: int
     device: str = "cuda"  # cpu: the plan runs here, as emulated nodes of gloo processes
@@ -138,7 +138,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     if not dry_run:
         refuse_if_trained(run_dir, trial_number, study.study_name)
         if launch is not None and launch.submitted:
-            scheduler(launch.launcher).check(launch.options)  # before anything is printed or written
+            scheduler(launch.launcher, launch.options.address).check(launch.options)  # before anything is printed or written
     print_changes(changes, Console(stderr=True))
     config_yaml = yaml.safe_dump(config_to_dict(full), sort_keys=False)
     plan = _write_launch_plan(full, config_yaml, launch, run_dir) if launch else None

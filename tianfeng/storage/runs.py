@@ -8,7 +8,18 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Float, Integer, String, Text, UniqueConstraint, create_engine, select
+from sqlalchemy import (
+    Float,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    inspect,
+    select,
+    text,
+)
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from tianfeng.storage.url import engine_options
@@ -48,8 +59,9 @@ class ScheduledJob(_Base):
     __tablename__ = "tianfeng_scheduled_jobs"
 
     run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    launcher: Mapped[str] = mapped_column(String(16))  # slurm
+    launcher: Mapped[str] = mapped_column(String(16))  # slurm | ray
     job_id: Mapped[str] = mapped_column(String(64))
+    address: Mapped[str | None] = mapped_column(Text, nullable=True)  # where the scheduler answers (Ray's Jobs API)
     state: Mapped[str] = mapped_column(String(16))  # pending | running | completed | failed | cancelled | ...
     reason: Mapped[str] = mapped_column(Text, default="")
     restarts: Mapped[int] = mapped_column(Integer, default=0)
@@ -77,10 +89,28 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]  # milliseconds: runs a second apart stay ordered
 
 
+def _add_missing_columns(engine) -> None:
+    """Columns added since a database was made (create_all makes missing tables, not columns);
+    each is nullable, so old rows read as before."""
+    table = ScheduledJob.__tablename__
+    known = {c["name"] for c in inspect(engine).get_columns(table)}
+    for column in ScheduledJob.__table__.columns:
+        if column.name in known:
+            continue
+        try:
+            with engine.begin() as connection:
+                connection.execute(text(f"ALTER TABLE {table} ADD COLUMN {column.name} "
+                                        f"{column.type.compile(engine.dialect)}"))
+        except DBAPIError:  # another process added it first
+            if column.name not in {c["name"] for c in inspect(engine).get_columns(table)}:
+                raise
+
+
 class RunStore:
     def __init__(self, url: str) -> None:
         self.engine = create_engine(url, **engine_options(url))
         _Base.metadata.create_all(self.engine)
+        _add_missing_columns(self.engine)
 
     def open_run(self, *, study: str, trial_number: int, config_hash: str, kind: str, run_dir: str,
                  config_yaml: str, proxy_score: float | None) -> tuple[int, bool]:
@@ -123,15 +153,16 @@ class RunStore:
                 query = query.filter_by(study=study)
             return [row.as_dict() for row in session.scalars(query)]
 
-    def record_job(self, run_id: int, *, launcher: str, job_id: str, state: str) -> None:
+    def record_job(self, run_id: int, *, launcher: str, job_id: str, state: str, address: str | None = None) -> None:
         with Session(self.engine) as session:
             row = session.get(ScheduledJob, run_id)
             if row is None:
-                row = ScheduledJob(run_id=run_id, launcher=launcher, job_id=job_id, state=state, reason="",
-                                   restarts=0, submitted=_now(), updated=_now())
+                row = ScheduledJob(run_id=run_id, launcher=launcher, job_id=job_id, address=address, state=state,
+                                   reason="", restarts=0, submitted=_now(), updated=_now())
                 session.add(row)
             else:
-                row.launcher, row.job_id, row.state, row.reason, row.restarts = launcher, job_id, state, "", 0
+                row.launcher, row.job_id, row.address = launcher, job_id, address
+                row.state, row.reason, row.restarts = state, "", 0
                 row.submitted = row.updated = _now()
             session.commit()
 

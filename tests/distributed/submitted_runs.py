@@ -1,0 +1,56 @@
+"""What the scheduler tests share: a small searched study to promote from, the CLI as a user
+runs it, and waiting for a job or for `tianfeng runs` to get where a test waits for them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.search.conftest import TINY_SPACE, write_space
+from tests.search.test_study import plan_for
+from tianfeng.hpo.run.runner import run_search
+
+
+def searched_study(root: Path) -> Path:
+    """A two-trial study `s` of the tiny space; returns its SQLite file."""
+    plan = plan_for(root, write_space(root, dict(TINY_SPACE)), trials=2, study="s")
+    run_search(plan, workers=1, resume=False)
+    return root / "study.db"
+
+
+def cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tianfeng.cli", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=cwd)
+
+
+def study_copy(searched: Path, tmp_path: Path, name: str) -> str:
+    """A copy of the searched study for one test: its storage URL."""
+    folder = tmp_path / name
+    folder.mkdir()
+    shutil.copyfile(searched, folder / "study.db")
+    return f"sqlite:///{folder / 'study.db'}"
+
+
+def runs_dir(storage: str) -> str:
+    return str(Path(storage.removeprefix("sqlite:///")).parent / "runs")
+
+
+def runs(env: dict[str, str], tmp_path: Path, storage: str) -> list[dict]:
+    out = cli(env, tmp_path, "runs", "--storage", storage, "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def wait_until(ready: Callable[[], bool], what: str, timeout_s: float = 300) -> None:
+    """Poll a cheap question (the scheduler's own view, a file) rather than the CLI, whose
+    start-up on every poll would take the CPUs the job under test runs on."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never {what} in {timeout_s:.0f} s")
+        time.sleep(0.5)
