@@ -19,6 +19,27 @@ SHARED_CACHE = ("datasets", "decoded", "scans")  # the data set's folders of a t
 sys.path.insert(0, str(ROOT))
 
 
+def provenance() -> dict[str, str]:
+    """What a results file says of where its figures come from: the commit (with `+changes` when
+    the work tree differs from it), the date, the machine."""
+    import datetime
+    import os
+    import platform
+    import subprocess
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results"):  # results aside
+        commit += "+changes"
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"commit": commit, "date": datetime.date.today().isoformat(),
+            "machine": f"{os.cpu_count()} cores, {cpu or platform.machine()}"}
+
+
 def own_cache(path: Path, shared: Path) -> Path:
     """A tianfeng cache at `path` with measurements of its own (compile and layout records,
     inductor's kernels), whose data set folders are those of the cache `shared`: a run given it
