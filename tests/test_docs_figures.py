@@ -1,0 +1,57 @@
+"""Figures the docs quote come from results files that benchmarks write (docs/results/*.json,
+with commit, date and machine): the file must be what the benchmark computes now, and each page
+must quote the file's figures, so a changed model fails here until the file is written again
+and the sentences say what it says."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import published_records  # noqa: E402
+
+
+def _prose(path: Path) -> str:
+    return re.sub(r"\s+", " ", path.read_text())
+
+
+def _published_records() -> dict:
+    return json.loads(published_records.RESULTS.read_text())
+
+
+def test_the_published_records_file_is_what_the_benchmark_computes_now() -> None:
+    rows = [{**published_records.predict(r), "loo_ratio": published_records.predict(r, leave_one_out=True)["ratio"]}
+            for r in published_records.RECORDS]
+    saved = _published_records()
+    assert saved["sets"] == published_records.summary(rows), (
+        "the wall-time model changed: run `python benchmarks/published_records.py --results` and "
+        "update the sentences that quote it")
+    assert saved["commit"] and saved["date"] and saved["machine"]
+
+
+def test_the_readme_and_the_wall_time_page_quote_the_published_records_file() -> None:
+    saved = _published_records()
+    f, c, commit = saved["sets"]["fitted"], saved["sets"]["check"], saved["commit"].removesuffix("+changes")
+    quotes = {
+        "README.md": [
+            f"on {f['records']} published ResNet-50 records",
+            f"a median {f['median']:.2f}x of their times (worst {f['worst']:.2f}x)",
+            f"a median {c['median']:.2f}x (worst {c['worst']:.2f}x) on {c['records']} records",
+            f"{saved['date']}, commit {commit}",
+        ],
+        "docs/explanation/wall-time.md": [
+            f"a median of {f['median']:.2f} over {f['records']} records (worst {f['worst']:.2f}x, "
+            f"{f['within_1_25']} within 1.25x)",
+            f"of {c['median']:.2f} over {c['records']} records of MLPerf rounds kept out of the fit "
+            f"(worst {c['worst']:.2f}x, {c['within_1_25']} within 1.25x)",
+            f"measured {saved['date']} at commit {commit}",
+        ],
+    }
+    for page, fragments in quotes.items():
+        text = _prose(REPO / page)
+        missing = [q for q in fragments if q not in text]
+        assert not missing, f"{page} does not quote {published_records.RESULTS.name}: {missing}"
