@@ -55,3 +55,32 @@ def test_the_readme_and_the_wall_time_page_quote_the_published_records_file() ->
         text = _prose(REPO / page)
         missing = [q for q in fragments if q not in text]
         assert not missing, f"{page} does not quote {published_records.RESULTS.name}: {missing}"
+
+
+def _defaults_table() -> dict[str, str]:
+    rows = {}
+    for line in (REPO / "docs" / "reference" / "defaults.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 3 and cells[0] not in ("name", "---"):
+            rows[cells[0]] = cells[1].strip("`")
+    return rows
+
+
+def test_the_defaults_page_says_what_the_code_does() -> None:
+    from tianfeng.defaults import LEADER_AFTER
+    from tianfeng.hpo.judge.front import default_floor
+    from tianfeng.hpo.judge.peers import RUNGS, PeerPruner
+    from tianfeng.hpo.options import SearchOptions
+    from tianfeng.hpo.run.metric_share import N_STARTUP_TRIALS
+
+    o, peers = SearchOptions(), PeerPruner()
+    table = _defaults_table()
+    code = {"sampler": o.sampler, "tpe_startup_trials": str(N_STARTUP_TRIALS), "pruner": o.pruner,
+            "peer_rule_rungs": ", ".join(f"{round(r * 3)}/3" for r in RUNGS), "peer_rule_slack": f"{peers.slack:g}",
+            "peer_rule_min_peers": str(peers.min_peers), "trials": str(o.trials), "leader_after": str(LEADER_AFTER),
+            "failure_limit": str(o.failure_limit), "grace_s": str(o.grace_s)}
+    assert {k: table.get(k) for k in code} == code
+    assert o.fidelity is None and o.objective is None  # the space decides, as the page says
+    floors = {classes: default_floor("val_top1", classes) for classes in (5, 10, 1000, 2)}
+    assert floors == {5: 40.0, 10: 20.0, 1000: 10.1, 2: 75.0}
+    assert "40 for 5 classes, 20 for 10, 10.1 for 1000, 75 for 2" in _prose(REPO / "docs" / "reference" / "defaults.md")
