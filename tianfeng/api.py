@@ -195,6 +195,14 @@ def runs(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[di
     return with_jobs(store, [with_live_status(r) for r in store.runs(study)])
 
 
+def follow(run: int, *, storage: str = DEFAULT_STORAGE, interval_s: float = 2.0):
+    """Follow run `run` until it ends: yields ("state", run) when its state changes, ("epoch",
+    metrics) for each new epoch, then ("ended", run). As `tianfeng runs --follow RUN`."""
+    from tianfeng.promotion.follow import follow as follow_run
+
+    return follow_run(run, lambda: runs(storage=storage), interval_s)
+
+
 def cancel(run: int, *, storage: str = DEFAULT_STORAGE) -> dict:
     """Cancel a submitted run's scheduler job and return the run as `runs` then lists it (its
     job cancelled; collected as interrupted, or completed if it finished first). As `tianfeng

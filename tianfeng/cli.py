@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser("runs", help="list promoted runs", description="List the promoted runs recorded in a study database.")
     runs.add_argument("--study", default=None, help="one study's runs (default: every study)")
+    runs.add_argument("--follow", type=int, default=None, metavar="RUN",
+                      help="follow run RUN until it ends: its job's state, and each epoch as it is recorded "
+                           "(with --json, one JSON object a line)")
+    runs.add_argument("--interval", type=float, default=2.0, metavar="S",
+                      help="with --follow: seconds between looks at the run (default 2)")
     runs.add_argument("--cancel", type=int, default=None, metavar="RUN",
                       help="cancel submitted run RUN's scheduler job (promoting the trial again resumes it)")
     add_storage(runs)

@@ -11,6 +11,7 @@ from rich.console import Console
 from tianfeng import api
 from tianfeng.commands.flags import emit, options_from_flags
 from tianfeng.hpo.judge.front import print_front
+from tianfeng.promotion.follow import state_of
 from tianfeng.promotion.options import PromoteOptions
 from tianfeng.storage.runs import RunRecordStatus
 from tianfeng.terminal.tables import add_plain_row, plain_table
@@ -59,6 +60,8 @@ def run_runs_command(args) -> int:
         emit(args, run, [f"run {run['id']}: {run['job']['launcher']} job {run['job']['job_id']} cancelled; it is "
                          f"{run['status']} (promote trial {run['trial_number']} again to resume it)"])
         return 0
+    if args.follow is not None:
+        return _follow(args)
     rows = api.runs(args.study, storage=args.storage)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -70,6 +73,34 @@ def run_runs_command(args) -> int:
                       str(len(r["epochs"])), _fmt(r["proxy_score"]), _fmt(r["final_score"]), r["run_dir"])
     Console().print(table)
     return 0
+
+
+def _follow(args) -> int:
+    """Each epoch to stdout as it is recorded, state changes to stderr; exit 0 when the run
+    completed, 1 when it ended otherwise, 130 when Ctrl-C stops the following (not the run)."""
+    if not args.interval > 0:
+        raise ConfigError("--interval", "", f"must be > 0 seconds, got {args.interval:g}")
+    try:
+        for kind, item in api.follow(args.follow, storage=args.storage, interval_s=args.interval):
+            if args.json:
+                print(json.dumps({"event": kind, **item}), flush=True)
+            elif kind == "epoch":
+                print(_epoch_line(item), flush=True)
+            if kind == "state":
+                print(f"tianfeng: run {item['id']} {state_of(item)}", file=sys.stderr)
+            elif kind == "ended":
+                score = f", full {_fmt(item['final_score'])}" if item["final_score"] is not None else ""
+                print(f"tianfeng: run {item['id']} {item['status']}{score}", file=sys.stderr)
+                return 0 if item["status"] == RunRecordStatus.COMPLETED else 1
+    except KeyboardInterrupt:
+        print(f"tianfeng: stopped following run {args.follow} (the run itself goes on)", file=sys.stderr)
+        return 130
+    return 1
+
+
+def _epoch_line(m: dict) -> str:
+    top1 = f"  val_top1 {m['val_top1']:.2f}" if m.get("val_top1") is not None else ""
+    return f"epoch {m['epoch']}{top1}  train_loss {m['train_loss']:.4f}  {m['elapsed_s']:.1f} s"
 
 
 def _status(run: dict) -> str:
