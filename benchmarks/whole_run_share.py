@@ -1,0 +1,95 @@
+"""How rare a near-best recipe is: random recipes of `large_batch.yaml` (no priors) each trained
+whole at the space's target rung on cifar5-dev, and the share of them whose full-fidelity score
+reaches each target, with a 95% Wilson interval. This is what a time-to-target benchmark's
+targets mean: a target most random recipes reach is found by luck as fast as by any search.
+
+    python benchmarks/whole_run_share.py --keep /tmp/share --trials 24 --results
+    python benchmarks/whole_run_share.py --keep /tmp/share --trials 48   # 24 more, pooled
+
+The study in `--keep` is resumed, so runs of several sessions pool; each trial's whole-run
+core-seconds are reported too (they depend on the machine and on what else ran on it). The
+scores do not: a recipe's whole run is the same on any CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+import optuna
+from common import ROOT, data_source, provenance
+from optuna.trial import TrialState
+
+from tianfeng.hpo.plan import SearchPlan
+from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.terminal.logs import quiet_optuna
+
+SPACE = ROOT / "search_spaces" / "large_batch.yaml"
+STUDY = "whole-random"
+RESULTS = ROOT / "docs" / "results" / "whole_run_share.json"
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a share `hits / n`."""
+    if n == 0:
+        return 0.0, 1.0
+    p = hits / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
+
+
+def summary(trials: list[optuna.trial.FrozenTrial], targets: list[float]) -> dict:
+    scores = [t.value for t in trials]
+    out = {"recipes": len(scores), "best": max(scores, default=None),
+           "median": statistics.median(scores) if scores else None, "targets": {}}
+    for target in targets:
+        hits = sum(s >= target for s in scores)
+        low, high = wilson(hits, len(scores))
+        out["targets"][f"{target:g}"] = {"reached": hits, "share": hits / len(scores) if scores else None,
+                                         "interval": [round(low, 3), round(high, 3)]}
+    core_s = [(t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get(TrialKey.CORES, 1))
+              for t in trials]
+    out["core_s_median"] = statistics.median(core_s) if core_s else None
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", type=Path, required=True, help="the study's folder (resumed when it exists)")
+    parser.add_argument("--trials", type=int, default=24, help="complete whole runs wanted in all (default 24)")
+    parser.add_argument("--targets", default="70,75,80,82", help="full-fidelity val top-1 levels (default 70,75,80,82)")
+    parser.add_argument("--data", default="cifar5", help="cifar5 (default) or digits (a quick smoke run)")
+    parser.add_argument("--seed", type=int, default=0, help="the random sampler's seed")
+    parser.add_argument("--workers", default="1", help="worker processes (default 1)")
+    parser.add_argument("--results", nargs="?", const=RESULTS, type=Path, default=None, metavar="PATH",
+                        help=f"also write the summary with commit, date and machine (default "
+                             f"{RESULTS.relative_to(ROOT)})")
+    args = parser.parse_args()
+    quiet_optuna()
+    args.keep.mkdir(parents=True, exist_ok=True)
+    storage = f"sqlite:///{args.keep / 'share.db'}"
+    resume = (args.keep / "share.db").exists()
+    plan = SearchPlan.of(SPACE, study=STUDY, rung="target", sampler="random", objective="accuracy",
+                         data=data_source(args.data), storage=storage, pruner="none", priors=False,
+                         seed=args.seed, trials=args.trials, runs_dir=str(args.keep / "runs"))
+    run_search(plan, int(args.workers) if args.workers.isdigit() else args.workers, resume=resume, progress=False)
+    study = optuna.load_study(study_name=STUDY, storage=storage)
+    done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE and t.value is not None]
+    figures = summary(done, [float(t) for t in args.targets.split(",")])
+    for target, row in figures["targets"].items():
+        share = f"{row['share']:.0%}" if row["share"] is not None else "-"
+        print(f"reach {target}: {row['reached']} of {figures['recipes']} random recipes trained whole ({share}, "
+              f"95% interval {row['interval'][0]:.0%}-{row['interval'][1]:.0%})")
+    print(f"best {figures['best']}, median {figures['median']}; a whole run's median core-seconds "
+          f"{figures['core_s_median']}")
+    if args.results:
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps({**provenance(), "data": args.data, **figures}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

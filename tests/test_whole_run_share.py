@@ -1,0 +1,35 @@
+"""The share benchmark's arithmetic: Wilson intervals and the per-target counts of whole runs."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import whole_run_share  # noqa: E402
+
+
+def test_wilson_intervals_match_the_published_formula() -> None:
+    low, high = whole_run_share.wilson(5, 10)
+    assert (low, high) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    low, high = whole_run_share.wilson(0, 10)
+    assert low == 0.0 and high == pytest.approx(0.2775, abs=1e-4)  # none reached is not "impossible"
+    assert whole_run_share.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_the_summary_counts_scores_at_or_above_each_target() -> None:
+    start = datetime(2026, 1, 1)
+    trials = [optuna.trial.create_trial(state=TrialState.COMPLETE, value=v, params={}, distributions={},
+                                        user_attrs={"cores": 2})
+              for v in (60.0, 75.0, 80.0, 83.5)]
+    for i, t in enumerate(trials):
+        t.datetime_start, t.datetime_complete = start, start + timedelta(seconds=10 * (i + 1))
+    out = whole_run_share.summary(trials, [75.0, 82.0, 90.0])
+    assert {k: v["reached"] for k, v in out["targets"].items()} == {"75": 3, "82": 1, "90": 0}
+    assert out["targets"]["82"]["share"] == 0.25 and out["best"] == 83.5 and out["median"] == 77.5
+    assert out["core_s_median"] == 50.0  # 25 s of wall time at 2 cores
