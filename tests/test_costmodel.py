@@ -24,6 +24,32 @@ def test_flat_ring_across_nodes_runs_at_the_node_network() -> None:
     assert comm_seconds("flat", MB100, two, bucket_bytes=ONE_BUCKET) == pytest.approx(6 * 100e-6 + 1.5 * 0.05)
 
 
+def test_in_network_reduction_sends_the_gradient_once_each_way_through_the_adapters() -> None:
+    from tianfeng.cost.exchange import allreduce_s, ring_allreduce_s, tree_allreduce_s
+
+    plain = Cluster(gpus=64, gpus_per_node=8, intra=INTRA, inter=INTER, adapters_per_node=1)
+    sharp = Cluster(gpus=64, gpus_per_node=8, intra=INTRA, inter=INTER, adapters_per_node=1,
+                    in_network_reduction=True)
+    inside = 2 * 7 * (10e-6 + MB100 / 8 / 10e9)  # reduce-scatter and all-gather over NVLink
+    assert allreduce_s(MB100, sharp) == pytest.approx(inside + 2 * 100e-6 + MB100 / 1e9)
+    # ring and tree send the gradient about twice through the adapters: NVLink's share aside,
+    # the switch's sum takes half as long
+    assert allreduce_s(MB100, plain) == min(ring_allreduce_s(MB100, plain), tree_allreduce_s(MB100, plain))
+    assert 1.6 < allreduce_s(MB100, plain) / allreduce_s(MB100, sharp) < 2.0
+    # within one node there is no switch to reduce in
+    one = Cluster(gpus=8, gpus_per_node=8, intra=INTRA, inter=INTER, in_network_reduction=True)
+    assert allreduce_s(MB100, one) == allreduce_s(MB100, Cluster(gpus=8, gpus_per_node=8, intra=INTRA, inter=INTER))
+
+
+def test_in_network_reduction_is_a_checked_cluster_key() -> None:
+    from tianfeng.cost.cluster import read_cluster
+
+    spec = read_cluster("s.yaml", {"gpus": 64, "device": "a100", "in_network_reduction": True})
+    assert spec.links().in_network_reduction is True
+    with pytest.raises(ConfigError, match="cluster.in_network_reduction: must be true or false; got 'yes'"):
+        read_cluster("s.yaml", {"in_network_reduction": "yes"})
+
+
 def test_hierarchical_rings_share_the_nodes_adapters() -> None:
     c = Cluster(gpus=4, gpus_per_node=2, intra=INTRA, inter=INTER, adapters_per_node=1)
     reduce_scatter = 1 * (10e-6 + (MB100 / 2) / 10e9)  # inside the node

@@ -14,7 +14,8 @@ from tianfeng.trainers.yaml_input import MAX_BYTES
 
 KEYS = ("gpus", "gpus_per_node", "device", "throughput", "images_per_s", "half_batch", "exchange", "overlap",
         "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us", "adapters_per_node",
-        "train_images", "memory_gib", "cpu_cores_per_gpu", "loader", "min_per_gpu_batch", "stack")
+        "train_images", "memory_gib", "cpu_cores_per_gpu", "loader", "min_per_gpu_batch", "stack",
+        "in_network_reduction")
 LOADERS = ("dali", "cache", "torch")
 # Half the smallest per-GPU batch among the published GPU records (Goyal et al. 2017: 32 per
 # GPU), above the range where BatchNorm over a GPU's own images loses accuracy fast (Wu & He,
@@ -44,6 +45,7 @@ class ClusterSpec:
     loader: str = "dali"  # the full run's data pipeline: dali (GPU decode), cache (pre-decoded), torch
     min_per_gpu_batch: int = MIN_PER_GPU_BATCH  # what the shipped spaces sample from (min_per_gpu)
     stack: str = "pytorch"  # the software the full run trains with: a key of step_time.STACKS
+    in_network_reduction: bool = False  # the network's switches sum gradients (InfiniBand SHARP)
 
     @property
     def device_memory_gib(self) -> float | None:
@@ -76,7 +78,8 @@ class ClusterSpec:
                      intra_default.latency_us if self.intra_latency_us is None else self.intra_latency_us)
         inter = Link(self.inter_gbps or inter_default.gbit_s,
                      inter_default.latency_us if self.inter_latency_us is None else self.inter_latency_us)
-        return Cluster(self.gpus, self.gpus_per_node, intra, inter, self.adapters_per_node or adapters)
+        return Cluster(self.gpus, self.gpus_per_node, intra, inter, self.adapters_per_node or adapters,
+                       in_network_reduction=self.in_network_reduction)
 
     def describe(self) -> str:
         what = f"{self.device.upper()}" if self.device != "measured" else f"measured ({self.throughput})"
@@ -153,6 +156,8 @@ def checked(spec: ClusterSpec, source: str, prefix: str = "cluster.") -> Cluster
     integer("min_per_gpu_batch", 1)
     if spec.stack not in STACKS:
         raise fail("stack", f"must be one of {', '.join(STACKS)}; got {spec.stack!r}")
+    if not isinstance(spec.in_network_reduction, bool):
+        raise fail("in_network_reduction", f"must be true or false; got {spec.in_network_reduction!r}")
     if spec.gpus < spec.gpus_per_node:
         spec = replace(spec, gpus_per_node=spec.gpus)  # fewer GPUs than a node holds: one node
     return spec

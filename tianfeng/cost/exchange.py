@@ -7,7 +7,10 @@ What it assumes (printed by `tianfeng plan`, stated in the README):
 - the flat allreduce is NCCL's topology-aware ring (one ring per adapter, entering and leaving
   each node once): its bandwidth term runs at min(per-GPU intra-node speed, the node's network);
   its latency grows with the ring's length, paid once per bucket; or NCCL's tree where that is
-  faster (small messages on many nodes: its latency grows with log2(nodes));
+  faster (small messages on many nodes: its latency grows with log2(nodes)); or, where the
+  network reduces in its switches (`in_network_reduction`: InfiniBand SHARP through NCCL's
+  CollNet), a reduce-scatter inside each node, each node's bytes sent once to the switch and the
+  sum received once (half the ring's bytes through the adapters), and an all-gather inside;
 - the hierarchical variant reduce-scatters inside the node, runs `gpus_per_node` concurrent rings
   between nodes on a 1/G shard each (together the node's whole gradient through the same shared
   adapters: no bandwidth saved, fewer ring steps), then all-gathers inside the node;
@@ -76,6 +79,7 @@ class Cluster:
     intra: Link = PRESETS[DEFAULT_PRESET].intra
     inter: Link = PRESETS[DEFAULT_PRESET].inter
     adapters_per_node: int = PRESETS[DEFAULT_PRESET].adapters_per_node
+    in_network_reduction: bool = False  # the switches sum the nodes' gradients (SHARP)
 
     @property
     def nodes(self) -> int:
@@ -117,10 +121,23 @@ def tree_allreduce_s(nbytes: float, c: Cluster) -> float:
     return 2 * (hops + nbytes / speed)
 
 
+def in_network_allreduce_s(nbytes: float, c: Cluster) -> float:
+    """An allreduce whose sum across nodes the switches compute (SHARP, as NCCL's CollNet uses it;
+    Graham et al., Scalable Hierarchical Aggregation Protocol, COMHPC 2016): reduce-scatter in the
+    node, each GPU's shard up to the switch and the sum back down (the node's whole gradient once
+    each way through its adapters, where a ring sends it twice), all-gather in the node. The
+    switch tree's latency is taken as two network hops: an assumption, not a datasheet figure."""
+    if c.nodes == 1 or not c.in_network_reduction:
+        return math.inf
+    inside = 2 * _ring(nbytes, c.local, c.intra.bytes_per_s, c.intra.alpha_s, halves=1)
+    return inside + 2 * c.inter.alpha_s + nbytes / c.network_bytes_per_s
+
+
 def allreduce_s(nbytes: float, c: Cluster) -> float:
-    """A flat allreduce as NCCL runs it: ring or tree, whichever is faster for this size (NCCL's
-    tuner chooses by the same kind of latency and bandwidth estimate, per message size)."""
-    return min(ring_allreduce_s(nbytes, c), tree_allreduce_s(nbytes, c))
+    """A flat allreduce as NCCL runs it: ring, tree or (where the network has it) in-network
+    reduction, whichever is faster for this size (NCCL's tuner chooses by the same kind of
+    latency and bandwidth estimate, per message size)."""
+    return min(ring_allreduce_s(nbytes, c), tree_allreduce_s(nbytes, c), in_network_allreduce_s(nbytes, c))
 
 
 def hierarchical_s(nbytes: float, c: Cluster, inter_fraction: float = 1.0) -> float:
