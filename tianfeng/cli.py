@@ -211,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Without --study (and with several studies), list the studies in "
                                         "the database; otherwise list one study's trials.")
     status.add_argument("--study", default=None, help="one study's trials (default: list the studies)")
+    status.add_argument("--follow", action="store_true",
+                        help="follow the study until it is over: a line each time its trial counts or best trial "
+                             "change (with --json, one JSON object a line); re-attaches to a submitted search")
+    status.add_argument("--interval", type=float, default=5.0, metavar="S",
+                        help="with --follow: seconds between looks (default 5)")
     add_storage(status)
     add_json(status)
     return parser

@@ -14,9 +14,10 @@ from tianfeng import api
 from tianfeng.cost.walltime import format_seconds
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.front import front_table
-from tianfeng.hpo.judge.outcomes import outcomes_text
+from tianfeng.hpo.judge.outcomes import Outcome, outcomes_text
 from tianfeng.terminal.logs import quiet_optuna
 from tianfeng.terminal.tables import add_plain_row, plain_table
+from tianfeng.trainers.config import ConfigError
 
 
 def run_status_command(args) -> int:
@@ -35,6 +36,8 @@ def run_status_command(args) -> int:
         console.print(table)
         return 0
     study = api.load(args.study, storage=args.storage)
+    if args.follow:
+        return _follow(args, study.study_name)
     rows = api.trials(study.study_name, storage=args.storage)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
@@ -51,6 +54,28 @@ def run_status_command(args) -> int:
     console.print(table)
     if study.user_attrs.get("objective_mode") == ObjectiveMode.PARETO:
         console.print(front_table(study))
+    return 0
+
+
+def _follow(args, name: str) -> int:
+    """A line each time the study changes, until it is over; Ctrl-C stops the following only."""
+    from tianfeng.hpo.run.follow import follow
+
+    if not args.interval > 0:
+        raise ConfigError("--interval", "", f"must be > 0 seconds, got {args.interval:g}")
+    try:
+        for now in follow(lambda: api.load(name, storage=args.storage), args.interval):
+            if args.json:
+                print(json.dumps(now), flush=True)
+                continue
+            counts = Counter({Outcome(k): v for k, v in now["outcomes"].items()})
+            best = (f"; best {_fmt(now['best_value'])} (trial {now['best_trial']})"
+                    if now["best_trial"] is not None else "")
+            job = f"; workers {now['workers_job']}" if now["workers_job"] else ""
+            print(f"study {name}: {now['trials']} trials ({outcomes_text(counts)}){best}{job}", flush=True)
+    except KeyboardInterrupt:
+        print(f"tianfeng: stopped following study {name} (its workers go on)", file=sys.stderr)
+        return 130
     return 0
 
 
