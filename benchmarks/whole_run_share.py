@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 import optuna
@@ -76,7 +77,12 @@ def main() -> None:
     plan = SearchPlan.of(SPACE, study=STUDY, rung="target", sampler="random", objective="accuracy",
                          data=data_source(args.data), storage=storage, pruner="none", priors=False,
                          seed=args.seed, trials=args.trials, runs_dir=str(args.keep / "runs"))
-    run_search(plan, int(args.workers) if args.workers.isdigit() else args.workers, resume=resume, progress=False)
+    try:
+        run_search(plan, int(args.workers) if args.workers.isdigit() else args.workers, resume=resume,
+                   progress=False)
+    except KeyboardInterrupt:  # the cut trial is queued again: the next run of the same --keep goes on
+        print(f"interrupted: the whole runs done so far are kept in {args.keep}; run again to go on",
+              file=sys.stderr)
     study = optuna.load_study(study_name=STUDY, storage=storage)
     done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE and t.value is not None]
     figures = summary(done, [float(t) for t in args.targets.split(",")])
