@@ -189,8 +189,8 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
     dry = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True,
                   launch=Launch(nodes=2, per_node=1, device="cuda"))
     launch_dir = Path(dry["launch"])
-    assert sorted(p.name for p in launch_dir.iterdir()) == ["config.yaml", "node-0.sh", "node-1.sh", "ray-job.sh",
-                                                          "sbatch.sh"]
+    assert sorted(p.name for p in launch_dir.iterdir()) == ["config.yaml", "node-0.sh", "node-1.sh", "ray-entry.sh",
+                                                          "ray-job.sh", "sbatch.sh"]
     assert "--nnodes=2" in (launch_dir / "node-0.sh").read_text()
     assert "#SBATCH --gpus-per-node=1" in (launch_dir / "sbatch.sh").read_text()
 
@@ -272,7 +272,7 @@ def test_a_killed_promotion_is_listed_as_interrupted_and_resumes(finished_study,
     base = [sys.executable, "-m", "tianfeng.cli"]
     storage = finished_study.options.storage
     promote_args = [*base, "promote", "0", "--study", "p", "--storage", storage, "--runs-dir", str(tmp_path / "r"),
-                    "--set", "phases.0.epochs=50"]
+                    "--set", "phases.0.epochs=120"]
     first = subprocess.Popen(promote_args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 180
@@ -298,11 +298,11 @@ def test_a_killed_promotion_is_listed_as_interrupted_and_resumes(finished_study,
     assert [r["status"] for r in json.loads(listed.stdout)] == ["interrupted"]
 
     with caplog.at_level("INFO", logger="tianfeng.engine"):
-        resumed = promote(storage, "p", 0, batch_size=None, overrides=["phases.0.epochs=50"],
+        resumed = promote(storage, "p", 0, batch_size=None, overrides=["phases.0.epochs=120"],
                           runs_dir=tmp_path / "r", dry_run=False)
     # the checkpoint of an epoch is written before its record: the kill may fall in between
     at = [int(m.split(" at epoch ")[1].split(",")[0]) for m in caplog.messages if m.startswith("resumed from ")]
     assert len(at) == 1 and done + 1 <= at[0] <= done + 2, caplog.messages
     assert resumed["resumed"] is True and resumed["status"] == "completed"
     record = RunStore(storage).runs("p")[0]
-    assert record["status"] == "completed" and len(record["epochs"]) == 50 and done >= 2
+    assert record["status"] == "completed" and len(record["epochs"]) == 120 and done >= 2
