@@ -45,7 +45,9 @@ def _conf(d: Path, host: str, cpus: int, ports: tuple[int, int]) -> str:
         "AccountingStorageType=accounting_storage/none", "MpiDefault=none", "ReturnToService=2",
         "MinJobAge=3600", "SchedulerType=sched/backfill", "SlurmctldTimeout=30", "SlurmdTimeout=30",
         f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
-        f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP", ""])
+        f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+        # a node of another machine that never answers: what a SQLite search must not be sent to
+        "NodeName=far1 NodeAddr=127.0.0.2 CPUs=1 State=DOWN", "PartitionName=far Nodes=far1 State=UP", ""])
 
 
 @contextmanager

@@ -93,8 +93,9 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
     named.append(plan.study)
     if o.launcher != "local":
         from tianfeng.hpo.run.study import open_study
-        from tianfeng.hpo.run.submitted import submit_workers
+        from tianfeng.hpo.run.submitted import check_workers_storage, submit_workers
 
+        check_workers_storage(plan)  # before the study is created
         study_obj = open_study(plan, loaded, resume=o.resume, heartbeat=False)
         submit_workers(plan, study_obj)
         return study_obj

@@ -30,7 +30,7 @@ from tianfeng.storage.runs import RunStore
 
 # one Slurm for the module; its jobs take the machine; each test waits for whole jobs
 pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(1200)]
-EPOCHS = 16  # the run the signal cuts: long enough to be cut mid-run and still be running after
+EPOCHS = 8  # the run the signal cuts: long enough to be cut mid-run and still be running after
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_the_schedulers_refusals_are_one_line_and_record_nothing(slurm_env, sear
     storage = study_copy(searched, tmp_path, "bad")
     out = _promote(slurm_env, tmp_path, storage, "--partition", "nosuch")
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
-    assert "--partition: nosuch: no such partition; the cluster has debug" in out.stderr
+    assert "--partition: nosuch: no such partition; the cluster has debug, far" in out.stderr
     # sbatch's own refusal, after the transfer is shown: its message is the last line
     out = _promote(slurm_env, tmp_path, storage, "--sbatch-arg=--partition=other")  # past our own check: the controller refuses it
     assert out.returncode == 2 and out.stderr.splitlines()[-1].startswith("tianfeng: error: sbatch: "), out.stderr
@@ -139,6 +139,14 @@ def test_the_schedulers_refusals_are_one_line_and_record_nothing(slurm_env, sear
     assert all(r["status"] != "submitted" for r in RunStore(storage).runs())
     out = _promote({**slurm_env, "PATH": "/nonexistent"}, tmp_path, storage)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "sbatch is not on PATH" in out.stderr
+    # search workers that may run on another machine, on a SQLite study: refused before it exists
+    search_db = tmp_path / "workers.db"
+    out = cli(slurm_env, tmp_path, "search", "--space", str(write_space(tmp_path, dict(TINY_SPACE))),
+              "--storage", f"sqlite:///{search_db}", "--study", "far", "--launcher", "slurm", "--workers", "2",
+              "--partition", "far", "--runs-dir", str(tmp_path / "runs"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "--storage: a SQLite study cannot take workers on other machines (far1)" in out.stderr
+    assert not search_db.exists()
 
 
 def test_search_workers_run_as_a_job_array_and_a_signalled_task_requeues_its_trial(slurm_env, tmp_path) -> None:

@@ -82,6 +82,10 @@ class RayJobs:
         except RuntimeError as exc:
             raise LaunchError(f"ray job stop: {_first_line(str(exc))}") from None
 
+    def nodes(self, options: SchedulerOptions) -> list[str]:
+        """Search workers are not submitted to Ray (the Ray backend places trials): none."""
+        return []
+
     def check(self, options: SchedulerOptions) -> None:
         """Refuse at once, before anything is written: no address, a cluster that cannot be reached."""
         RayJobs(jobs_address(options))._client()

@@ -93,6 +93,16 @@ class Slurm:
     def cancel(self, job: str) -> None:
         _run(["scancel", job], "scancel")
 
+    def nodes(self, options: SchedulerOptions) -> list[str]:
+        """The host names of the nodes a job may get: its partition's, or the default partition's
+        (the one sinfo marks with *) when none is given."""
+        out = _run(["sinfo", "--noheader", "--Node", "--format=%n %P"], "sinfo")
+        rows = [line.split() for line in out.splitlines() if len(line.split()) == 2]
+        if options.partition:
+            return sorted({host for host, part in rows if part.rstrip("*") == options.partition})
+        default = {host for host, part in rows if part.endswith("*")}
+        return sorted(default or {host for host, _ in rows})
+
     def check(self, options: SchedulerOptions) -> None:
         """Refuse at once, before anything is written, what would fail later: no sbatch here, an
         unknown partition."""

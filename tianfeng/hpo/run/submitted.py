@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import math
 import shlex
+import socket
 import sys
 from pathlib import Path
 
 from tianfeng.hpo.options import SearchOptions
 from tianfeng.hpo.plan import SearchPlan
 from tianfeng.launch.launchers import scheduler
+from tianfeng.launch.scheduler import LaunchError
 from tianfeng.launch.slurm import sbatch_directives
 from tianfeng.options import option_args
 
@@ -65,6 +67,22 @@ def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:
             "exit \"$status\"\n")
 
 
+def check_workers_storage(plan: SearchPlan) -> None:
+    """Refuse, before anything is created, a SQLite study whose workers may run on other machines:
+    SQLite's file locks do not hold on network file systems. A cluster whose every node is this
+    machine (one node, as a workstation's Slurm) may use it."""
+    o = plan.options
+    if not o.storage.startswith("sqlite"):
+        return
+    nodes = scheduler(o.launcher).nodes(o.scheduler_options())
+    here = socket.gethostname().split(".")[0]
+    elsewhere = sorted(n for n in nodes if n.split(".")[0] != here)
+    if elsewhere:
+        shown = ", ".join(elsewhere[:4]) + (f" and {len(elsewhere) - 4} more" if len(elsewhere) > 4 else "")
+        raise LaunchError(f"--storage: a SQLite study cannot take workers on other machines ({shown}): its file "
+                          "locks do not hold on a shared file system; give --storage postgresql://USER@HOST/DB")
+
+
 def submit_workers(plan: SearchPlan, study) -> dict:
     """Submit the search's workers as a job array (the study already created); returns the job
     as the study records it."""
@@ -77,9 +95,6 @@ def submit_workers(plan: SearchPlan, study) -> dict:
     script = log_dir / "search-workers.sh"
     script.write_text(array_script(plan, workers, log_dir))
     script.chmod(0o755)
-    if o.storage.startswith("sqlite"):
-        log.warning("the study is a SQLite file: every node must see it (a shared file system) and few "
-                    "workers write at once; use postgresql://... for many")
     job = sched.submit(script, o.scheduler_options())
     record = {"launcher": o.launcher, "job": job, "workers": workers, "script": str(script), "log_dir": str(log_dir)}
     study.set_user_attr(WORKERS_JOB, record)
