@@ -32,7 +32,8 @@ def provenance() -> dict[str, str]:
         return out.stdout.strip() if out.returncode == 0 else ""
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results"):  # results aside
+    # the docs and README aside: what they say does not change a figure
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs", ":!README.md"):
         commit += "+changes"
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
