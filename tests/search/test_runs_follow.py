@@ -23,13 +23,13 @@ def _cli(*args: str, **kwargs) -> subprocess.Popen:
 def test_following_a_run_streams_each_epoch_once_and_ends_with_the_run(tmp_path: Path) -> None:
     storage = f"sqlite:///{searched_study(tmp_path)}"
     promoting = _cli("promote", "0", "--study", "s", "--storage", storage, "--runs-dir", str(tmp_path / "runs"),
-                     "--set", "phases.0.epochs=500", env={**os.environ, "OMP_NUM_THREADS": "1"})
+                     "--set", "phases.0.epochs=500", env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 300
         while not RunStore(storage).runs() and time.monotonic() < deadline:
             time.sleep(0.2)
         run_id = RunStore(storage).runs()[0]["id"]
-        follower = _cli("runs", "--storage", storage, "--follow", str(run_id), "--json", "--interval", "0.2")
+        follower = _cli("runs", "--storage", storage, "--follow", str(run_id), "--json", "--interval", "0.2", cwd=tmp_path)
         events = []
         while len([e for e in events if e["event"] == "epoch"]) < 3:  # read while the run trains
             line = follower.stdout.readline()

@@ -1,7 +1,8 @@
 """Following a study as its workers spend the budget (`tianfeng status --follow`): a line each
 time its trial counts or best trial change, until it is over. A study whose workers a
 scheduler runs (`search --launcher slurm`) is over when that job has ended; one searched here,
-when no trial is running or waiting at two looks in a row with nothing changed between them."""
+when nothing runs or waits and either its budget (the latest start's `--trials`) is spent or
+nothing has changed for `QUIET_S` (a search stopped by repeated failures, or by Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import optuna
 
 from tianfeng.hpo.judge.outcomes import Outcome, outcome
 from tianfeng.hpo.judge.scores import maximizing, score
+from tianfeng.hpo.run.study import TRIAL_BUDGET
 from tianfeng.hpo.run.submitted import WORKERS_JOB
 from tianfeng.launch.launchers import scheduler
 
 _LIVE = (Outcome.RUNNING, Outcome.WAITING)
+_SPENT = (Outcome.COMPLETE, Outcome.PRUNED, Outcome.FAILED)  # what the budget counts once they end
+QUIET_S = 60.0  # a search here with nothing running, unchanged this long, has stopped
 
 
 def snapshot(study: optuna.Study, job_state: str | None) -> dict:
@@ -33,7 +37,7 @@ def snapshot(study: optuna.Study, job_state: str | None) -> dict:
 
 def follow(load: Callable[[], optuna.Study], interval_s: float) -> Iterator[dict]:
     """A snapshot whenever it changes, the last one when the study is over."""
-    last, quiet = None, 0
+    last, changed_at = None, time.monotonic()
     while True:
         study = load()
         job = study.user_attrs.get(WORKERS_JOB)
@@ -41,12 +45,15 @@ def follow(load: Callable[[], optuna.Study], interval_s: float) -> Iterator[dict
         now = snapshot(study, state.state if state else None)
         if now != last:
             yield now
+            changed_at = time.monotonic()
         live = sum(now["outcomes"].get(str(o), 0) for o in _LIVE)
+        budget = study.user_attrs.get(TRIAL_BUDGET)
+        spent = sum(now["outcomes"].get(str(o), 0) for o in _SPENT)
         if state is not None:
             over = state.ended or state.state == "unknown"
         else:
-            quiet = quiet + 1 if live == 0 and now == last else 0
-            over = quiet >= 1
+            over = live == 0 and ((budget is not None and spent >= budget)
+                                  or time.monotonic() - changed_at >= QUIET_S)
         if over:
             return
         last = now

@@ -57,6 +57,9 @@ def directions(space: SearchSpace) -> list[str]:
     return ["minimize"] if mode == ObjectiveMode.TIME_TO_TARGET else [space.objective.direction]
 
 
+TRIAL_BUDGET = "trial_budget"  # study attribute: the trials the latest search start was given
+
+
 def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
                seed: int | None = None) -> optuna.Study:
     """The plan's study, created whole (Ctrl-C waits for it) or loaded to be resumed."""
@@ -117,6 +120,7 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
             log.info("grid sampler: the priors are not enqueued (the grid covers the space itself)")
     if plan.sampler != "grid":
         enqueue_priors(study, space, plan)
+    study.set_user_attr(TRIAL_BUDGET, plan.options.trials)  # this start's budget: what `status --follow` waits for
     return study
 
 
