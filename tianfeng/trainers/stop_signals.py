@@ -30,6 +30,19 @@ def ignore_in_loader_worker(_worker_id: int) -> None:
     epoch with an error before the run could checkpoint. The workers still end with the run."""
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # held since the fork (held_while_forking)
+
+
+@contextmanager
+def held_while_forking() -> Iterator[None]:
+    """Stop signals held, not lost, while a DataLoader forks its workers: a worker inherits the
+    mask, so a signal cannot reach it before `ignore_in_loader_worker` runs; this process gets
+    any that came once the workers exist."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def received() -> int | None:

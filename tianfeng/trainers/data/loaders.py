@@ -19,7 +19,7 @@ from tianfeng.trainers.data.cache import default_cache_dir
 from tianfeng.trainers.data.order import epoch_order, rank_slice
 from tianfeng.trainers.data.pipeline import Batch, DataPipeline, DecodeDataset, PipelineBase
 from tianfeng.trainers.data.sources import ImageSource
-from tianfeng.trainers.stop_signals import ignore_in_loader_worker
+from tianfeng.trainers.stop_signals import held_while_forking, ignore_in_loader_worker
 
 # Batches gathered and augmented together, up to this many bytes of float pixels: each op then
 # runs once for several small batches (its fixed cost once), and the results are the same. Larger
@@ -95,7 +95,9 @@ class TorchPipeline(PipelineBase):
             DecodeDataset(self.source.train, resolution, self.source.channels),
             batch_sampler=sampler, num_workers=self.cfg.workers, worker_init_fn=ignore_in_loader_worker,
             pin_memory=self.device.type == "cuda")
-        for step, (images, labels) in zip(steps, loader, strict=True):
+        with held_while_forking():
+            batches = iter(loader)  # the workers start here
+        for step, (images, labels) in zip(steps, batches, strict=True):
             yield self._finish(images, labels, self._theta(epoch, step, global_batch, resolution),
                                resolution)
 

@@ -23,7 +23,7 @@ from tianfeng.trainers.data.cache import DecodedSplit, decoded_split, default_ca
 from tianfeng.trainers.data.decode import decode_file, resize_array
 from tianfeng.trainers.data.order import prefetch, rank_slice
 from tianfeng.trainers.data.sources import ImageSource, Split
-from tianfeng.trainers.stop_signals import ignore_in_loader_worker
+from tianfeng.trainers.stop_signals import held_while_forking, ignore_in_loader_worker
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -120,7 +120,9 @@ class PipelineBase:
             DecodeDataset(self.source.val, resolution, self.source.channels),
             batch_sampler=[list(range(start, min(start + rows.step, end))) for start in rows],
             num_workers=self.cfg.workers, worker_init_fn=ignore_in_loader_worker, pin_memory=self.device.type == "cuda")
-        return (self._finish(images, labels, None, resolution) for images, labels in loader)
+        with held_while_forking():
+            batches = iter(loader)  # the workers start here
+        return (self._finish(images, labels, None, resolution) for images, labels in batches)
 
 
 def on_side_stream(batches: Iterator[Batch], device: torch.device) -> Iterator[Batch]:
