@@ -40,6 +40,13 @@ def runs_dir(storage: str) -> str:
     return str(Path(storage.removeprefix("sqlite:///")).parent / "runs")
 
 
+def promote(env: dict[str, str], tmp_path: Path, storage: str, launcher: str, *extra: str) -> subprocess.CompletedProcess:
+    """`tianfeng promote 0` of the searched study onto 1 node x 2 CPU ranks, through `launcher`."""
+    return cli(env, tmp_path, "promote", "0", "--study", "s", "--storage", storage, "--nodes", "1",
+               "--gpus-per-node", "2", "--device", "cpu", "--launcher", launcher, "--runs-dir", runs_dir(storage),
+               *extra)
+
+
 def runs(env: dict[str, str], tmp_path: Path, storage: str) -> list[dict]:
     out = cli(env, tmp_path, "runs", "--storage", storage, "--json")
     assert out.returncode == 0, out.stderr[-2000:]

@@ -6,6 +6,7 @@ not answer is one line, exit 2, nothing recorded."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +14,8 @@ import pytest
 
 from tests.distributed.submitted_runs import (
     cli,
+    promote,
     runs,
-    runs_dir,
     searched_study,
     study_copy,
     wait_until,
@@ -37,10 +38,8 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return searched_study(tmp_path_factory.mktemp("ray-study"))
 
 
-def _promote(env: dict[str, str], tmp_path: Path, storage: str, *extra: str):
-    return cli(env, tmp_path, "promote", "0", "--study", "s", "--storage", storage, "--nodes", "1",
-               "--gpus-per-node", "2", "--device", "cpu", "--launcher", "ray", "--runs-dir", runs_dir(storage),
-               *extra)
+def _promote(env, tmp_path: Path, storage: str, *extra: str) -> subprocess.CompletedProcess:
+    return promote(env, tmp_path, storage, "ray", *extra)
 
 
 def _ray_status(env: dict[str, str], job: str) -> str:

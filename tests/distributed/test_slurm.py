@@ -18,8 +18,8 @@ import pytest
 
 from tests.distributed.submitted_runs import (
     cli,
+    promote,
     runs,
-    runs_dir,
     searched_study,
     study_copy,
     wait_until,
@@ -47,9 +47,7 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _promote(env, tmp_path: Path, storage: str, *extra: str) -> subprocess.CompletedProcess:
-    return cli(env, tmp_path, "promote", "0", "--study", "s", "--storage", storage, "--nodes", "1",
-               "--gpus-per-node", "2", "--device", "cpu", "--launcher", "slurm", "--runs-dir", runs_dir(storage),
-               *extra)
+    return promote(env, tmp_path, storage, "slurm", *extra)
 
 
 def _over(env, job: str) -> bool:
