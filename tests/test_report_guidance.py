@@ -120,3 +120,22 @@ def test_the_trial_table_has_unique_column_names(tmp_path: Path) -> None:
     header = re.search(r'<table id="trials">\s*<thead><tr>(.*?)</tr>', html, re.S).group(1)
     names = re.findall(r"<th[^>]*>(.*?)</th>", header)
     assert len(names) == len(set(names)) and "seconds (parameter)" in names and "seconds" in names
+
+
+@pytest.mark.parametrize(("values", "kind", "ticks"), [
+    ([34.3, 44.4, 45.0], "linear", None),           # well under a decade: log ticks would read as linear
+    ([12.0, 900.0], "log", [10, 20, 50, 100, 200, 500, 1000]),
+    ([3.5, 11.0], "log", [5, 10]),
+])
+def test_the_wall_time_axis_is_the_scale_its_title_names(values: list[float], kind: str, ticks) -> None:
+    axis = figures.seconds_axis(values, "predicted wall time")
+    assert axis["type"] == kind and ("log scale" in axis["title"]) == (kind == "log")
+    assert axis.get("tickvals") == ticks
+
+
+def test_the_pareto_plot_uses_that_axis(pareto_study) -> None:
+    study, _ = pareto_study
+    fig, _ = figures.pareto(study, [])
+    times = [predicted_s(t) for t in study.get_trials() if t.state.name == "COMPLETE" and predicted_s(t) is not None]
+    assert fig.layout.xaxis.type == figures.seconds_axis(times, "predicted wall time")["type"]
+    assert fig.layout.xaxis.title.text == figures.seconds_axis(times, "predicted wall time")["title"]

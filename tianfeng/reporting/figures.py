@@ -54,6 +54,19 @@ def integer_axis(largest: float, ticks: int = 10) -> dict:
     return {"tick0": 0, "dtick": step}
 
 
+def seconds_axis(values: list[float], title: str) -> dict:
+    """An axis of seconds: logarithmic, with ticks at 1, 2 and 5 times each power of ten, when
+    the values span a factor of 3 or more; linear otherwise, where a log axis would show only a
+    few ticks that read as a linear scale. The title says which."""
+    low, high = min(values), max(values)
+    if low <= 0 or high < 3 * low:
+        return {"title": f"{title} (s)", "type": "linear"}
+    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+             for m in (1, 2, 5)]
+    shown = [t for t in ticks if low / 1.5 <= t <= high * 1.5]
+    return {"title": f"{title} (s, log scale)", "type": "log", "tickvals": shown}
+
+
 def history(study: optuna.Study) -> Figure:
     """Every complete trial's metric by trial number and the best so far as a step line, in
     every objective mode (Optuna's own plot draws no best line for a second objective)."""
@@ -239,7 +252,7 @@ def pareto(study: optuna.Study, runs: list[dict]) -> Figure:
                                  hovertext=[hover(t) for t in marked], hoverinfo="text"))
     fig.update_layout(title=f"{metric} at the search rung against the full run's predicted wall time on "
                             f"{study.user_attrs.get('cluster', 'the cluster')}",
-                      xaxis={"title": "predicted wall time (s, log scale)", "type": "log"}, yaxis_title=metric)
+                      xaxis=seconds_axis([predicted_s(t) for t in done], "predicted wall time"), yaxis_title=metric)
     return fig, ""
 
 
