@@ -12,6 +12,8 @@ import pytest
 
 from tianfeng.trainers.config import RunConfig, config_from_dict, config_to_dict
 
+pytest_plugins = ["tests.suite_timing"]
+
 SMALL_CLASSES = ("digit0", "digit1", "digit2", "digit3", "digit4")
 
 
