@@ -43,10 +43,20 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
 
 
+def _score(t: optuna.trial.FrozenTrial) -> float:
+    """A whole run's full-fidelity score; a run the engine stopped because it diverged or
+    collapsed to a uniform guess (pruned: the benchmark prunes nothing else) scores its last
+    reported value, at chance, and counts as a recipe that reached no target."""
+    if t.value is not None:
+        return t.value
+    return t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else 0.0
+
+
 def summary(trials: list[optuna.trial.FrozenTrial], targets: list[float]) -> dict:
-    scores = [t.value for t in trials]
-    out = {"recipes": len(scores), "best": max(scores, default=None),
-           "median": statistics.median(scores) if scores else None, "targets": {}}
+    scores = [_score(t) for t in trials]
+    out = {"recipes": len(scores), "stopped": sum(t.state == TrialState.PRUNED for t in trials),
+           "best": max(scores, default=None), "median": statistics.median(scores) if scores else None,
+           "targets": {}}
     for target in targets:
         hits = sum(s >= target for s in scores)
         low, high = wilson(hits, len(scores))
@@ -84,13 +94,14 @@ def main() -> None:
         print(f"interrupted: the whole runs done so far are kept in {args.keep}; run again to go on",
               file=sys.stderr)
     study = optuna.load_study(study_name=STUDY, storage=storage)
-    done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE and t.value is not None]
+    done = [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     figures = summary(done, [float(t) for t in args.targets.split(",")])
     for target, row in figures["targets"].items():
         share = f"{row['share']:.0%}" if row["share"] is not None else "-"
         print(f"reach {target}: {row['reached']} of {figures['recipes']} random recipes trained whole ({share}, "
               f"95% interval {row['interval'][0]:.0%}-{row['interval'][1]:.0%})")
-    print(f"best {figures['best']}, median {figures['median']}; a whole run's median core-seconds "
+    print(f"{figures['stopped']} of them diverged or collapsed and were stopped; best {figures['best']}, "
+          f"median {figures['median']}; a whole run's median core-seconds "
           f"{figures['core_s_median']}")
     if args.results:
         args.results.parent.mkdir(parents=True, exist_ok=True)

@@ -33,3 +33,15 @@ def test_the_summary_counts_scores_at_or_above_each_target() -> None:
     assert {k: v["reached"] for k, v in out["targets"].items()} == {"75": 3, "82": 1, "90": 0}
     assert out["targets"]["82"]["share"] == 0.25 and out["best"] == 83.5 and out["median"] == 77.5
     assert out["core_s_median"] == 50.0  # 25 s of wall time at 2 cores
+
+
+def test_a_run_stopped_for_diverging_counts_as_a_recipe_that_reached_nothing() -> None:
+    start = datetime(2026, 1, 1)
+    trials = [optuna.trial.create_trial(state=TrialState.COMPLETE, value=80.0, params={}, distributions={}),
+              optuna.trial.create_trial(state=TrialState.PRUNED, params={}, distributions={},
+                                        intermediate_values={0: 43.4, 1: 20.0})]
+    for t in trials:
+        t.datetime_start, t.datetime_complete = start, start + timedelta(seconds=10)
+    out = whole_run_share.summary(trials, [75.0])
+    assert out["recipes"] == 2 and out["stopped"] == 1 and out["targets"]["75"]["share"] == 0.5
+    assert out["median"] == 50.0  # the stopped run scores its last value, at chance
