@@ -200,6 +200,16 @@ def summary(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
+def table(rows: list[dict]) -> list[dict]:
+    """Each record as the results page shows it (`rows` in the order of RECORDS): fitted records
+    first, then the check."""
+    shown = [{"record": row["record"], "gpus": f"{r.gpus} {r.device.upper()}" + (", SHARP" if r.in_network_reduction else ""),
+              "per_gpu_batch": r.phases[-1][2] // r.gpus, "published_s": round(row["published_s"], 1),
+              "predicted_s": round(row["predicted_s"], 1), "loo_ratio": round(row["loo_ratio"], 2), "check": row["check"]}
+             for r, row in zip(RECORDS, rows, strict=True)]
+    return sorted(shown, key=lambda row: row["check"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="every record's prediction and parts as JSON")
@@ -210,7 +220,8 @@ def main() -> None:
     rows = [{**predict(r), "loo_ratio": predict(r, leave_one_out=True)["ratio"]} for r in RECORDS]
     if args.results:
         args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps({**provenance(), "sets": summary(rows)}, indent=2) + "\n")
+        args.results.write_text(json.dumps({**provenance(), "sets": summary(rows), "records": table(rows)},
+                                           indent=2) + "\n")
     if args.json:
         print(json.dumps(rows, indent=2))
         return

@@ -27,7 +27,7 @@ def test_the_published_records_file_is_what_the_benchmark_computes_now() -> None
     rows = [{**published_records.predict(r), "loo_ratio": published_records.predict(r, leave_one_out=True)["ratio"]}
             for r in published_records.RECORDS]
     saved = _published_records()
-    assert saved["sets"] == published_records.summary(rows), (
+    assert saved["sets"] == published_records.summary(rows) and saved["records"] == published_records.table(rows), (
         "the wall-time model changed: run `python benchmarks/published_records.py --results` and "
         "update the sentences that quote it")
     assert saved["commit"] and saved["date"] and saved["machine"]
