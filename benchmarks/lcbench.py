@@ -36,7 +36,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import optuna
-from common import print_table
+from common import ROOT, print_table, provenance
 
 from tianfeng.hpo.judge.past_warmup import PastWarmup
 from tianfeng.hpo.judge.peers import PeerPruner
@@ -279,6 +279,16 @@ def reference(surrogate: Surrogate, task: str, n: int = 400) -> tuple[float, flo
     return max(finals), statistics.median(finals), statistics.median(c["time"][-1] for c in curves)
 
 
+RESULTS = ROOT / "docs" / "results" / "lcbench.json"
+
+
+def summary(table: dict[str, dict[float, list[float]]]) -> dict[str, dict[str, list[float]]]:
+    """Per method and budget fraction: the 25th, 50th and 75th percentile of the normalised regret,
+    rounded as the docs quote them."""
+    return {method: {f"{f:g}": [round(float(q), 3) for q in np.percentile(values, [25, 50, 75])]
+                     for f, values in by.items()} for method, by in table.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default=",".join(METHODS))
@@ -288,6 +298,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=float, default=20.0, help="in full runs of a median configuration")
     parser.add_argument("--json", type=Path, default=None, help="also write every run's numbers here")
+    parser.add_argument("--results", nargs="?", const=RESULTS, type=Path, default=None, metavar="PATH",
+                        help=f"also write each method's median and quartiles with commit, date and machine "
+                             f"(default {RESULTS.relative_to(ROOT)}), which the docs quote")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     methods = args.methods.split(",")
@@ -338,6 +351,11 @@ def main() -> None:
               f"({half_peer}): {'met' if ours <= peer_half else 'not met'})")
     if args.json:
         args.json.write_text(json.dumps({m: {str(f): v for f, v in by.items()} for m, by in table.items()}, indent=1))
+    if args.results:
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps({**provenance(), "tasks": len(refs), "skip_tasks": args.skip_tasks,
+                                            "seeds": args.seeds, "budget": args.budget,
+                                            "methods": summary(table)}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

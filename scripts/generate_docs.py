@@ -1,10 +1,23 @@
-"""MkDocs hook: the reference pages are generated from the code at build time, so they cannot
-drift from it. A page asks for a part with a marker line:
+"""The parts of the docs made from the code and from the results files, written into the Markdown
+so that a page reads the same on disk, on a forge and on the site. A part sits between two
+comment lines, which this script keeps and fills:
 
-    <!-- reference: cli -->          every command's usage, description and options (argparse)
-    <!-- reference: run-config -->   every run-config key: type or allowed values, default, bounds,
-                                     and the comment beside it in the dataclass
-    <!-- reference: space -->        the keys and names a search-space file may use
+    <!-- generated: NAME -->
+    ...
+    <!-- end generated: NAME -->
+
+    cli                every command's usage, description and options (argparse)
+    run-config         every run-config key: type or allowed values, default, bounds, comment
+    space              the keys and names a search-space file may use
+    published-records  the wall-time model against published records (its results file)
+    whole-run-share    how many random recipes trained whole reach each target (its results file)
+    test-suite         the suite's counts and minutes (its results file)
+
+    python scripts/generate_docs.py           # write every part again
+    python scripts/generate_docs.py --check   # exit 1 naming the pages whose parts are stale
+
+A test runs the check, so a changed option, key or results file fails the suite until the pages
+are written again.
 """
 
 from __future__ import annotations
@@ -13,15 +26,17 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import json
 import re
+import sys
 import typing
+from pathlib import Path
 from typing import Any, Literal
 
-MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.M)
-
-
-def on_page_markdown(markdown: str, page: Any = None, config: Any = None, files: Any = None) -> str:
-    return MARKER.sub(lambda m: GENERATORS[m.group(1)](), markdown)
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+PART = re.compile(r"^<!-- generated: ([a-z-]+) -->\n(.*?)^<!-- end generated: \1 -->$", re.M | re.S)
+PAGES = ("README.md", "docs")
 
 
 def _cell(text: str) -> str:
@@ -167,4 +182,102 @@ def space_reference() -> str:
     return "\n".join(out)
 
 
-GENERATORS = {"cli": cli_reference, "run-config": run_config_reference, "space": space_reference}
+# --- the results files -----------------------------------------------------------------------
+
+def _results(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def _measured(saved: dict) -> str:
+    return f"measured {saved['date']} at commit {saved['commit']} on {saved['machine']}"
+
+
+def _time(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def published_records_table() -> str:
+    saved = _results("published_records")
+    out = ["| record | GPUs | per-GPU batch | published | predicted | LOO ratio |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    out += [f"| {'check: ' if r['check'] else ''}{r['record']} | {r['gpus']} | {r['per_gpu_batch']} | "
+            f"{_time(r['published_s'])} | "
+            f"{_time(r['predicted_s'])} | {r['loo_ratio']:.2f} |" for r in saved["records"]]
+    f, c = saved["sets"]["fitted"], saved["sets"]["check"]
+    out += ["", f"Fitted rounds and papers: median {f['median']:.2f}, worst {f['worst']:.2f}x, "
+                f"{f['within_1_25']} of {f['records']} within 1.25x. Check: median {c['median']:.2f}, worst "
+                f"{c['worst']:.2f}x, {c['within_1_25']} of {c['records']} within 1.25x ({_measured(saved)})."]
+    return "\n".join(out)
+
+
+def whole_run_share_table() -> str:
+    saved = _results("whole_run_share")
+    out = ["| target (val top-1) | recipes that reached it | share | 95% interval |", "| --- | --- | --- | --- |"]
+    out += [f"| {target} | {row['reached']} of {saved['recipes']} | {row['share']:.0%} | "
+            f"{row['interval'][0]:.0%}-{row['interval'][1]:.0%} |" for target, row in saved["targets"].items()]
+    out += ["", f"{saved['recipes']} random recipes trained whole on {saved['data']}, {saved['stopped']} of them "
+                f"stopped by the engine for diverging or collapsing (counted as reaching nothing); median score "
+                f"{saved['median']:.2f}, best {saved['best']:.2f}; a whole run's median cost "
+                f"{saved['core_s_median'] / 60:.1f} core-minutes ({_measured(saved)})."]
+    return "\n".join(out)
+
+
+def test_suite_sentence() -> str:
+    saved = _results("test_suite")
+    parts = saved["parts"]
+    shown = {"quick": "the tests not marked slow", "all": "every test"}[saved["selection"]]
+    return (f"`scripts/test.sh` ({shown}) ran {saved['tests']} tests in {saved['minutes']:.1f} min: "
+            f"{parts['parallel']['tests']} in parallel in {parts['parallel']['seconds'] / 60:.1f} min, then "
+            f"{parts['alone']['tests']} alone in {parts['alone']['seconds'] / 60:.1f} min, {saved['failed']} "
+            f"failed ({_measured(saved)}).")
+
+
+GENERATORS = {"cli": cli_reference, "run-config": run_config_reference, "space": space_reference,
+              "published-records": published_records_table, "whole-run-share": whole_run_share_table,
+              "test-suite": test_suite_sentence}
+
+
+def refresh(markdown: str) -> str:
+    """The page with every generated part made again from the code and the results files."""
+    def fill(m: re.Match) -> str:
+        name = m.group(1)
+        if name not in GENERATORS:
+            raise SystemExit(f"generate_docs: unknown part {name!r}; known: {', '.join(GENERATORS)}")
+        return f"<!-- generated: {name} -->\n{GENERATORS[name]().rstrip()}\n<!-- end generated: {name} -->"
+    return PART.sub(fill, markdown)
+
+
+def pages() -> list[Path]:
+    out: list[Path] = []
+    for name in PAGES:
+        path = ROOT / name
+        out += sorted(path.rglob("*.md")) if path.is_dir() else [path]
+    return out
+
+
+def stale() -> list[Path]:
+    """The pages whose generated parts differ from what the code and results files give now."""
+    return [p for p in pages() if refresh(p.read_text()) != p.read_text()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the stale pages")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if args.check:
+        if found := stale():
+            names = ", ".join(str(p.relative_to(ROOT)) for p in found)
+            raise SystemExit(f"generate_docs: stale generated parts in {names}: run python scripts/generate_docs.py")
+        return
+    for page in pages():
+        text = page.read_text()
+        if (new := refresh(text)) != text:
+            page.write_text(new)
+            print(f"wrote {page.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -20,7 +20,7 @@ DOCS = REPO / "docs"
 
 
 def _hook():
-    spec = importlib.util.spec_from_file_location("docs_reference", DOCS / "hooks" / "reference.py")
+    spec = importlib.util.spec_from_file_location("generate_docs", REPO / "scripts" / "generate_docs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -89,7 +89,22 @@ def test_the_api_reference_renders_the_docstrings(site: Path) -> None:
         assert first[:30] in html, (name, first)
 
 
-def test_the_hook_reads_a_comment_above_and_beside_a_field() -> None:
+def test_every_generated_part_of_the_docs_is_what_the_code_and_results_give_now() -> None:
+    generate = _hook()
+    stale = [str(p.relative_to(REPO)) for p in generate.stale()]
+    assert not stale, f"run `python scripts/generate_docs.py`: stale generated parts in {stale}"
+    parts = {m.group(1) for p in generate.pages() for m in generate.PART.finditer(p.read_text())}
+    assert parts == set(generate.GENERATORS), set(generate.GENERATORS) ^ parts  # each part is on a page
+
+
+def test_a_hand_edited_generated_part_is_stale() -> None:
+    generate = _hook()
+    page = (DOCS / "reference" / "space.md").read_text()
+    edited = page.replace("`cluster:` keys:", "`cluster:` keys (edited):")
+    assert edited != page and generate.refresh(edited) == page
+
+
+def test_the_generator_reads_a_comment_above_and_beside_a_field() -> None:
     @dataclasses.dataclass
     class Example:
         # what the first one is,
