@@ -12,6 +12,7 @@ comment lines, which this script keeps and fills:
     published-records  the wall-time model against published records (its results file)
     whole-run-share    how many random recipes trained whole reach each target (its results file)
     test-suite         the suite's counts and minutes (its results file)
+    readme-claims      the README's selected results (the results files above)
 
     python scripts/generate_docs.py           # write every part again
     python scripts/generate_docs.py --check   # exit 1 naming the pages whose parts are stale
@@ -224,6 +225,23 @@ def whole_run_share_table() -> str:
     return "\n".join(out)
 
 
+def readme_claims() -> str:
+    records, share = _results("published_records"), _results("whole_run_share")
+    f, c = records["sets"]["fitted"], records["sets"]["check"]
+    gpus = [int(r["gpus"].split()[0]) for r in records["records"]]
+    reached = {t: row["reached"] for t, row in share["targets"].items()}
+    ladder = ", ".join(f"{n} reach {t}" for t, n in reached.items())
+    return "\n".join([
+        f"- The wall-time model on {f['records']} published ResNet-50 records ({min(gpus):,} to {max(gpus):,} GPUs), "
+        f"each predicted without its own logged rate: a median {f['median']:.2f}x of their times, worst "
+        f"{f['worst']:.2f}x; on {c['records']} records of MLPerf rounds kept out of the fit a median "
+        f"{c['median']:.2f}x, worst {c['worst']:.2f}x (`benchmarks/published_records.py`, {_measured(records)}).",
+        f"- How rare a near-best recipe is on cifar5-dev: of {share['recipes']} random recipes of "
+        f"`large_batch.yaml` trained whole, {ladder} (val top-1; best {share['best']:.2f}): the targets where a "
+        f"search must beat luck (`benchmarks/whole_run_share.py`, {_measured(share)}).",
+    ])
+
+
 def test_suite_sentence() -> str:
     saved = _results("test_suite")
     parts = saved["parts"]
@@ -236,7 +254,7 @@ def test_suite_sentence() -> str:
 
 GENERATORS = {"cli": cli_reference, "run-config": run_config_reference, "space": space_reference,
               "published-records": published_records_table, "whole-run-share": whole_run_share_table,
-              "test-suite": test_suite_sentence}
+              "test-suite": test_suite_sentence, "readme-claims": readme_claims}
 
 
 def refresh(markdown: str) -> str:
