@@ -1,0 +1,79 @@
+"""Every `tianfeng` command in the fenced shell blocks of the README, the tutorial and the how-to
+pages parses as written with the real command line (an unknown flag, a retired choice or a
+missing command fails here), and each `--space` it names is a file or a shipped space. Synopsis
+lines (with `[optional]` parts) are left out: they are not commands to paste."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tianfeng.cli import build_parser
+from tianfeng.hpo.space.shipped import resolve_space
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", REPO / "docs" / "tutorial.md", *sorted((REPO / "docs" / "how-to").glob("*.md"))]
+SHELL = {"bash", "sh", "console", ""}
+
+
+def _blocks(text: str) -> Iterator[tuple[str, str]]:
+    """(language, body) of each fenced block, openers and closers paired in order."""
+    lang, lines = None, []
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if lang is None:
+                lang, lines = line[3:].strip(), []
+            else:
+                yield lang, "\n".join(lines)
+                lang = None
+        elif lang is not None:
+            lines.append(line)
+
+
+def commands(text: str) -> list[str]:
+    """The arguments of each `tianfeng` (or `.venv/bin/tianfeng`) command in the shell blocks."""
+    found = []
+    for lang, body in _blocks(text):
+        if lang not in SHELL:
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            for part in re.split(r"&&|\|\||;", line):
+                m = re.match(r"(?:\S*/)?tianfeng (.*)$", part.strip())
+                if m and "[" not in m.group(1):
+                    found.append(m.group(1))
+    return found
+
+
+DOCUMENTED = [(page.relative_to(REPO).as_posix(), cmd) for page in PAGES for cmd in commands(page.read_text())]
+
+
+def test_the_pages_hold_the_commands_a_user_pastes() -> None:
+    shown = {cmd.split()[0] for _, cmd in DOCUMENTED}
+    assert {"search", "promote", "status", "runs", "launch", "calibrate"} <= shown, shown
+    assert len(DOCUMENTED) >= 25
+
+
+def test_a_retired_flag_in_a_page_would_be_refused() -> None:
+    page = "```bash\ntianfeng search --space large_batch.yaml --no-such-flag\n```\n"
+    (cmd,) = commands(page)
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        build_parser().parse_args(shlex.split(cmd))
+
+
+@pytest.mark.parametrize(("page", "cmd"), DOCUMENTED, ids=[f"{p}: {c[:60]}" for p, c in DOCUMENTED])
+def test_every_documented_command_parses_as_written(page: str, cmd: str) -> None:
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = build_parser().parse_args(shlex.split(cmd))
+    except SystemExit:
+        pytest.fail(f"{page}: `tianfeng {cmd}` is refused: {err.getvalue().strip().splitlines()[-1]}")
+    if getattr(args, "space", None):
+        assert resolve_space(args.space).is_file(), (page, args.space)
