@@ -1,7 +1,10 @@
 """Every `tianfeng` command in the fenced shell blocks of the README, the tutorial and the how-to
 pages parses as written with the real command line (an unknown flag, a retired choice or a
-missing command fails here), and each `--space` it names is a file or a shipped space. Synopsis
-lines (with `[optional]` parts) are left out: they are not commands to paste."""
+missing command fails here), and each `--space` it names is a file or a shipped space. Each
+`search` is planned as the command plans it before its first trial (the space read, its options
+checked against it, the study's plan built), on the bundled digits where the page names a data
+folder this machine lacks: a combination the search refuses fails here. Synopsis lines (with
+`[optional]` parts) are left out: they are not commands to paste."""
 
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ from pathlib import Path
 import pytest
 
 from tianfeng.cli import build_parser
+from tianfeng.commands.search_command import search_options
+from tianfeng.hpo.plan import plan_search
 from tianfeng.hpo.space.shipped import resolve_space
+from tianfeng.trainers.config_error import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", REPO / "docs" / "tutorial.md", *sorted((REPO / "docs" / "how-to").glob("*.md"))]
@@ -77,3 +83,26 @@ def test_every_documented_command_parses_as_written(page: str, cmd: str) -> None
         pytest.fail(f"{page}: `tianfeng {cmd}` is refused: {err.getvalue().strip().splitlines()[-1]}")
     if getattr(args, "space", None):
         assert resolve_space(args.space).is_file(), (page, args.space)
+
+
+def _planned(cmd: str) -> None:
+    """What `tianfeng search` checks before its first trial; raises ConfigError where it refuses."""
+    cmd = re.sub(r"--data imagefolder:\S+", "--data digits", cmd)
+    args = build_parser().parse_args(shlex.split(cmd))
+    plan_search(args.space, search_options(args).checked())
+
+
+def test_a_refused_combination_in_a_page_would_fail_the_planning() -> None:
+    with pytest.raises(ConfigError, match="--promote: leader: needs one best trial"):
+        _planned("search --space large_batch.yaml --fidelity screen --promote leader")  # a pareto space
+
+
+SEARCHES = [(page, cmd) for page, cmd in DOCUMENTED if cmd.split()[0] == "search"]
+
+
+@pytest.mark.parametrize(("page", "cmd"), SEARCHES, ids=[f"{p}: {c[:60]}" for p, c in SEARCHES])
+def test_every_documented_search_is_planned_without_refusal(page: str, cmd: str) -> None:
+    try:
+        _planned(cmd)
+    except ConfigError as e:
+        pytest.fail(f"{page}: `tianfeng {cmd}` is refused: {e}")
