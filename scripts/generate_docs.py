@@ -12,6 +12,7 @@ comment lines, which this script keeps and fills:
     published-records  the wall-time model against published records (its results file)
     whole-run-share    how many random recipes trained whole reach each target (its results file)
     test-suite         the suite's counts and minutes (its results file)
+    lcbench            the search methods on the LCBench surrogate (its results file)
     readme-claims      the README's selected results (the results files above)
 
     python scripts/generate_docs.py           # write every part again
@@ -225,13 +226,37 @@ def whole_run_share_table() -> str:
     return "\n".join(out)
 
 
+LCBENCH_NAMES = {"tianfeng": "tianfeng's search (TPE, its ASHA rungs and the peer rule)",
+                 "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner", "dehb": "DEHB",
+                 "optuna-tpe": "Optuna TPE at full fidelity", "random": "random search at full fidelity"}
+
+
+def lcbench_table() -> str:
+    saved = _results("lcbench")
+    fractions = list(next(iter(saved["methods"].values())))
+    out = ["| method | " + " | ".join(f"at {float(f):g} of the budget" for f in fractions) + " |",
+           "| --- | " + " | ".join("---" for _ in fractions) + " |"]
+    out += [f"| {LCBENCH_NAMES.get(method, method)} | "
+            + " | ".join(f"{q[1]:.3f} [{q[0]:.3f}, {q[2]:.3f}]" for q in by.values()) + " |"
+            for method, by in saved["methods"].items()]
+    out += ["", f"Normalised regret, median [quartiles] over {saved['tasks']} tasks x {saved['seeds']} seeds, a budget "
+                f"of {saved['budget']:g} median full runs ({_measured(saved)})."]
+    return "\n".join(out)
+
+
 def readme_claims() -> str:
     records, share = _results("published_records"), _results("whole_run_share")
     f, c = records["sets"]["fitted"], records["sets"]["check"]
     gpus = [int(r["gpus"].split()[0]) for r in records["records"]]
     reached = {t: row["reached"] for t, row in share["targets"].items()}
     ladder = ", ".join(f"{n} reach {t}" for t, n in reached.items())
+    lcbench = _results("lcbench")
+    median = {m: by[max(by, key=float)][1] for m, by in lcbench["methods"].items()}
+    peers = ", ".join(f"{median[m]:.3f} for {LCBENCH_NAMES.get(m, m).split(' (')[0]}" for m in median if m != "tianfeng")
     return "\n".join([
+        f"- Search methods on the LCBench surrogate ({lcbench['tasks']} tasks x {lcbench['seeds']} seeds): median "
+        f"normalised regret {median['tianfeng']:.3f} for tianfeng's search against {peers} "
+        f"(`benchmarks/lcbench.py`, {_measured(lcbench)}).",
         f"- The wall-time model on {f['records']} published ResNet-50 records ({min(gpus):,} to {max(gpus):,} GPUs), "
         f"each predicted without its own logged rate: a median {f['median']:.2f}x of their times, worst "
         f"{f['worst']:.2f}x; on {c['records']} records of MLPerf rounds kept out of the fit a median "
@@ -254,7 +279,7 @@ def test_suite_sentence() -> str:
 
 GENERATORS = {"cli": cli_reference, "run-config": run_config_reference, "space": space_reference,
               "published-records": published_records_table, "whole-run-share": whole_run_share_table,
-              "test-suite": test_suite_sentence, "readme-claims": readme_claims}
+              "test-suite": test_suite_sentence, "readme-claims": readme_claims, "lcbench": lcbench_table}
 
 
 def refresh(markdown: str) -> str:
