@@ -194,13 +194,9 @@ def _measured(saved: dict) -> str:
     return f"measured {saved['date']} at commit {saved['commit']} on {saved['machine']}"
 
 
-def _time(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
 def published_records_table() -> str:
+    from tianfeng.cost.walltime import format_seconds as _time
+
     saved = _results("published_records")
     out = ["| record | GPUs | per-GPU batch | published | predicted | LOO ratio |",
            "| --- | --- | --- | --- | --- | --- |"]
