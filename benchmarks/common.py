@@ -41,6 +41,20 @@ def provenance() -> dict[str, str]:
             "machine": f"{os.cpu_count()} cores, {cpu or platform.machine()}"}
 
 
+def add_results_argument(parser, default: Path, what: str) -> None:
+    """`--results [PATH]`: also write `what` to a results file the docs quote (default `default`)."""
+    parser.add_argument("--results", nargs="?", const=default, type=Path, default=None, metavar="PATH",
+                        help=f"also write {what} with commit, date and machine (default {default.relative_to(ROOT)})")
+
+
+def write_results(path: Path, figures: dict) -> None:
+    """A results file: the figures with the commit, date and machine they come from."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**provenance(), **figures}, indent=2) + "\n")
+
+
 def own_cache(path: Path, shared: Path) -> Path:
     """A tianfeng cache at `path` with measurements of its own (compile and layout records,
     inductor's kernels), whose data set folders are those of the cache `shared`: a run given it

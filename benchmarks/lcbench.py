@@ -36,7 +36,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import optuna
-from common import ROOT, print_table, provenance
+from common import ROOT, add_results_argument, print_table, write_results
 
 from tianfeng.hpo.judge.past_warmup import PastWarmup
 from tianfeng.hpo.judge.peers import PeerPruner
@@ -298,9 +298,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=float, default=20.0, help="in full runs of a median configuration")
     parser.add_argument("--json", type=Path, default=None, help="also write every run's numbers here")
-    parser.add_argument("--results", nargs="?", const=RESULTS, type=Path, default=None, metavar="PATH",
-                        help=f"also write each method's median and quartiles with commit, date and machine "
-                             f"(default {RESULTS.relative_to(ROOT)}), which the docs quote")
+    add_results_argument(parser, RESULTS, "each method's median and quartiles")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     methods = args.methods.split(",")
@@ -352,10 +350,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({m: {str(f): v for f, v in by.items()} for m, by in table.items()}, indent=1))
     if args.results:
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps({**provenance(), "tasks": len(refs), "skip_tasks": args.skip_tasks,
-                                            "seeds": args.seeds, "budget": args.budget,
-                                            "methods": summary(table)}, indent=1) + "\n")
+        write_results(args.results, {"tasks": len(refs), "skip_tasks": args.skip_tasks, "seeds": args.seeds,
+                                     "budget": args.budget, "methods": summary(table)})
 
 
 if __name__ == "__main__":

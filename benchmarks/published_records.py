@@ -14,9 +14,12 @@ import argparse
 import json
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 
-from common import ROOT, provenance  # (common also puts the repository on the path)
+from common import (  # (common also puts the repository on the path)
+    ROOT,
+    add_results_argument,
+    write_results,
+)
 
 from tianfeng.cost.cluster import ClusterSpec, checked
 from tianfeng.cost.published_rates import POINTS, fitted
@@ -213,15 +216,11 @@ def table(rows: list[dict]) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="every record's prediction and parts as JSON")
-    parser.add_argument("--results", nargs="?", const=RESULTS, type=Path, default=None, metavar="PATH",
-                        help=f"also write the summary the docs quote, with commit, date and machine "
-                             f"(default {RESULTS.relative_to(ROOT)})")
+    add_results_argument(parser, RESULTS, "the summary the docs quote")
     args = parser.parse_args()
     rows = [{**predict(r), "loo_ratio": predict(r, leave_one_out=True)["ratio"]} for r in RECORDS]
     if args.results:
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps({**provenance(), "sets": summary(rows), "records": table(rows)},
-                                           indent=2) + "\n")
+        write_results(args.results, {"sets": summary(rows), "records": table(rows)})
     if args.json:
         print(json.dumps(rows, indent=2))
         return

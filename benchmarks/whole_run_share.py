@@ -14,14 +14,13 @@ scores do not: a recipe's whole run is the same on any CPU.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
 from pathlib import Path
 
 import optuna
-from common import ROOT, data_source, provenance
+from common import ROOT, add_results_argument, data_source, write_results
 from optuna.trial import TrialState
 
 from tianfeng.hpo.plan import SearchPlan
@@ -76,9 +75,7 @@ def main() -> None:
     parser.add_argument("--data", default="cifar5", help="cifar5 (default) or digits (a quick smoke run)")
     parser.add_argument("--seed", type=int, default=0, help="the random sampler's seed")
     parser.add_argument("--workers", default="1", help="worker processes (default 1)")
-    parser.add_argument("--results", nargs="?", const=RESULTS, type=Path, default=None, metavar="PATH",
-                        help=f"also write the summary with commit, date and machine (default "
-                             f"{RESULTS.relative_to(ROOT)})")
+    add_results_argument(parser, RESULTS, "the summary")
     args = parser.parse_args()
     quiet_optuna()
     args.keep.mkdir(parents=True, exist_ok=True)
@@ -104,8 +101,7 @@ def main() -> None:
           f"median {figures['median']}; a whole run's median core-seconds "
           f"{figures['core_s_median']}")
     if args.results:
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps({**provenance(), "data": args.data, **figures}, indent=2) + "\n")
+        write_results(args.results, {"data": args.data, **figures})
 
 
 if __name__ == "__main__":
