@@ -98,7 +98,7 @@ def test_storage_takes_a_plain_path_to_a_sqlite_file(tmp_path: Path) -> None:
     for given in (str(tmp_path / "study.db"), "study.db"):  # absolute, and relative to the working folder
         out = run("status", "--study", "s", "--storage", given, "--json", cwd=tmp_path)
         assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout)[0]["state"] == "complete"
+        assert json.loads(out.stdout)[0]["state"] == "completed"
 
 
 @pytest.mark.parametrize(("argv", "usage", "hint"), [

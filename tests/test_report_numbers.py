@@ -78,7 +78,7 @@ def test_the_summary_counts_and_budget_match_the_trials(study_and_page) -> None:
     states = [t.state for t in trials]
     failed = sum(t.state == TrialState.FAIL and t.user_attrs.get("status") == "failed" for t in trials)
     assert failed >= 1, "the study was meant to hold a failed trial"
-    assert summary["trials"] == (f"{len(trials)}: {states.count(TrialState.COMPLETE)} complete, "
+    assert summary["trials"] == (f"{len(trials)}: {states.count(TrialState.COMPLETE)} completed, "
                                  f"{states.count(TrialState.PRUNED)} pruned, {failed} failed")
     wall = sum(_seconds(t) for t in trials)
     cores = sum(_seconds(t) * float(t.user_attrs["cores"]) for t in trials)
@@ -99,7 +99,7 @@ def test_the_best_trial_and_the_trial_table_match_the_study(study_and_page) -> N
     assert [int(r[0]) for r in rows] == [t.number for t in trials]
     for row, t in zip(rows, trials, strict=True):
         cells = dict(zip(header, row, strict=True))
-        shown_state = "failed" if t.state == TrialState.FAIL else t.state.name.lower()
+        shown_state = {TrialState.FAIL: "failed", TrialState.COMPLETE: "completed"}.get(t.state, t.state.name.lower())
         assert cells["state"] == shown_state
         # a pruned trial shows the value it was pruned at (Optuna keeps its last report)
         assert cells["val_top1"] == (f"{t.value:.4g}" if t.value is not None else "-")

@@ -76,4 +76,4 @@ def test_reading_commands_still_work_on_a_read_only_database(read_only_folder, c
     folder, _ = read_only_folder
     assert main(["status", "--storage", f"sqlite:///{folder / 'study.db'}", "--study", "s", "--json"]) == 0
     out = capsys.readouterr().out
-    assert '"state": "complete"' in out
+    assert '"state": "completed"' in out

@@ -39,7 +39,7 @@ def test_scale_study_end_to_end(tmp_path: Path, tiny_space: dict) -> None:
     assert settings["epoch_budget"] == 7 and settings["batch_sizes"] == [64, 128]
     small, large = points
     assert small.naive_status == "reference" and small.naive_value == small.searched_value
-    assert large.naive_status in ("complete", "diverged") and large.naive_study == "curve-b128-naive"
+    assert large.naive_status in ("completed", "diverged") and large.naive_study == "curve-b128-naive"
     assert small.steps_per_epoch == 1438 // 64 and large.steps_per_epoch == 1438 // 128
 
     b64 = optuna.load_study(study_name="curve-b64", storage=storage)
@@ -149,7 +149,7 @@ def test_largest_batch_within_tolerance() -> None:
     from tianfeng.scaling.results import ScalePoint
 
     def point(batch: int, searched: float, naive: float | None) -> ScalePoint:
-        return ScalePoint(batch, "s", searched, 0, {}, None, naive, "complete", {}, 1, 1, 0, 0, 1.0, 1.0, 0.0, 1, 1)
+        return ScalePoint(batch, "s", searched, 0, {}, None, naive, "completed", {}, 1, 1, 0, 0, 1.0, 1.0, 0.0, 1, 1)
 
     points = [point(64, 80.0, 80.0), point(256, 79.5, 78.0), point(1024, 79.1, 60.0), point(2048, 75.0, None)]
     assert largest_within(points, 1.0, naive=False) == 1024

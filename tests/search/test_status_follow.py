@@ -41,11 +41,11 @@ def test_following_a_search_shows_each_change_and_ends_when_its_budget_is_spent(
         searching.kill()
     assert follower.returncode == 0, follower.stderr[-2000:]
     seen = [json.loads(line) for line in follower.stdout.splitlines()]
-    assert len(seen) >= 2 and seen[0]["outcomes"].get("complete", 0) < 4  # attached while it searched
+    assert len(seen) >= 2 and seen[0]["outcomes"].get("completed", 0) < 4  # attached while it searched
     assert all(a != b for a, b in zip(seen, seen[1:], strict=False))  # a line per change, not per look
     last = seen[-1]  # ended by itself once the budget was spent
-    assert last["trials"] == 4 and last["outcomes"] == {"complete": 4}, last
+    assert last["trials"] == 4 and last["outcomes"] == {"completed": 4}, last
     study = optuna.load_study(study_name="f", storage=storage)
     assert last["best_value"] == study.best_value and last["best_trial"] == study.best_trial.number
-    finished = [s["outcomes"].get("complete", 0) for s in seen]
+    finished = [s["outcomes"].get("completed", 0) for s in seen]
     assert finished == sorted(finished) and len(seen) >= 2

@@ -31,7 +31,7 @@ def test_export_writes_every_trial_in_three_formats(tmp_path: Path, tiny_space: 
     assert list(table["number"]) == [0, 1, 2]
     assert list(table["val_top1"]) == [t.values[0] for t in study.trials]
     assert list(table["predicted_seconds"]) == [t.values[1] for t in study.trials]
-    assert set(table["outcome"]) == {"complete"} and "params_base_lr" in table
+    assert set(table["outcome"]) == {"completed"} and "params_base_lr" in table
     assert table["params_base_lr"][1] == study.trials[1].params["base_lr"]
 
     # the rest in this process (the command's own code path, without a new interpreter each time)

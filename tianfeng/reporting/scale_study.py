@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from tianfeng.hpo.plan import UNLIMITED_TRIALS
 from tianfeng.reporting.plotlyjs import bundle_for
 from tianfeng.reporting.templates import environment, script_json
-from tianfeng.scaling.results import ScalePoint, ScaleStore
+from tianfeng.scaling.results import NAIVE_SCORED, ScalePoint, ScaleStore
 from tianfeng.scaling.table import describe, fmt_value, headline
 from tianfeng.storage.ownership import default_report_path, study_owner, write_report
 from tianfeng.storage.url import storage_flag
@@ -95,7 +95,7 @@ def build_scale_report(storage: str, name: str, output: Path | None = None) -> P
     for p in points:
         def delta(v: float | None) -> str:
             return "-" if v is None or ref is None else f"{v - ref:+.2f}"
-        naive = fmt_value(p.naive_value) if p.naive_status in ("complete", "reference") else p.naive_status
+        naive = fmt_value(p.naive_value) if p.naive_status in NAIVE_SCORED else p.naive_status
         rows.append([p.batch_size, p.steps_per_epoch, fmt_value(p.searched_value), delta(p.searched_value), naive,
                      delta(p.naive_value), describe(p.searched_recipe) + (f" (trial #{p.searched_trial})"
                                                                           if p.searched_trial is not None else ""),

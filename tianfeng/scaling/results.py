@@ -12,6 +12,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from tianfeng.storage.url import engine_options
 
+# the naive statuses that have a value to show; "complete" is how rows stored before the trial
+# words were one vocabulary say "completed"
+NAIVE_SCORED = ("completed", "reference", "complete")
+
 
 @dataclass(frozen=True)
 class ScalePoint:
@@ -23,7 +27,7 @@ class ScalePoint:
     searched_recipe: dict[str, Any]
     naive_study: str | None
     naive_value: float | None
-    naive_status: str  # complete | diverged | failed | reference (the smallest batch: naive = searched)
+    naive_status: str  # completed | diverged | failed | reference (the smallest batch: naive = searched)
     naive_recipe: dict[str, Any]
     trials: int
     complete: int

@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tianfeng.cost.walltime import format_seconds
+from tianfeng.hpo.judge.outcomes import Outcome
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.run.runner import derived_seed, run_search
 from tianfeng.hpo.space.materialize import build_config
@@ -130,7 +131,7 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
             naive_name = naive_study(plan.name, batch)
             naive_trial = _run_naive(plan, batch, reference, pinned, naive_name, resume=naive_name in existing)
             naive_state = (naive_trial.user_attrs.get(TrialKey.STATUS, naive_trial.state.name.lower())
-                           if naive_trial.state != TrialState.COMPLETE else "complete")
+                           if naive_trial.state != TrialState.COMPLETE else Outcome.COMPLETED)
         # each batch size's sampler gets its own seed: the same seed would replay the previous
         # study's random start-up trials, which the warm start already summarises (a hash, not
         # seed + index, which would give --seed 1's second batch --seed 2's first batch's draws)

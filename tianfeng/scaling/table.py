@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from tianfeng.scaling.results import ScalePoint
+from tianfeng.scaling.results import NAIVE_SCORED, ScalePoint
 from tianfeng.scaling.study import largest_within
 from tianfeng.terminal.tables import add_plain_row, plain_table
 
@@ -46,7 +46,7 @@ def print_curve(points: list[ScalePoint], tolerance: float, metric: str, maximiz
                         ("batch", "steps/epoch", "searched", "naive", "noise scale", "trials (pruned)", "wall s",
                          "winning recipe"))
     for p in points:
-        naive = fmt_value(p.naive_value) if p.naive_status in ("complete", "reference") else p.naive_status
+        naive = fmt_value(p.naive_value) if p.naive_status in NAIVE_SCORED else p.naive_status
         add_plain_row(table, str(p.batch_size), str(p.steps_per_epoch), fmt_value(p.searched_value), naive,
                       fmt_value(p.noise_scale, ".0f"), f"{p.trials} ({p.pruned})", f"{p.wall_s:.0f}",
                       describe(p.searched_recipe))

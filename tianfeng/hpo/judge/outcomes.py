@@ -15,19 +15,21 @@ from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus
 
 
 class Outcome(StrEnum):
-    COMPLETE = "complete"
-    PRUNED = "pruned"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-    RUNNING = "running"
+    """The words are the trial statuses' (and so the engine's and the promoted runs'): one
+    vocabulary for how a trial or run ended; `waiting` is a queued trial's alone."""
+    COMPLETED = TrialStatus.COMPLETED.value
+    PRUNED = TrialStatus.PRUNED.value
+    FAILED = TrialStatus.FAILED.value
+    INTERRUPTED = TrialStatus.INTERRUPTED.value
+    RUNNING = TrialStatus.RUNNING.value
     WAITING = "waiting"
 
 
-_BY_STATE = {TrialState.COMPLETE: Outcome.COMPLETE, TrialState.PRUNED: Outcome.PRUNED,
+_BY_STATE = {TrialState.COMPLETE: Outcome.COMPLETED, TrialState.PRUNED: Outcome.PRUNED,
              TrialState.RUNNING: Outcome.RUNNING, TrialState.WAITING: Outcome.WAITING}
 
 # the colour of each outcome in the report's figures
-COLOURS = {Outcome.COMPLETE: "#1a7f37", Outcome.PRUNED: "#c4a000", Outcome.FAILED: "#cf222e",
+COLOURS = {Outcome.COMPLETED: "#1a7f37", Outcome.PRUNED: "#c4a000", Outcome.FAILED: "#cf222e",
            Outcome.INTERRUPTED: "#8250df", Outcome.RUNNING: "#0969da", Outcome.WAITING: "#6e7781"}
 
 
@@ -44,8 +46,8 @@ def count_outcomes(trials: Iterable[FrozenTrial]) -> Counter[Outcome]:
 
 
 def outcomes_text(counts: Counter[Outcome]) -> str:
-    """`7 complete, 1 pruned, 0 failed, 1 interrupted`: the first three always, the others when
+    """`7 completed, 1 pruned, 0 failed, 1 interrupted`: the first three always, the others when
     there are any; the numbers add up to the trials counted."""
-    always = (Outcome.COMPLETE, Outcome.PRUNED, Outcome.FAILED)
+    always = (Outcome.COMPLETED, Outcome.PRUNED, Outcome.FAILED)
     parts = [f"{counts[o]} {o}" for o in Outcome if o in always or counts[o]]
     return ", ".join(parts)

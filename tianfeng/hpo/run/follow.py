@@ -19,7 +19,7 @@ from tianfeng.hpo.run.submitted import WORKERS_JOB
 from tianfeng.launch.launchers import scheduler
 
 _LIVE = (Outcome.RUNNING, Outcome.WAITING)
-_SPENT = (Outcome.COMPLETE, Outcome.PRUNED, Outcome.FAILED)  # what the budget counts once they end
+_SPENT = (Outcome.COMPLETED, Outcome.PRUNED, Outcome.FAILED)  # what the budget counts once they end
 QUIET_S = 60.0  # a search here with nothing running, unchanged this long, has stopped
 
 

@@ -72,7 +72,7 @@ class StudyProgress:
         interrupted = f"  interrupted {count[Outcome.INTERRUPTED]}" if count[Outcome.INTERRUPTED] else ""
         # the budget counts failed trials; interrupted ones continue as new trials
         self._progress.update(self._task,
-                              completed=count[Outcome.COMPLETE] + count[Outcome.PRUNED] + count[Outcome.FAILED],
+                              completed=count[Outcome.COMPLETED] + count[Outcome.PRUNED] + count[Outcome.FAILED],
                               description=f"{best}  pruned {count[Outcome.PRUNED]}  failed {count[Outcome.FAILED]}"
                                           f"{interrupted}  {running_text(trials)}")
 

@@ -42,7 +42,7 @@ class TrialLogger:
         if trial.state == TrialState.COMPLETE:
             best = best_trial(study)
             best_text = f"best {score(best):.4g} (#{best.number})" if best else ""
-            log.info("trial %d complete  %s %.4g  %s  %.1fs  %s%s", trial.number, self.metric,
+            log.info("trial %d completed  %s %.4g  %s  %.1fs  %s%s", trial.number, self.metric,
                      score(trial), best_text, took, full, params)
         elif trial.state == TrialState.PRUNED:
             why = "diverged" if trial.user_attrs.get(TrialKey.STATUS) == TrialStatus.DIVERGED else f"at epoch {epochs_reported(trial)}"
