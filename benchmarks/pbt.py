@@ -35,6 +35,7 @@ import torch
 from tianfeng.hpo.run.objective import prepare_trial
 from tianfeng.hpo.space.materialize import build_config, stopping_after
 from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.trainers import checkpoint
 from tianfeng.trainers.config import RunConfig, config_to_dict
 from tianfeng.trainers.engine import RunStatus, train
@@ -103,7 +104,7 @@ def _new_member(study: optuna.Study, space: SearchSpace, runs_root: Path, epochs
     study.enqueue_trial({"epochs": epochs}, skip_if_exists=False)
     trial = study.ask()
     cfg = prepare_trial(trial, space, study.study_name, runs_root, "target", cores=cores)
-    return Member(trial, dict(trial.user_attrs["values"]), cfg)
+    return Member(trial, dict(trial.user_attrs[TrialKey.VALUES]), cfg)
 
 
 def _select(members: list[Member], space: SearchSpace, epoch: int, rng: random.Random, quantile: float) -> None:

@@ -29,6 +29,7 @@ from scipy.stats import spearmanr
 from tianfeng.hpo.run.objective import objective_value, suggest
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import SearchSpace, load_space
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.trainers.engine import train
 
 KEPT_STUDY = "proxy_fidelity_full"
@@ -51,11 +52,11 @@ def recipes_from_study(url: str, name: str) -> list[tuple[dict, float, float, in
     study = optuna.load_study(study_name=name, storage=url)
     out = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get("fidelity") != "target":
-            raise SystemExit(f"{url}: trial {t.number} ran at {t.user_attrs.get('fidelity')!r}, not 'target'")
+        if t.user_attrs.get(TrialKey.FIDELITY) != "target":
+            raise SystemExit(f"{url}: trial {t.number} ran at {t.user_attrs.get(TrialKey.FIDELITY)!r}, not 'target'")
         seconds = t.user_attrs.get("seconds") or (t.datetime_complete - t.datetime_start).total_seconds()
-        out.append((t.user_attrs["values"], t.value, seconds,
-                    int(t.user_attrs.get("cores", torch.get_num_threads()))))
+        out.append((t.user_attrs[TrialKey.VALUES], t.value, seconds,
+                    int(t.user_attrs.get(TrialKey.CORES, torch.get_num_threads()))))
     return out
 
 

@@ -27,6 +27,7 @@ from tianfeng.hpo.judge.scores import curve
 from tianfeng.hpo.judge.screen_forecast import forecast_end, full_epochs, gain_slope
 from tianfeng.promotion.leaders import full_run_curves
 from tianfeng.storage.runs import RunStore
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.terminal.logs import quiet_optuna
 
 Curve = list[float]
@@ -42,7 +43,7 @@ def whole_curves(db: Path, metric: str = "val_top1") -> dict[str, list[Curve]]:
         trials = {t.number: t for t in study.get_trials(deepcopy=False)}
         for number, ran in full_run_curves(store, summary.study_name, metric):
             out.setdefault(json.dumps(trials[number].params, sort_keys=True), []).append(ran)
-        if study.user_attrs.get("rung") != "target":
+        if study.user_attrs.get(StudyKey.RUNG) != "target":
             continue
         for t in trials.values():
             whole = [value for _, value in sorted(curve(t).items())]

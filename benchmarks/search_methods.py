@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space
 from tianfeng.hpo.run.runner import run_search
 from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.terminal.logs import quiet_optuna
 
@@ -279,7 +280,7 @@ def read_back(method: str, directory: Path, t0: float) -> dict:
         return {"events": [], "core_s": 0.0, "trials": 0}
     trials = optuna.load_study(study_name=method, storage=storage).get_trials(deepcopy=False)
     ended = [t for t in trials if t.datetime_start and t.datetime_complete]
-    core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get("cores", 1))
+    core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get(TrialKey.CORES, 1))
                  for t in ended)
     if method in RUN_CORES:
         ended_runs = [r for r in RunStore(storage).runs(method) if r["status"] != RunRecordStatus.RUNNING]

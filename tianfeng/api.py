@@ -52,6 +52,7 @@ from tianfeng.scaling.options import ScaleOptions
 from tianfeng.scaling.sizes import training_set_size
 from tianfeng.storage.ownership import check_report_of, default_report_path
 from tianfeng.storage.runs import RunRecordStatus, RunStore
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.trainers.config import ConfigError, load_config
 from tianfeng.trainers.ports import free_port
 from tianfeng.trainers.yaml_input import read_yaml
@@ -69,7 +70,7 @@ def search(space: str | Path, options: SearchOptions | None = None, **changes: A
     `search("large_batch.yaml", trials=60, objective="pareto", gpus=128)`. Ctrl-C raises
     `SearchInterrupted` (a KeyboardInterrupt) once the cut trials are queued again. With
     `launcher="slurm"` the study is created, its workers submitted as a job array, and the study
-    returned at once (the job in `study.user_attrs["workers_job"]`); the trials come as they run."""
+    returned at once (the job in `study.user_attrs[StudyKey.WORKERS_JOB]`); the trials come as they run."""
     from tianfeng.hpo.run.runner import requeue_interrupted
     from tianfeng.terminal.interrupts import clear
 
@@ -142,7 +143,7 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
         pick = fastest_trial(loaded, o.fastest_to)
         logging.getLogger("tianfeng.promote").info(
             "trial %d: the fastest front trial with %s >= %g (%.4g, full run predicted %.0f s)", pick.number,
-            loaded.user_attrs.get("metric", "value"), o.fastest_to, score(pick), pick.user_attrs[TrialKey.PREDICTED]["seconds"])
+            loaded.user_attrs.get(StudyKey.METRIC, "value"), o.fastest_to, score(pick), pick.user_attrs[TrialKey.PREDICTED]["seconds"])
         trial = pick.number
     launch = Launch(o.nodes, o.gpus_per_node, o.device, o.master_addr, o.launcher,
                     o.scheduler_options()) if o.nodes else None
@@ -318,7 +319,7 @@ def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial
         top = best_trial(study)
         best = f"; the best front trial reaches {score(top):.4g} (#{top.number})" if top else ""
         raise ConfigError("--fastest-to", "", f"no complete trial of study {study.study_name} reaches "
-                          f"{study.user_attrs.get('metric', 'the metric')} {level:g}{best}")
+                          f"{study.user_attrs.get(StudyKey.METRIC, 'the metric')} {level:g}{best}")
     return pick
 
 

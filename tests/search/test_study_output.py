@@ -69,3 +69,24 @@ def test_status_fits_the_width_and_shows_the_front_of_a_pareto_study(tmp_path: P
     assert out.returncode == 0, out.stderr
     assert max(len(line) for line in out.stdout.splitlines()) <= 100
     assert "Pareto front of s" in out.stdout.replace("\n", " ")
+
+
+def test_every_attribute_a_search_writes_is_named_once(tmp_path: Path, tiny_space: dict) -> None:
+    """Bug: a study or trial attribute written under a spelled-out key that its readers spell
+    differently (or another module reuses for something else): every key a real search leaves
+    is one of StudyKey's or TrialKey's."""
+    from tianfeng.hpo.options import SearchOptions
+    from tianfeng.hpo.plan import plan_search
+    from tianfeng.hpo.trial_attrs import TrialKey
+    from tianfeng.storage.study_attrs import StudyKey
+
+    tiny_space["objective"]["mode"] = "pareto"  # the default floor adds the chance level
+    options = SearchOptions(storage=f"sqlite:///{tmp_path / 'study.db'}", study="s", trials=2, pruner="none",
+                            runs_dir=str(tmp_path / "runs"), sampler="random")
+    plan, _ = plan_search(write_space(tmp_path, tiny_space), options.checked())
+    run_search(plan, workers=1, resume=False)
+    study = optuna.load_study(study_name="s", storage=plan.options.storage)
+    assert set(study.user_attrs) <= set(StudyKey), set(study.user_attrs) - set(StudyKey)
+    assert {StudyKey.METRIC, StudyKey.CHANCE, StudyKey.TRIAL_BUDGET, StudyKey.UID} <= set(study.user_attrs)
+    for t in study.trials:
+        assert set(t.user_attrs) <= set(TrialKey), set(t.user_attrs) - set(TrialKey)

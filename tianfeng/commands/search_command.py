@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from tianfeng.commands.flags import add_option_flags, options_from_flags
+from tianfeng.storage.study_attrs import StudyKey
 
 
 def run_search_command(args) -> int:
@@ -51,9 +52,8 @@ def _search(args) -> int:
     study = api.search(args.space, options)
     raise_if_interrupted()  # a Ctrl-C swallowed on the way still ends the command as one
     if options.launcher != "local":
-        from tianfeng.hpo.run.submitted import WORKERS_JOB
 
-        job = study.user_attrs[WORKERS_JOB]
+        job = study.user_attrs[StudyKey.WORKERS_JOB]
         print(f"study {study.study_name}: {job['workers']} workers are {job['launcher']} job {job['job']} "
               f"(logs in {job['log_dir']}); tianfeng status --study {study.study_name} --storage {args.storage} "
               "shows the trials as they finish")

@@ -15,6 +15,7 @@ from tianfeng.cost.walltime import format_seconds
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.front import front_table
 from tianfeng.hpo.judge.outcomes import Outcome, outcomes_text
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.terminal.logs import quiet_optuna
 from tianfeng.terminal.tables import add_plain_row, plain_table
 from tianfeng.trainers.config import ConfigError
@@ -42,7 +43,7 @@ def run_status_command(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0
-    metric = study.user_attrs.get("metric", "value")
+    metric = study.user_attrs.get(StudyKey.METRIC, "value")
     counts = Counter(r["state"] for r in rows)
     table = plain_table(f"study {study.study_name}: {len(rows)} trials ({outcomes_text(counts)})",
                         ("trial", "state", metric, "epochs", "predicted full run", "GPU-h", "prior", "params"))
@@ -52,7 +53,7 @@ def run_status_command(args) -> int:
                       "-" if r["predicted_s"] is None else format_seconds(r["predicted_s"]), _fmt(r["gpu_hours"]),
                       r["prior"], params)
     console.print(table)
-    if study.user_attrs.get("objective_mode") == ObjectiveMode.PARETO:
+    if study.user_attrs.get(StudyKey.OBJECTIVE_MODE) == ObjectiveMode.PARETO:
         console.print(front_table(study))
     return 0
 

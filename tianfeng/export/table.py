@@ -12,6 +12,7 @@ from tianfeng.hpo.judge.outcomes import outcome
 from tianfeng.hpo.run.dashboard import metric_names
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.runs import RunRecordStatus, RunStore
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.trainers.config import ConfigError
 
 FORMATS = ("csv", "parquet", "json")
@@ -20,7 +21,7 @@ FORMATS = ("csv", "parquet", "json")
 def trials_table(study: optuna.Study, storage: str) -> pd.DataFrame:
     """Optuna's own trials_dataframe with its objective columns named, and tianfeng's columns."""
     attrs = study.user_attrs
-    names = metric_names(attrs.get("objective_mode", "accuracy"), attrs.get("metric", "val_top1"))
+    names = metric_names(attrs.get(StudyKey.OBJECTIVE_MODE, "accuracy"), attrs.get(StudyKey.METRIC, "val_top1"))
     table = study.trials_dataframe(attrs=("number", "value", "datetime_start", "datetime_complete", "duration",
                                           "params", "state"), multi_index=False)
     # Optuna names them value, values_<i> or, with metric names set, values_<name>

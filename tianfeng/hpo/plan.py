@@ -22,6 +22,7 @@ from tianfeng.hpo.space.pinned import at_batch
 from tianfeng.hpo.space.read import SearchSpace, load_space
 from tianfeng.hpo.space.shipped import resolve_space
 from tianfeng.storage.ownership import check_report_of, default_report_path
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.trainers.config import ConfigError
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
@@ -102,7 +103,7 @@ def plan_search(space: str | Path, options: SearchOptions) -> tuple[SearchPlan, 
         floor = default_floor(obj.metric, classes)  # resolved once: every worker uses the same floor
         loaded = with_objective(loaded, None, None, floor)
         # the default floor also rises with the study's best: the front reads the chance level
-        attrs = {"chance": chance_level(obj.metric, classes)} if floor is not None else {}
+        attrs = {StudyKey.CHANCE: chance_level(obj.metric, classes)} if floor is not None else {}
     plan = SearchPlan(str(path), o, study, rung, resolve_sampler(o.sampler, loaded, rung), floor, study_attrs=attrs)
     return plan, loaded
 

@@ -12,6 +12,7 @@ from scipy.stats import spearmanr
 
 from tianfeng.hpo.judge.scores import ranked, score
 from tianfeng.promotion.run import load_study, promote
+from tianfeng.storage.study_attrs import StudyKey
 
 log = logging.getLogger("tianfeng.calibrate")
 
@@ -45,7 +46,7 @@ def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int
         rho = None if math.isnan(rho) else rho  # every full score equal: no ranking to compare
     result = {"study": study.study_name, "spearman_rho": rho, "pairs": pairs, "pairs_used": len(usable),
               "top_k": top_k, "random": n_random, "seed": seed}
-    study.set_user_attr("calibration", result)
+    study.set_user_attr(StudyKey.CALIBRATION, result)
     return result
 
 

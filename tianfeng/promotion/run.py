@@ -32,6 +32,7 @@ from tianfeng.promotion.run_lock import refuse_if_trained, training_lock
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.storage.ownership import check_folder, claim_folder, study_owner
 from tianfeng.storage.runs import RunRecordStatus, RunStore
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.terminal.logs import quiet_optuna
 from tianfeng.terminal.run_progress import RunProgress
 from tianfeng.terminal.tables import add_plain_row, plain_table
@@ -61,12 +62,12 @@ def study_space(study: optuna.Study) -> SearchSpace:
     text = space_text(study)
     if text is None:
         raise ConfigError("--study", study.study_name, "was not created by tianfeng search (no space stored)")
-    space = parse_space(text, attrs.get("space_path", study.study_name), data=attrs.get("data"),
-                        gpus=attrs.get("gpus"), gpus_per_node=attrs.get("gpus_per_node"),
-                        stored_format=attrs.get("space_format", 1))
+    space = parse_space(text, attrs.get(StudyKey.SPACE_PATH, study.study_name), data=attrs.get(StudyKey.DATA),
+                        gpus=attrs.get(StudyKey.GPUS), gpus_per_node=attrs.get(StudyKey.GPUS_PER_NODE),
+                        stored_format=attrs.get(StudyKey.SPACE_FORMAT, 1))
     from tianfeng.hpo.plan import with_objective
 
-    return with_objective(space, attrs.get("objective_mode"), attrs.get("target"), attrs.get("min_accuracy"))
+    return with_objective(space, attrs.get(StudyKey.OBJECTIVE_MODE), attrs.get(StudyKey.TARGET), attrs.get(StudyKey.MIN_ACCURACY))
 
 
 def complete_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
@@ -145,7 +146,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     if dry_run:
         return {"dry_run": True, "study": study.study_name, "trial": trial_number, "run_dir": str(run_dir),
                 "config": config_to_dict(full), "launch": plan and str(run_dir / "launch")}
-    metric = study.user_attrs.get("metric", "val_top1")
+    metric = study.user_attrs.get(StudyKey.METRIC, "val_top1")
     if existing and existing["status"] in (RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED) and launch is None:
         log.info("trial %d of %s was promoted with this config before (run %d, %s): reusing it, nothing "
                  "trained", trial_number, study.study_name, existing["id"], existing["status"])

@@ -30,6 +30,7 @@ from tianfeng.reporting.plotlyjs import bundle_for
 from tianfeng.reporting.templates import environment, script_json
 from tianfeng.storage.ownership import default_report_path, study_owner, write_report
 from tianfeng.storage.runs import RunStore
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.storage.url import storage_flag
 from tianfeng.version import __version__
 
@@ -41,14 +42,14 @@ def _fmt(value) -> str:
 
 
 def _objective_text(study: optuna.Study) -> str:
-    metric, mode = study.user_attrs.get("metric", "value"), mode_of(study)
+    metric, mode = study.user_attrs.get(StudyKey.METRIC, "value"), mode_of(study)
     direction = "maximize" if maximizing(study) else "minimize"
-    cluster = study.user_attrs.get("cluster")
+    cluster = study.user_attrs.get(StudyKey.CLUSTER)
     on = f"; full runs predicted on {cluster}" if cluster else ""
     if mode == ObjectiveMode.PARETO:
         return f"pareto: {metric} ({direction}) against predicted wall time (minimize){on}"
     if mode == ObjectiveMode.TIME_TO_TARGET:
-        return f"time-to-target: least predicted wall time with {metric} reaching {study.user_attrs.get('target')}{on}"
+        return f"time-to-target: least predicted wall time with {metric} reaching {study.user_attrs.get(StudyKey.TARGET)}{on}"
     return f"{metric} ({direction}){on}"
 
 
@@ -58,17 +59,17 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
                   if t.datetime_complete and t.datetime_start)
     core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get(TrialKey.CORES, 1))
                  for t in trials if t.datetime_complete and t.datetime_start)
-    calibration = attrs.get("calibration")
-    rows = [("data set", attrs.get("data", "-")), ("space file", attrs.get("space_path", "-")),
-            ("search rung", attrs.get("rung", "-")),
-            ("sampler / pruner", f"{attrs.get('sampler', '-')} / {attrs.get('pruner', '-')}"),
+    calibration = attrs.get(StudyKey.CALIBRATION)
+    rows = [("data set", attrs.get(StudyKey.DATA, "-")), ("space file", attrs.get(StudyKey.SPACE_PATH, "-")),
+            ("search rung", attrs.get(StudyKey.RUNG, "-")),
+            ("sampler / pruner", f"{attrs.get(StudyKey.SAMPLER, '-')} / {attrs.get(StudyKey.PRUNER, '-')}"),
             ("objective", _objective_text(study)),
             ("trials", f"{len(trials)}: {outcomes_text(count_outcomes(trials))}"),
             ("budget used", f"{seconds / 3600:.3f} trial-hours, {core_s / 3600:.3f} core-hours "
                             f"({seconds:.0f} s of trial wall time, {pruned_share(trials):.0%} of it in pruned trials)"),
-            ("created", attrs.get("created", "-"))]
-    if attrs.get("per_gpu_batch"):
-        rows.insert(5, ("per-GPU batch", attrs["per_gpu_batch"]))
+            ("created", attrs.get(StudyKey.CREATED, "-"))]
+    if attrs.get(StudyKey.PER_GPU_BATCH):
+        rows.insert(5, ("per-GPU batch", attrs[StudyKey.PER_GPU_BATCH]))
     best = best_trial(study)
     parts = best is not None and (best.user_attrs.get(TrialKey.PREDICTED) or {}).get("parts")
     if parts:
@@ -101,7 +102,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     study = load_study(storage, study_name, flag)
     trials = study.get_trials(deepcopy=False)
     runs = RunStore(storage).runs(study.study_name)
-    metric = study.user_attrs.get("metric", "value")
+    metric = study.user_attrs.get(StudyKey.METRIC, "value")
     complete = ranked(study)
     best = None
     b = best_trial(study)
@@ -114,7 +115,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     top_params = []
     if importance_fig is not None:
         top_params = list(importance_fig.data[0].y)[::-1][:4]
-    calibration = study.user_attrs.get("calibration") or {}
+    calibration = study.user_attrs.get(StudyKey.CALIBRATION) or {}
     drawn = [  # (heading, short name for the contents, figure)
         ("Optimisation history", "History", figures.history(study)),
         ("Accuracy against predicted wall time on the cluster", "Accuracy vs time", figures.pareto(study, runs)),

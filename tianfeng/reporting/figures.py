@@ -23,6 +23,7 @@ from tianfeng.hpo.judge.scores import (
     score,
 )
 from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.trainers.config import config_from_dict
 from tianfeng.trainers.schedules import learning_rate
 
@@ -43,7 +44,7 @@ def _metric_target(study: optuna.Study) -> dict:
     """Optuna's plots draw the first objective; with pareto or time-to-target they draw the metric."""
     if mode_of(study) == ObjectiveMode.ACCURACY:
         return {}
-    return {"target": score, "target_name": study.user_attrs.get("metric", "value")}
+    return {"target": score, "target_name": study.user_attrs.get(StudyKey.METRIC, "value")}
 
 
 def integer_axis(largest: float, ticks: int = 10) -> dict:
@@ -73,7 +74,7 @@ def history(study: optuna.Study) -> Figure:
     done = sorted(completed(study), key=lambda t: t.number)
     if not done:
         return None, "not drawn: no trial has completed"
-    metric = study.user_attrs.get("metric", "value")
+    metric = study.user_attrs.get(StudyKey.METRIC, "value")
     better = max if maximizing(study) else min
     best, line = None, []
     for t in done:
@@ -143,7 +144,7 @@ def learning_curves(study: optuna.Study) -> Figure:
     last_epoch = max(x for trace in fig.data for x in trace.x if x is not None)
     fig.update_layout(title="Intermediate values per epoch (what the pruner saw)",
                       xaxis={"title": "epoch", **integer_axis(last_epoch)},
-                      yaxis_title=study.user_attrs.get("metric", "value"))
+                      yaxis_title=study.user_attrs.get(StudyKey.METRIC, "value"))
     return fig, ""
 
 
@@ -201,7 +202,7 @@ def parallel(study: optuna.Study) -> Figure:
         fig.add_trace(go.Scatter(x=xs, y=ys, text=text, mode="lines", line={"color": colours[i], "width": 1.5},
                                  name=f"quartile {i + 1} of {len(complete)}" + (" (best)" if i == 3 else ""),
                                  connectgaps=False, hovertemplate="%{text}<extra></extra>"))
-    metric = study.user_attrs.get("metric", "value")
+    metric = study.user_attrs.get(StudyKey.METRIC, "value")
     labels = [_axis_labels(complete, n) for n in names] + [[(0.0, f"{low:.4g}"), (1.0, f"{high:.4g}")]]
     for x, axis in enumerate(labels):
         for position, text in axis:
@@ -229,7 +230,7 @@ def pareto(study: optuna.Study, runs: list[dict]) -> Figure:
         return None, "not drawn: no complete trial has a predicted wall time"
     front = pareto_front(study)
     promoted = {r["trial_number"] for r in runs}
-    metric = study.user_attrs.get("metric", "value")
+    metric = study.user_attrs.get(StudyKey.METRIC, "value")
 
     def hover(t) -> str:
         p = t.user_attrs[TrialKey.PREDICTED]
@@ -251,7 +252,7 @@ def pareto(study: optuna.Study, runs: list[dict]) -> Figure:
                                                           "line": {"width": 2}},
                                  hovertext=[hover(t) for t in marked], hoverinfo="text"))
     fig.update_layout(title=f"{metric} at the search rung against the full run's predicted wall time on "
-                            f"{study.user_attrs.get('cluster', 'the cluster')}",
+                            f"{study.user_attrs.get(StudyKey.CLUSTER, 'the cluster')}",
                       xaxis=seconds_axis([predicted_s(t) for t in done], "predicted wall time"), yaxis_title=metric)
     return fig, ""
 

@@ -12,6 +12,7 @@ from tianfeng.cost.walltime import format_seconds
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.scores import completed, mode_of, pareto_front, predicted_s, score
 from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.storage.study_attrs import StudyKey
 
 # below these, a figure is drawn but read as a hint (importances) or not measured at all (rho)
 FEW_FOR_IMPORTANCES = 10
@@ -31,7 +32,7 @@ def _value(value: float | None) -> str:
 def next_step(study: optuna.Study, runs: list[dict], best: optuna.trial.FrozenTrial | None,
               flags: str) -> NextStep:
     """`flags`: what the commands need to find this study (`--study S --storage URL`)."""
-    metric = study.user_attrs.get("metric", "value")
+    metric = study.user_attrs.get(StudyKey.METRIC, "value")
     if best is None:
         return NextStep("No trial has completed yet: let the search run on, or resume it with "
                         "tianfeng search --resume.")
@@ -40,7 +41,7 @@ def next_step(study: optuna.Study, runs: list[dict], best: optuna.trial.FrozenTr
         last = finished[-1]
         text = (f"Trial #{last['trial_number']} was promoted (run {last['id']}, {last['kind']}): {metric} "
                 f"{_value(last['final_score'])} at full fidelity, {_value(last['proxy_score'])} at the search rung.")
-        pairs = (study.user_attrs.get("calibration") or {}).get("pairs_used", 0)
+        pairs = (study.user_attrs.get(StudyKey.CALIBRATION) or {}).get("pairs_used", 0)
         if pairs < FEW_FOR_RHO:
             return NextStep(text + " Measure how well the proxies rank recipes before trusting the next "
                                    "search:", f"tianfeng calibrate {flags}")

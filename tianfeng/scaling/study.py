@@ -21,6 +21,7 @@ from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.pinned import batch_parameter
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.scaling.results import ScalePoint, ScaleStore
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.trainers.config import ConfigError, config_from_dict, config_to_dict
 from tianfeng.trainers.schedules import peak_lr
 
@@ -83,7 +84,7 @@ def _warm_start(previous: optuna.Study | None, pinned: str | None, k: int) -> tu
         return ()
     seen: set[str] = set()
     out = []
-    batch = previous.user_attrs.get("batch_size")
+    batch = previous.user_attrs.get(StudyKey.BATCH_SIZE)
     for t in _ranked(previous):
         params = {n: v for n, v in t.params.items() if n != pinned}
         key = repr(sorted(params.items()))
@@ -139,7 +140,7 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
         seed = plan.search.options.seed
         search = plan.search.changed(study=name, batch_size=batch, warm_start=warm,
                                      seed=derived_seed(seed, index) if index else seed,
-                                     study_attrs={"scale": plan.name, "batch_size": batch, "role": "search"})
+                                     study_attrs={StudyKey.SCALE: plan.name, StudyKey.BATCH_SIZE: batch, StudyKey.ROLE: "search"})
         if naive_trial is not None and name not in existing:
             search = _reuse_naive(search, naive_trial, f"{naive_name} trial #{naive_trial.number}")
         log.info("batch %d (%d of %d): searching study %s%s", batch, len(points) + 1, len(plan.batch_sizes), name,
@@ -192,7 +193,7 @@ def _run_naive(plan: ScalePlan, batch: int, reference: optuna.trial.FrozenTrial,
         study=name, batch_size=batch, sampler="random", pruner="none", trials=1,
         timeout_s=None, epoch_budget=None, priors=False, set_overrides=NAIVE_RULE,
         warm_start=((f"naive: b{plan.batch_sizes[0]} trial #{reference.number}, linear LR scaling", params),),
-        study_attrs={"scale": plan.name, "batch_size": batch, "role": "naive"})
+        study_attrs={StudyKey.SCALE: plan.name, StudyKey.BATCH_SIZE: batch, StudyKey.ROLE: "naive"})
     log.info("batch %d: naive baseline (batch %d winner, linear LR scaling) in study %s",
              batch, plan.batch_sizes[0], name)
     run_search(naive, 1, resume=resume)

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.trainers.config import ConfigError
 
 MARK = ".tianfeng-owner.json"
@@ -37,7 +38,7 @@ def study_owner(study, storage: str) -> Owner:
     """The owner a study's folder and report are marked with. Studies made before ids existed
     are known by name and creation time."""
     attrs = study.user_attrs
-    uid = attrs.get("uid") or f"{study.study_name}@{attrs.get('created', '')}"
+    uid = attrs.get(StudyKey.UID) or f"{study.study_name}@{attrs.get(StudyKey.CREATED, '')}"
     return Owner(uid, study.study_name, shown_storage(storage))
 
 

@@ -8,12 +8,13 @@ from rich.console import Console
 from tianfeng.cost.walltime import format_seconds, schedule_text
 from tianfeng.hpo.judge.scores import front_floor, pareto_front, predicted_s, score
 from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.terminal.tables import add_plain_row, plain_table
 
 
 def front_table(study: optuna.Study, trials: list | None = None):
-    metric = study.user_attrs.get("metric", "value")
-    cluster = study.user_attrs.get("cluster", "")
+    metric = study.user_attrs.get(StudyKey.METRIC, "value")
+    cluster = study.user_attrs.get(StudyKey.CLUSTER, "")
     floor = front_floor(study)
     below = f" (trials below {floor:.4g} are off it)" if floor is not None else ""
     table = plain_table(title=f"Pareto front of {study.study_name}: {metric} at the search rung against the "

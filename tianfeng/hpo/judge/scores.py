@@ -12,15 +12,16 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.storage.study_attrs import StudyKey
 
 
 def mode_of(study: optuna.Study) -> ObjectiveMode:
-    return ObjectiveMode(study.user_attrs.get("objective_mode", ObjectiveMode.ACCURACY))
+    return ObjectiveMode(study.user_attrs.get(StudyKey.OBJECTIVE_MODE, ObjectiveMode.ACCURACY))
 
 
 def maximizing(study: optuna.Study) -> bool:
     """Whether the metric (not the predicted time) is maximised."""
-    direction = study.user_attrs.get("direction")
+    direction = study.user_attrs.get(StudyKey.DIRECTION)
     if direction is not None:
         return direction == "maximize"
     return study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
@@ -28,7 +29,7 @@ def maximizing(study: optuna.Study) -> bool:
 
 def reaches_target(study: optuna.Study, value: float | None) -> bool:
     """Whether `value` of the metric reaches the study's time-to-target target (False without one)."""
-    target = study.user_attrs.get("target")
+    target = study.user_attrs.get(StudyKey.TARGET)
     if value is None or target is None:
         return False
     return value >= target if maximizing(study) else value <= target
@@ -72,8 +73,8 @@ def front_floor(study: optuna.Study, done: list[FrozenTrial] | None = None) -> f
     floor is the default (the study records the metric's chance level), at least halfway from
     chance to the best completed score, so a near-chance recipe never leads the front. A floor
     the user gave (--min-accuracy, objective.min_accuracy) stands alone."""
-    floor = study.user_attrs.get("min_accuracy")
-    chance = study.user_attrs.get("chance")
+    floor = study.user_attrs.get(StudyKey.MIN_ACCURACY)
+    chance = study.user_attrs.get(StudyKey.CHANCE)
     done = completed(study) if done is None else done
     if chance is None or not done or not maximizing(study):
         return floor

@@ -24,9 +24,9 @@ from optuna.trial import FrozenTrial
 from tianfeng.hpo.judge.scores import maximizing
 from tianfeng.hpo.judge.screen_forecast import forecast_end, gain_slope
 from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.storage.study_attrs import StudyKey
 
 log = logging.getLogger("tianfeng.promote")
-LENGTH_ATTR = "screen_epochs"  # study attribute: the epochs a screened trial trains now
 SCREENED_ATTR = TrialKey.SCREENED_EPOCHS
 GROWTH = 3  # each lengthening: ASHA's reduction factor, as the default pruner's rungs grow
 
@@ -34,7 +34,7 @@ GROWTH = 3  # each lengthening: ASHA's reduction factor, as the default pruner's
 def screen_length(study: optuna.Study, rung_epochs: int) -> int:
     """The epochs a new trial of a screening study trains: the rung's, or longer once the full
     runs have disagreed with it."""
-    return int(study.user_attrs.get(LENGTH_ATTR, rung_epochs))
+    return int(study.user_attrs.get(StudyKey.SCREEN_EPOCHS, rung_epochs))
 
 
 def screened_alike(trials: list[FrozenTrial], length: int) -> list[FrozenTrial]:
@@ -77,7 +77,7 @@ def check_screen(study: optuna.Study, curves: list[list[float]], rung_epochs: in
     longer = next_length(curves, length, maximizing(study))
     if longer == length:
         return length
-    study.set_user_attr(LENGTH_ATTR, longer)
+    study.set_user_attr(StudyKey.SCREEN_EPOCHS, longer)
     log.info("the full runs rank their best unlike their first %d epoch(s) do: screening %d epochs from now on",
              length, longer)
     return longer

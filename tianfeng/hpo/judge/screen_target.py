@@ -23,6 +23,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tianfeng.hpo.judge.scores import maximizing, predicted_s, reaches_target
+from tianfeng.storage.study_attrs import StudyKey
 
 
 def fastest_reached(study: optuna.Study, full_ends: Mapping[int, float | None]) -> FrozenTrial | None:
@@ -52,7 +53,7 @@ def untrained_best(study: optuna.Study, trials: list[FrozenTrial], forecasts: Ma
     """While no full run in `full_ends` has reached the study's target: the trial of `trials` with
     the best forecast (`forecasts`, by trial number) and no full run yet; else None (also when the
     study has no target, or no trial has a forecast)."""
-    if study.user_attrs.get("target") is None or any(reaches_target(study, end) for end in full_ends.values()):
+    if study.user_attrs.get(StudyKey.TARGET) is None or any(reaches_target(study, end) for end in full_ends.values()):
         return None
     candidates = [t for t in trials if t.number not in full_ends and forecasts.get(t.number) is not None]
     sign = 1.0 if maximizing(study) else -1.0

@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.scores import curve as epoch_curve
+from tianfeng.storage.study_attrs import StudyKey
 
 CURVES_ID = "tianfeng-learning-curves"
 PREDICTED = "predicted_seconds"
@@ -70,6 +71,6 @@ def publish_curves(study: Study) -> bool:
     saver = _figure_saver()
     if saver is None:
         return False
-    metric = study.user_attrs.get("metric", "val_top1")
+    metric = study.user_attrs.get(StudyKey.METRIC, "val_top1")
     saver(study, curves_figure(study, metric), graph_object_id=CURVES_ID)
     return True

@@ -14,9 +14,8 @@ import optuna
 
 from tianfeng.hpo.judge.outcomes import Outcome, outcome
 from tianfeng.hpo.judge.scores import maximizing, score
-from tianfeng.hpo.run.study import TRIAL_BUDGET
-from tianfeng.hpo.run.submitted import WORKERS_JOB
 from tianfeng.launch.launchers import scheduler
+from tianfeng.storage.study_attrs import StudyKey
 
 _LIVE = (Outcome.RUNNING, Outcome.WAITING)
 _SPENT = (Outcome.COMPLETED, Outcome.PRUNED, Outcome.FAILED)  # what the budget counts once they end
@@ -40,14 +39,14 @@ def follow(load: Callable[[], optuna.Study], interval_s: float) -> Iterator[dict
     last, changed_at = None, time.monotonic()
     while True:
         study = load()
-        job = study.user_attrs.get(WORKERS_JOB)
+        job = study.user_attrs.get(StudyKey.WORKERS_JOB)
         state = scheduler(job["launcher"]).state(job["job"]) if job else None
         now = snapshot(study, state.state if state else None)
         if now != last:
             yield now
             changed_at = time.monotonic()
         live = sum(now["outcomes"].get(str(o), 0) for o in _LIVE)
-        budget = study.user_attrs.get(TRIAL_BUDGET)
+        budget = study.user_attrs.get(StudyKey.TRIAL_BUDGET)
         spent = sum(now["outcomes"].get(str(o), 0) for o in _SPENT)
         if state is not None:
             over = state.ended or state.state == "unknown"

@@ -10,12 +10,13 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.outcomes import outcome
 from tianfeng.hpo.judge.scores import epochs_reported, score
 from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.storage.study_attrs import StudyKey
 
 
 def study_row(summary: optuna.study.StudySummary) -> dict[str, Any]:
     best = summary.best_trial  # None for pareto studies: their best is a front
     return {"study": summary.study_name, "trials": summary.n_trials,
-            "objective": summary.user_attrs.get("objective_mode", ObjectiveMode.ACCURACY.value),
+            "objective": summary.user_attrs.get(StudyKey.OBJECTIVE_MODE, ObjectiveMode.ACCURACY.value),
             "best_value": score(best) if best else None,
             "best_trial": best.number if best else None,
             "created": str(summary.datetime_start or "")}

@@ -23,6 +23,7 @@ from tianfeng.hpo.space.read import SearchSpace, per_gpu_range
 from tianfeng.hpo.space.stored import store_space_text
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.ownership import check_folder, claim_folder, new_uid, study_owner
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.storage.url import engine_options
 from tianfeng.terminal.interrupts import (
     deferred_interrupt,
@@ -57,7 +58,6 @@ def directions(space: SearchSpace) -> list[str]:
     return ["minimize"] if mode == ObjectiveMode.TIME_TO_TARGET else [space.objective.direction]
 
 
-TRIAL_BUDGET = "trial_budget"  # study attribute: the trials the latest search start was given
 
 
 def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
@@ -82,7 +82,7 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
     folder = Path(plan.runs_root) / plan.study
     if exists:
         stored = optuna.load_study(study_name=plan.study, storage=storage)
-        was = stored.user_attrs.get("objective_mode", ObjectiveMode.ACCURACY)
+        was = stored.user_attrs.get(StudyKey.OBJECTIVE_MODE, ObjectiveMode.ACCURACY)
         if was != space.objective.mode:
             raise ConfigError("--objective", space.objective.mode, f"study {plan.study} was created with "
                               f"objective {was}; resume it with --objective {was}")
@@ -99,16 +99,16 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(metric_names(space.objective.mode, space.objective.metric))
         store_space_text(study, Path(space.path).read_text())
-        attrs = {"kind": "search", "space_path": space.path,
-                 "objective_mode": space.objective.mode, "direction": space.objective.direction,
-                 "target": space.objective.target, "min_accuracy": space.objective.min_accuracy,
-                 "cluster": space.cluster.describe(), "per_gpu_batch": per_gpu_range(space),
-                 "gpus": space.cluster.gpus, "gpus_per_node": space.cluster.gpus_per_node,
-                 "data": plan.options.data or space.base.data.source, "rung": plan.rung,
-                 "sampler": plan.sampler, "pruner": plan.options.pruner,
-                 "metric": space.objective.metric, "runs_root": str(plan.runs_root),
-                 "created": time.strftime("%Y-%m-%d %H:%M:%S"), "space_format": SPACE_FORMAT, "uid": new_uid(),
-                 **plan.study_attrs}
+        attrs = {StudyKey.KIND: "search", StudyKey.SPACE_PATH: space.path,
+                 StudyKey.OBJECTIVE_MODE: space.objective.mode, StudyKey.DIRECTION: space.objective.direction,
+                 StudyKey.TARGET: space.objective.target, StudyKey.MIN_ACCURACY: space.objective.min_accuracy,
+                 StudyKey.CLUSTER: space.cluster.describe(), StudyKey.PER_GPU_BATCH: per_gpu_range(space),
+                 StudyKey.GPUS: space.cluster.gpus, StudyKey.GPUS_PER_NODE: space.cluster.gpus_per_node,
+                 StudyKey.DATA: plan.options.data or space.base.data.source, StudyKey.RUNG: plan.rung,
+                 StudyKey.SAMPLER: plan.sampler, StudyKey.PRUNER: plan.options.pruner,
+                 StudyKey.METRIC: space.objective.metric, StudyKey.RUNS_ROOT: str(plan.runs_root),
+                 StudyKey.CREATED: time.strftime("%Y-%m-%d %H:%M:%S"), StudyKey.SPACE_FORMAT: SPACE_FORMAT,
+                 StudyKey.UID: new_uid(), **plan.study_attrs}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
         claim_folder(folder, study_owner(study, plan.options.storage))
@@ -120,7 +120,7 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
             log.info("grid sampler: the priors are not enqueued (the grid covers the space itself)")
     if plan.sampler != "grid":
         enqueue_priors(study, space, plan)
-    study.set_user_attr(TRIAL_BUDGET, plan.options.trials)  # this start's budget: what `status --follow` waits for
+    study.set_user_attr(StudyKey.TRIAL_BUDGET, plan.options.trials)  # this start's budget: what `status --follow` waits for
     return study
 
 

@@ -20,10 +20,10 @@ from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.scheduler import LaunchError
 from tianfeng.launch.slurm import sbatch_directives
 from tianfeng.options import option_args
+from tianfeng.storage.study_attrs import StudyKey
 
 log = logging.getLogger("tianfeng.search")
 
-WORKERS_JOB = "workers_job"  # study attribute: {launcher, job, workers, script, log_dir}
 
 
 def worker_options(plan: SearchPlan) -> SearchOptions:
@@ -97,7 +97,7 @@ def submit_workers(plan: SearchPlan, study) -> dict:
     script.chmod(0o755)
     job = sched.submit(script, o.scheduler_options())
     record = {"launcher": o.launcher, "job": job, "workers": workers, "script": str(script), "log_dir": str(log_dir)}
-    study.set_user_attr(WORKERS_JOB, record)
+    study.set_user_attr(StudyKey.WORKERS_JOB, record)
     log.info("study %s: %d workers submitted as %s job array %s (logs in %s)", plan.study, workers, o.launcher,
              job, log_dir)
     return record

@@ -6,6 +6,7 @@ import sys
 
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.storage.url import storage_flag
 
 
@@ -33,7 +34,7 @@ def print_summary(study, storage: str) -> int:
     if best is None:
         print("no trial completed: nothing to promote", file=sys.stderr)
         return 1
-    metric = study.user_attrs.get("metric", "value")
+    metric = study.user_attrs.get(StudyKey.METRIC, "value")
     storage_url, storage = storage, storage_flag(storage)
     if mode == ObjectiveMode.PARETO:
         from tianfeng.hpo.judge.scores import front_floor, pareto_front

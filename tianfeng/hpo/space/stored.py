@@ -8,6 +8,7 @@ from __future__ import annotations
 import optuna
 
 from tianfeng.hpo.run.optuna_private import storage_of, study_id
+from tianfeng.storage.study_attrs import StudyKey
 
 SPACE_ATTR = "tianfeng:space_yaml"
 
@@ -19,4 +20,4 @@ def store_space_text(study: optuna.Study, text: str) -> None:
 
 def space_text(study: optuna.Study) -> str | None:
     stored = storage_of(study).get_study_system_attrs(study_id(study)).get(SPACE_ATTR)
-    return stored if stored is not None else study.user_attrs.get("space_yaml")
+    return stored if stored is not None else study.user_attrs.get(StudyKey.SPACE_YAML)
