@@ -127,7 +127,6 @@ class Replay:
     def __init__(self, surrogate: Surrogate, task: str, budget: float, mode: str, judge: str) -> None:
         self.surrogate, self.task, self.budget, self.judge = surrogate, task, budget, judge
         self.objective = SimpleNamespace(metric="val_accuracy", mode=mode, direction="maximize")
-        self.peers = PeerPruner() if mode != "accuracy" else None
         self.run = Run([], [])
         self.spent, self.best = 0.0, float("-inf")
 
@@ -145,7 +144,7 @@ class Replay:
         trial.set_user_attr("predicted", {"seconds": seconds[-1]})  # what the peer rule compares
         for epoch in range(1, EPOCHS + 1):
             if self.judge == "tianfeng":
-                why = judge_epoch(trial, self.objective, self.peers, epoch, EPOCHS, acc[epoch - 1])
+                why = judge_epoch(trial, self.objective, epoch, EPOCHS, acc[epoch - 1])
             else:
                 trial.report(acc[epoch - 1], epoch)
                 why = "pruned" if epoch < EPOCHS and trial.should_prune() else None
@@ -162,7 +161,8 @@ class Replay:
 
 def _study(sampler, pruner=None, pareto: bool = False) -> optuna.Study:
     if pareto:
-        return optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+        return optuna.create_study(directions=["maximize", "minimize"], sampler=sampler,
+                                   pruner=PeerPruner(maximize=True))  # as a pareto search's study
     return optuna.create_study(direction="maximize", sampler=sampler, pruner=pruner)
 
 

@@ -73,7 +73,7 @@ def test_the_defaults_page_says_what_the_code_does() -> None:
     from tianfeng.hpo.options import SearchOptions
     from tianfeng.hpo.run.metric_share import N_STARTUP_TRIALS
 
-    o, peers = SearchOptions(), PeerPruner()
+    o, peers = SearchOptions(), PeerPruner(maximize=True)
     table = _defaults_table()
     code = {"sampler": o.sampler, "tpe_startup_trials": str(N_STARTUP_TRIALS), "pruner": o.pruner,
             "peer_rule_rungs": ", ".join(f"{round(r * 3)}/3" for r in RUNGS), "peer_rule_slack": f"{peers.slack:g}",

@@ -12,9 +12,10 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.judge.peers import PeerPruner, rung_passed
+from tianfeng.hpo.judge.peers import PeerPruner, record_rung, rung_passed
 from tianfeng.hpo.judge.scores import best_trial, front_floor, pareto_front
 from tianfeng.hpo.run.budget import counted
+from tianfeng.hpo.run.optuna_private import frozen_trial
 from tianfeng.hpo.trial_attrs import TrialStatus
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -37,7 +38,7 @@ def _add(study: optuna.Study, score: float, seconds: float, *, constraints: tupl
          state: TrialState = TrialState.COMPLETE, rung: float | None = None, status: str | None = None) -> None:
     attrs = {"predicted": {"seconds": seconds, "gpu_hours": seconds / 3600}, "score": score}
     if rung is not None:
-        attrs["rung_values"] = {"0.333": rung}
+        attrs["rung_values"] = {"0.333": rung, "0.667": rung}
     if status is not None:
         attrs["status"] = status
     if state != TrialState.COMPLETE:
@@ -152,10 +153,11 @@ def test_front_properties(trials, floor, chance) -> None:
 
 # --- the peer rule ---------------------------------------------------------------------------
 
-def _judge(study: optuna.Study, pruner: PeerPruner, seconds: float, value: float, maximize: bool) -> bool:
+def _judge(study: optuna.Study, pruner: PeerPruner, seconds: float, value: float) -> bool:
     trial = study.ask()
     trial.set_user_attr("predicted", {"seconds": seconds})
-    verdict = pruner.should_prune(study, trial, "0.333", value, maximize=maximize)
+    record_rung(trial, "0.333", value)
+    verdict = pruner.prune(study, frozen_trial(trial))
     study.tell(trial, state=TrialState.FAIL)
     return verdict
 
@@ -166,11 +168,11 @@ def test_peers_within_the_slack_count() -> None:
     study = _study()
     for value in (50, 60, 70, 80):
         _add(study, value, 12.0, rung=value)
-    pruner = PeerPruner(slack=1.25, min_peers=4)
-    assert _judge(study, pruner, 10.0, 64, maximize=True)
-    assert not _judge(study, pruner, 10.0, 66, maximize=True)
-    assert not _judge(study, pruner, 10.0, 65, maximize=True)  # level with the median: kept
-    assert not _judge(study, pruner, 9.0, 1, maximize=True)  # 12 s is 1.33x 9 s: outside the slack
+    pruner = PeerPruner(maximize=True, slack=1.25, min_peers=4)
+    assert _judge(study, pruner, 10.0, 64)
+    assert not _judge(study, pruner, 10.0, 66)
+    assert not _judge(study, pruner, 10.0, 65)  # level with the median: kept
+    assert not _judge(study, pruner, 9.0, 1)  # 12 s is 1.33x 9 s: outside the slack
 
 
 def test_a_minimised_metric_prunes_the_high_ones() -> None:
@@ -178,10 +180,26 @@ def test_a_minimised_metric_prunes_the_high_ones() -> None:
     study = _study(direction="minimize")
     for value in (1.0, 2.0, 3.0, 4.0):  # losses: the median is 2.5
         _add(study, value, 10.0, rung=value)
-    pruner = PeerPruner(slack=1.25, min_peers=4)
-    assert _judge(study, pruner, 10.0, 2.6, maximize=False)
-    assert not _judge(study, pruner, 10.0, 2.4, maximize=False)
-    assert not _judge(study, pruner, 10.0, 2.5, maximize=False)  # level with the median: kept
+    pruner = PeerPruner(maximize=False, slack=1.25, min_peers=4)
+    assert _judge(study, pruner, 10.0, 2.6)
+    assert not _judge(study, pruner, 10.0, 2.4)
+    assert not _judge(study, pruner, 10.0, 2.5)  # level with the median: kept
+
+
+def test_the_peer_rule_judges_a_trial_at_the_latest_rung_it_passed() -> None:
+    """Bug: the rule reads the first rung's value after the second was recorded (a trial that fell
+    behind between a third and two thirds of its run is kept for its early lead)."""
+    study = _study()
+    for value in (50, 60, 70, 80):
+        _add(study, value, 10.0, rung=value)  # each peer's value at both rungs
+    trial = study.ask()
+    trial.set_user_attr("predicted", {"seconds": 10.0})
+    pruner = PeerPruner(maximize=True)
+    record_rung(trial, "0.333", 90.0)
+    assert not pruner.prune(study, frozen_trial(trial))
+    record_rung(trial, "0.667", 40.0)
+    assert pruner.prune(study, frozen_trial(trial))
+    assert isinstance(pruner, optuna.pruners.BasePruner)  # a study's pruner, as Optuna's are
 
 
 def test_no_rung_at_a_runs_last_epoch() -> None:
@@ -202,7 +220,7 @@ def test_peer_rule_properties(peers, mine, value, maximize, slack, min_peers) ->
     for seconds, v in peers:
         _add(study, v, seconds, rung=v)
     within = sorted(v for seconds, v in peers if seconds <= slack * mine)
-    verdict = _judge(study, PeerPruner(slack=slack, min_peers=min_peers), mine, value, maximize)
+    verdict = _judge(study, PeerPruner(maximize, slack=slack, min_peers=min_peers), mine, value)
     if len(within) < min_peers:
         assert not verdict
         return

@@ -9,7 +9,7 @@ import optuna
 from optuna.storages import RDBStorage
 
 from tianfeng.hpo.run.locked_storage import MarkingStorage
-from tianfeng.hpo.run.optuna_private import CREATE_NEW_TRIAL, storage_of, study_id, trial_id
+from tianfeng.hpo.run.optuna_private import CREATE_NEW_TRIAL, frozen_trial, storage_of, study_id, trial_id
 
 
 def test_the_study_and_trial_ids_are_the_storages_own(tmp_path) -> None:
@@ -30,3 +30,14 @@ def test_the_method_the_locked_storage_wraps_is_still_rdbstorages() -> None:
     assert getattr(MarkingStorage, CREATE_NEW_TRIAL) is not original  # the override is the one called
     source = inspect.getsource(RDBStorage.create_new_trial)
     assert CREATE_NEW_TRIAL in source  # the public method still goes through it
+
+
+def test_a_running_trial_reads_back_as_the_frozen_trial_a_pruner_is_given(tmp_path) -> None:
+    """The peer rule asks a two-objective study's pruner itself, with the trial as its storage
+    holds it: the attribute just set must be there."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'f.db'}", directions=["maximize", "minimize"])
+    trial = study.ask()
+    trial.set_user_attr("rung_values", {"0.333": 1.0})
+    frozen = frozen_trial(trial)
+    assert isinstance(frozen, optuna.trial.FrozenTrial) and frozen.number == trial.number
+    assert frozen.state == optuna.trial.TrialState.RUNNING and frozen.user_attrs["rung_values"] == {"0.333": 1.0}

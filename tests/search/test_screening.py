@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 import tianfeng
 from tests.search.conftest import write_space
+from tianfeng.hpo.judge.peers import PeerPruner
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.judge.scores import predicted_s
 from tianfeng.hpo.judge.screen_check import (
@@ -72,9 +73,9 @@ def test_the_auto_sampler_screens_at_random_and_searches_other_rungs_with_tpe(tm
     screen_plan = SearchPlan.of(space_path=str(space.path), data=None, storage="sqlite://", study="s", sampler="auto",
                              pruner="asha", seed=0, trials=1, timeout_s=None, runs_dir=str(tmp_path), rung="screen")
     screened = judging(to_target, screen_plan.rung, screen_plan.options.pruner)
-    assert screened.peers is None and isinstance(screened.pruner, optuna.pruners.NopPruner)
+    assert isinstance(screened.pruner, optuna.pruners.NopPruner)
     assert screened.label == "none (screened trials are judged at the screen's end)"
-    assert judging(to_target, "proxy", screen_plan.options.pruner).peers is not None
+    assert isinstance(judging(to_target, "proxy", screen_plan.options.pruner).pruner, PeerPruner)
 
 
 def test_tpe_screening_for_a_target_every_screen_misses_follows_the_screens_not_the_predicted_time(

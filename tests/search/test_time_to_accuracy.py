@@ -16,8 +16,9 @@ from tianfeng.cli import main
 from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.step_time import DEVICES, reference_step_model
 from tianfeng.cost.walltime import predict_wall_time
-from tianfeng.hpo.judge.peers import PeerPruner, rung_passed
+from tianfeng.hpo.judge.peers import PeerPruner, record_rung, rung_passed
 from tianfeng.hpo.judge.scores import best_trial, pareto_front
+from tianfeng.hpo.run.optuna_private import frozen_trial
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
 from tianfeng.trainers.config import ConfigError, config_from_dict
@@ -221,12 +222,13 @@ def test_peer_pruner_compares_only_with_trials_as_fast_or_faster() -> None:
         _trial(study, 10.0, value)
     for value in (90, 95, 96, 97):  # slow, accurate trials
         _trial(study, 100.0, value)
-    pruner = PeerPruner(slack=1.25, min_peers=4)
+    pruner = PeerPruner(maximize=True, slack=1.25, min_peers=4)
 
     def judged(seconds: float, value: float) -> bool:
         trial = study.ask()
         trial.set_user_attr("predicted", {"seconds": seconds})
-        verdict = pruner.should_prune(study, trial, "0.333", value, maximize=True)
+        record_rung(trial, "0.333", value)
+        verdict = pruner.prune(study, frozen_trial(trial))
         study.tell(trial, state=TrialState.FAIL)
         assert trial.user_attrs["rung_values"] == {"0.333": value}  # recorded for later peers
         return verdict

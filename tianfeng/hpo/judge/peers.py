@@ -6,6 +6,10 @@ points of its run (a third and two thirds of its epochs, comparable across trial
 lengths) a trial is compared with its peers: trials predicted to be at most `slack` times
 slower on the target cluster. It stops when at least `min_peers` of them reached that point
 and it is below their median there.
+
+It is an Optuna pruner (`prune(study, trial)`), the study's own, though Optuna asks no pruner
+about a trial of a two-objective study: the objective records a trial's value at each rung it
+passes (`record_rung`) and asks the study's pruner itself.
 """
 
 from __future__ import annotations
@@ -30,18 +34,24 @@ def rung_passed(epoch: int, total: int) -> str | None:
     return None
 
 
-class PeerPruner:
-    def __init__(self, slack: float = 1.25, min_peers: int = 4) -> None:
-        self.slack, self.min_peers = slack, min_peers
+def record_rung(trial: optuna.Trial, rung: str, value: float) -> None:
+    """Keep the metric `trial` reached at `rung` (one of RUNG_KEYS), where its peers read it."""
+    trial.set_user_attr(TrialKey.RUNG_VALUES, {**trial.user_attrs.get(TrialKey.RUNG_VALUES, {}), rung: value})
 
-    def should_prune(self, study: optuna.Study, trial: optuna.Trial, rung: str, value: float,
-                     maximize: bool) -> bool:
-        """Record the trial's value at `rung`, then compare it with its peers'."""
-        values = {**trial.user_attrs.get(TrialKey.RUNG_VALUES, {}), rung: value}
-        trial.set_user_attr(TrialKey.RUNG_VALUES, values)
+
+class PeerPruner(optuna.pruners.BasePruner):
+    def __init__(self, maximize: bool, slack: float = 1.25, min_peers: int = 4) -> None:
+        self.maximize, self.slack, self.min_peers = maximize, slack, min_peers
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        """Compare the trial's value at the latest rung it passed with its peers' there; a trial
+        that passed none, or has no predicted time, trains on."""
+        values = trial.user_attrs.get(TrialKey.RUNG_VALUES, {})
         mine = trial.user_attrs.get(TrialKey.PREDICTED, {}).get("seconds")
-        if mine is None:
+        if not values or mine is None:
             return False
+        rung = max(values, key=float)
+        value = values[rung]
         peers = []
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)):
             theirs = predicted_s(t)
@@ -53,4 +63,4 @@ class PeerPruner:
         if len(peers) < self.min_peers:
             return False
         median = statistics.median(peers)
-        return value < median if maximize else value > median
+        return value < median if self.maximize else value > median

@@ -17,8 +17,7 @@ from tianfeng.hpo.space.read import SearchSpace
 
 @dataclass(frozen=True)
 class Judging:
-    pruner: optuna.pruners.BasePruner  # the study's: NopPruner when Optuna's pruners do not judge
-    peers: PeerPruner | None  # the objective's peer rule, when it judges
+    pruner: optuna.pruners.BasePruner  # the study's: an Optuna pruner, the peer rule, or NopPruner
     label: str  # what stops trials early, in the search's start line
 
 
@@ -29,9 +28,10 @@ def judging(space: SearchSpace, rung: str, pruner: str) -> Judging:
     a lengthened screen (see screen_check) found reliable."""
     nobody = optuna.pruners.NopPruner()
     if pruner == "none":
-        return Judging(nobody, None, "none")
+        return Judging(nobody, "none")
     if space.fidelities[rung].stop_after_epochs:
-        return Judging(nobody, None, "none (screened trials are judged at the screen's end)")
+        return Judging(nobody, "none (screened trials are judged at the screen's end)")
     if space.objective.mode != ObjectiveMode.ACCURACY:
-        return Judging(nobody, PeerPruner(), "peers (the median of trials as fast or faster)")
-    return Judging(PastWarmup(PRUNERS[pruner](max_rung_epochs(space, rung))), None, pruner)
+        return Judging(PeerPruner(maximize=space.objective.direction == "maximize"),
+                       "peers (the median of trials as fast or faster)")
+    return Judging(PastWarmup(PRUNERS[pruner](max_rung_epochs(space, rung))), pruner)

@@ -14,9 +14,10 @@ import optuna
 
 from tianfeng.cost.walltime import WallTime, check_memory, predict_wall_time
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.judge.peers import PeerPruner, rung_passed
+from tianfeng.hpo.judge.peers import record_rung, rung_passed
 from tianfeng.hpo.judge.screen_check import SCREENED_ATTR, screen_length
 from tianfeng.hpo.run.locked_storage import worker_id
+from tianfeng.hpo.run.optuna_private import frozen_trial
 from tianfeng.hpo.space.materialize import build_config, sample_active, stopping_after
 from tianfeng.hpo.space.read import Parameter, SearchSpace
 from tianfeng.hpo.space.schema import Fidelity
@@ -125,11 +126,11 @@ def mark_failed(trial: optuna.Trial, exc: Exception) -> None:
     trial.set_user_attr(TrialKey.ERROR, f"{type(exc).__name__}: {lines[0][:500] if lines else ''}")
 
 
-def judge_epoch(trial: optuna.Trial, objective, peers: PeerPruner | None, epoch: int, total_epochs: int,
-                value: float) -> str | None:
+def judge_epoch(trial: optuna.Trial, objective, epoch: int, total_epochs: int, value: float) -> str | None:
     """Record the metric a trial reached at `epoch` and judge it: None to train on, else why it
-    stops (pruned). Accuracy studies ask Optuna's pruner; pareto and time-to-target ones record
-    the curve (Optuna takes no intermediate values there) and ask the peer rule."""
+    stops (pruned). Accuracy studies report to Optuna and ask its pruner; pareto and
+    time-to-target ones record the curve (Optuna takes no intermediate values there) and, at a
+    rung of the peer rule, ask the study's pruner (the peer rule, or nobody) themselves."""
     metric = objective.metric
     if objective.mode == ObjectiveMode.ACCURACY:
         trial.report(value, epoch)
@@ -139,7 +140,10 @@ def judge_epoch(trial: optuna.Trial, objective, peers: PeerPruner | None, epoch:
         return None
     trial.set_user_attr(TrialKey.CURVE, {**trial.user_attrs.get(TrialKey.CURVE, {}), str(epoch): value})
     rung = rung_passed(epoch, total_epochs)
-    if rung and peers and peers.should_prune(trial.study, trial, rung, value, objective.direction == "maximize"):
+    if rung is None:
+        return None
+    record_rung(trial, rung, value)
+    if trial.study.pruner.prune(trial.study, frozen_trial(trial)):
         return f"pruned at epoch {epoch} ({metric} {value:.4g}, below the median of trials as fast or faster)"
     return None
 
@@ -160,10 +164,9 @@ class ProxyObjective:
     """`trainer` is the engine's `train`; the overhead benchmark swaps in one that does nothing."""
 
     def __init__(self, space: SearchSpace, study_name: str, runs_root: Path, rung: str,
-                 trainer: Callable[..., RunResult] = train, peers: PeerPruner | None = None) -> None:
+                 trainer: Callable[..., RunResult] = train) -> None:
         self.space, self.study_name, self.runs_root, self.rung = space, study_name, runs_root, rung
         self.trainer = trainer
-        self.peers = peers  # pareto and time-to-target: Optuna's pruners judge one objective only
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, float]:
         try:
@@ -190,7 +193,7 @@ class ProxyObjective:
             if m.noise_scale is not None:
                 trial.set_user_attr(TrialKey.NOISE_CURVE, {**trial.user_attrs.get(TrialKey.NOISE_CURVE, {}),
                                                     str(m.epoch): m.noise_scale})
-            why = judge_epoch(trial, objective, self.peers, m.epoch, last, getattr(m, metric))
+            why = judge_epoch(trial, objective, m.epoch, last, getattr(m, metric))
             if why:
                 raise StopTraining(RunStatus.PRUNED, why)
             stop_if_screened(m.epoch, last, cfg.total_epochs)

@@ -3,7 +3,9 @@ it (tests/search/test_optuna_private.py) fails when an Optuna release moves one 
 
 - A study's storage and id: study system attributes (the stored space file) and a trial's state
   written from outside its worker (a dead worker's trial marked interrupted) have no public API.
-- A trial's storage id: the storage's setters take it, the public trial object hides it.
+- A trial's storage id: the storage's setters take it, the public trial object hides it; and a
+  running trial as the FrozenTrial a pruner is given (Optuna builds it only inside
+  `Trial.should_prune`, which refuses two-objective studies).
 - `RDBStorage._create_new_trial`: the one method Optuna's cache calls for every new trial, which
   the locked storage wraps to mark a trial with its worker as it starts."""
 
@@ -24,5 +26,10 @@ def study_id(study: optuna.Study) -> int:
     return study._study_id
 
 
-def trial_id(trial: FrozenTrial) -> int:
+def trial_id(trial: FrozenTrial | optuna.Trial) -> int:
     return trial._trial_id
+
+
+def frozen_trial(trial: optuna.Trial) -> FrozenTrial:
+    """The running `trial` as its storage holds it now."""
+    return storage_of(trial.study).get_trial(trial_id(trial))

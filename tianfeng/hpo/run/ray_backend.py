@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from tianfeng.defaults import ObjectiveMode
+from tianfeng.hpo.judge.peers import PeerPruner
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.run.budget import Budget, counted, raise_if_failing, repeated_failure
@@ -274,7 +275,7 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
     log_objective(space)
     epochs = rung_epochs(space, plan.rung)
     pruner = plan.options.pruner
-    if judging(space, plan.rung, pruner).peers is not None:
+    if isinstance(judging(space, plan.rung, pruner).pruner, PeerPruner):
         log.warning("Ray's schedulers stop trials on the metric alone; with objective %s no trial is "
                     "pruned under --backend ray (the optuna backend compares trials of similar "
                     "predicted time)", space.objective.mode)
