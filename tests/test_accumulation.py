@@ -137,3 +137,23 @@ def test_accumulation_hides_the_exchange_behind_the_last_micro_batch_only(tmp_pa
     assert split.parts["exchange"] - whole.parts["exchange"] == pytest.approx(
         steps * (hidden_whole - hidden_split), rel=1e-9)
     assert split.parts["exchange"] > whole.parts["exchange"] > 0
+
+
+def test_a_memory_split_trains_as_the_unsplit_run_with_each_gpus_batchnorm(tmp_path, caplog) -> None:
+    """Bug: the parts of a micro-batch that this device's memory needs change what BatchNorm sees
+    (each part dealt to every emulated GPU, so a GPU's statistics come from half its images):
+    split in two, the run trains as the unsplit one, step for step."""
+    phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}]
+    common = dict(phases=phases, accumulate_steps=2, distributed={"emulate_gpus": 4}, data={"augment": "none"})
+    with caplog.at_level("INFO", logger="tianfeng.engine"):
+        split = train(make_config(tmp_path / "s", memory_split=2, **common))
+    assert "each micro-batch in 2 parts of 2 GPUs' images" in caplog.text
+    whole = train(make_config(tmp_path / "w", **common))
+    assert split.status == whole.status == "completed"
+    for a, b in zip(split.epochs, whole.epochs, strict=True):  # summation order differs: not bit for bit
+        assert a.train_loss == pytest.approx(b.train_loss, rel=1e-4)
+        assert a.val_loss == pytest.approx(b.val_loss, rel=1e-4)
+    with pytest.raises(ConfigError, match=r"memory_split: must divide the GPUs .* \(4\)"):
+        train(make_config(tmp_path / "x", memory_split=3, **common))
+    with pytest.raises(ConfigError, match=r"memory_split: must divide .* \(1\).*raise accumulate_steps"):
+        train(make_config(tmp_path / "y", phases=phases, memory_split=2))

@@ -114,3 +114,34 @@ def test_bad_cluster_memory_and_data_keys(tmp_path, cluster: dict, expected: str
     with pytest.raises(ConfigError) as info:
         load_space(path)
     assert expected in str(info.value)
+
+
+def _memory_for(images: int, cfg) -> float:
+    """The GiB with which exactly `images` of cfg's first phase fit one device (the memory model's
+    own sums, turned around)."""
+    from tianfeng.cost.memory import GIB, RESERVED_GIB, USABLE_SHARE
+
+    p = cfg.phases[0]
+    fit = per_gpu_fit(cfg.model, p.resolution, mixed=False, optimizer=cfg.optimizer.name, memory_gib=1.0,
+                      params=step_cost(cfg.model, p.resolution, 1, 10).params, in_channels=1, classes=10)
+    return ((fit.state_bytes + (images + 0.5) * fit.image_bytes) / GIB + RESERVED_GIB) / USABLE_SHARE
+
+
+def test_a_trials_micro_batches_split_into_whole_emulated_gpus_to_fit_the_device_that_trains_it(tmp_path) -> None:
+    """By hand: a batch of 256 over 8 emulated GPUs in 2 micro-batches is 128 images a micro-batch,
+    16 per GPU. A device holding 70 needs the micro-batch in parts of whole GPUs: 2 parts of 64 fit
+    (not 3: it does not divide 8 GPUs); one holding 16 needs 8 parts; one holding 15 cannot take a
+    GPU's 16 and is refused in one line that says so. Bug caught: parts that split a GPU's images,
+    or a count that does not divide the GPUs."""
+    from tianfeng.cost.memory import memory_split_needed
+
+    cfg = make_config(tmp_path, phases=[{"epochs": 1, "resolution": 8, "batch_size": 256}], accumulate_steps=2,
+                      distributed={"emulate_gpus": 8})
+
+    def parts(images: int) -> int:
+        return memory_split_needed(cfg, _memory_for(images, cfg), in_channels=1, classes=10)
+
+    assert parts(128) == 1 and parts(127) == 2 and parts(70) == 2 and parts(63) == 4 and parts(16) == 8
+    with pytest.raises(ConfigError, match=r"phases.0.batch_size: one emulated GPU's micro-batch \(16 images at 8 px\) "
+                                          r"does not fit .* it holds 15\): raise accumulate_steps"):
+        parts(15)

@@ -9,7 +9,13 @@ import optuna
 from optuna.storages import RDBStorage
 
 from tianfeng.hpo.run.locked_storage import MarkingStorage
-from tianfeng.hpo.run.optuna_private import CREATE_NEW_TRIAL, frozen_trial, storage_of, study_id, trial_id
+from tianfeng.hpo.run.optuna_private import (
+    CREATE_NEW_TRIAL,
+    frozen_trial,
+    storage_of,
+    study_id,
+    trial_id,
+)
 
 
 def test_the_study_and_trial_ids_are_the_storages_own(tmp_path) -> None:

@@ -17,7 +17,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from tianfeng.trainers.config import ModelConfig, RunConfig
+from tianfeng.trainers.config import ConfigError, ModelConfig, RunConfig
 
 GIB = 2**30
 # Not the model's: the CUDA context, cuDNN/cuBLAS workspaces and NCCL buffers (~1.5 GiB
@@ -66,8 +66,8 @@ class Fit:
     usable_bytes: float
 
     def describe(self, memory_gib: float) -> str:
-        return (f"{self.image_bytes / 2**20:.0f} MiB of activations per image, {self.state_bytes / GIB:.2f} GiB of "
-                f"weights, gradients and optimizer state; {self.usable_bytes / GIB:.1f} of {memory_gib:g} GiB usable")
+        return (f"{self.image_bytes / 2**20:.3g} MiB of activations per image, {self.state_bytes / GIB:.3g} GiB of "
+                f"weights, gradients and optimizer state; {self.usable_bytes / GIB:.3g} of {memory_gib:.3g} GiB usable")
 
 
 def per_gpu_fit(model: ModelConfig, resolution: int, *, mixed: bool, optimizer: str, memory_gib: float,
@@ -94,4 +94,35 @@ def accumulation_needed(cfg: RunConfig, gpus: int, memory_gib: float | None, *, 
         fit = per_gpu_fit(cfg.model, p.resolution, mixed=mixed, optimizer=cfg.optimizer.name, memory_gib=memory_gib,
                           params=params, in_channels=in_channels, classes=classes).max_per_gpu
         needed = max(needed, min(max(1, p.batch_size // gpus), math.ceil(per_gpu / max(1, fit))))
+    return needed
+
+
+def memory_split_needed(cfg: RunConfig, memory_gib: float, *, in_channels: int, classes: int) -> int:
+    """The fewest parts each micro-batch of `cfg` must run in for one process to train the whole
+    batch on a device of `memory_gib` (a search worker: it emulates every target GPU): a divisor
+    of the GPUs it emulates, so each emulated GPU's micro-batch stays whole and BatchNorm sees
+    what the target GPU's does. ConfigError, naming what the device must hold, when not even
+    one emulated GPU's micro-batch fits beside the weights and optimizer state."""
+    from tianfeng.cost.step_time import step_cost
+
+    emulated = cfg.distributed.emulate_gpus
+    groups = (0 if cfg.distributed.sync_bn and cfg.distributed.sync_bn_scope != "node" else
+              emulated // cfg.distributed.emulate_gpus_per_node if cfg.distributed.sync_bn else emulated)
+    groups = max(1, groups)
+    needed = 1
+    for i, p in enumerate(cfg.phases):
+        params = step_cost(cfg.model, p.resolution, in_channels, classes).params
+        fit = per_gpu_fit(cfg.model, p.resolution, mixed=cfg.precision.mode != "fp32", optimizer=cfg.optimizer.name,
+                          memory_gib=memory_gib, params=params, in_channels=in_channels, classes=classes)
+        micro = math.ceil(p.batch_size / cfg.accumulate_steps)
+        parts = next((d for d in range(1, groups + 1) if groups % d == 0 and math.ceil(micro / d) <= fit.max_per_gpu),
+                     None)
+        if parts is None:
+            least = math.ceil(micro / groups)
+            raise ConfigError("", f"phases.{i}.batch_size",
+                              f"one emulated GPU's micro-batch ({least} images at {p.resolution} px) does not fit the "
+                              f"{memory_gib:.3g} GiB of the device training the trial ({fit.describe(memory_gib)}; it "
+                              f"holds {fit.max_per_gpu}): raise accumulate_steps, lower the batch or search on a "
+                              "larger device")
+        needed = max(needed, parts)
     return needed

@@ -74,6 +74,10 @@ class SearchOptions(SubmitOptions):
                                           "worker's CPUs")
     gpus_per_trial: float | None = option(None, "with --backend ray (default 1 on a cluster with GPUs, else 0), or "
                                           "--launcher slurm: each worker's GPUs")
+    trial_memory_gib: float | None = option(None, "memory of the device that trains each trial: a micro-batch "
+                                            "beyond it runs in parts, BatchNorm still per target GPU, and a trial "
+                                            "whose one emulated GPU's micro-batch does not fit fails saying what it "
+                                            "needs (default: the CUDA device's own; none on a CPU)", metavar="GIB")
     fidelity: str | None = option(None, "the rung trials run at (default: the space's search_fidelity)")
     objective: str | None = option(None, "accuracy: the metric alone; pareto: the metric against the full run's "
                                    "predicted wall time on the cluster; time-to-target: least predicted time whose "
@@ -155,6 +159,8 @@ class SearchOptions(SubmitOptions):
             raise fail("--cpus-per-trial", f"must be > 0, got {self.cpus_per_trial:g}")
         if self.gpus_per_trial is not None and not (math.isfinite(self.gpus_per_trial) and self.gpus_per_trial >= 0):
             raise fail("--gpus-per-trial", f"must be >= 0, got {self.gpus_per_trial:g}")
+        if self.trial_memory_gib is not None and not (math.isfinite(self.trial_memory_gib) and self.trial_memory_gib > 0):
+            raise fail("--trial-memory-gib", f"must be > 0 GiB, got {self.trial_memory_gib:g}")
         if self.target is not None and not math.isfinite(self.target):
             raise fail("--target", f"must be a finite number, got {self.target}")
         if self.min_accuracy is not None and not (math.isfinite(self.min_accuracy) and 0 <= self.min_accuracy < 100):

@@ -195,6 +195,11 @@ class RunConfig:
     # gradient accumulation: each GPU's share of a step's batch runs in this many micro-batches
     # (what fits its memory), the gradients exchanged once; BatchNorm sees one micro-batch at a time
     accumulate_steps: int = _bounded(1, ge=1)
+    # this machine alone: each micro-batch runs in this many parts to fit the memory of the device
+    # that trains it (a search GPU smaller than the target's, one process for many emulated GPUs).
+    # The gradient is the same sum and BatchNorm still sees each emulated GPU's whole micro-batch,
+    # so it must divide the GPUs each process emulates; the target cluster does not split
+    memory_split: int = _bounded(1, ge=1)
     # model and batches in channels_last (NHWC) or contiguous (NCHW); auto: channels_last on GPUs,
     # and on a CPU whichever a few timed steps find faster for these shapes (cached)
     memory_format: Literal["auto", "channels_last", "contiguous"] = "auto"

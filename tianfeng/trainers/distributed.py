@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from tianfeng.trainers.per_gpu_bn import emulated_groups
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -67,6 +69,12 @@ def validate_world(cfg, ctx: DistContext) -> int:
                                   f"({emulated}){times}: each GPU's micro-batch needs one image, got {phase.batch_size}")
         if cfg.distributed.sync_bn and cfg.distributed.sync_bn_scope == "node":
             _check_emulated_nodes(cfg, ctx.world)
+    if cfg.memory_split > 1:
+        groups = emulated_groups(cfg.distributed, ctx.world)
+        if groups < 2 or groups % cfg.memory_split:
+            raise ConfigError("", "memory_split", f"must divide the GPUs (or nodes) each of the {ctx.world} rank(s) "
+                              f"emulates for BatchNorm ({max(groups, 1)}), so that every part holds whole GPUs' "
+                              f"micro-batches; got {cfg.memory_split}. With a GPU per rank, raise accumulate_steps")
     local = cfg.distributed.local_size or ctx.local_world
     if ctx.world % local:
         raise ConfigError("", "distributed.local_size", f"must divide the world size ({ctx.world}), got {local}")

@@ -383,7 +383,7 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
     groups = per_gpu_bn.emulated_groups(cfg.distributed, ctx.world)
     if groups:
         model = per_gpu_bn.convert(model)
-        per_gpu_bn.set_groups(model, groups)
+        per_gpu_bn.set_groups(model, groups // cfg.memory_split)  # each part holds whole GPUs' images
     elif cfg.distributed.sync_bn and ctx.enabled:  # before the optimizer takes the parameters
         group = (hierarchical.build_state(local_size).node_group
                  if cfg.distributed.sync_bn_scope == "node" else None)
@@ -412,6 +412,9 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
             log.info("BatchNorm per %s: groups of %s images%s", whose,
                      "/".join(str(p.batch_size // total // cfg.accumulate_steps) for p in plan.phases),
                      f" (micro-batches of {cfg.accumulate_steps} accumulated)" if cfg.accumulate_steps > 1 else "")
+            if cfg.memory_split > 1:
+                log.info("each micro-batch in %d parts of %d GPUs' images, for this device's memory",
+                         cfg.memory_split, total // cfg.memory_split)
     return _Run(cfg, ctx, device, local_size, run_dir, ckpt_dir, plan, data, model, train_model, comm, optimizer,
                 precision, loss_fn, layout, classes=source.num_classes), saved
 
@@ -534,13 +537,15 @@ def _step(run: _Run, phase, x: torch.Tensor, y: torch.Tensor, sums: _EpochSums) 
     run.optimizer.zero_grad(set_to_none=True)
     # every noise_scale_every steps: the gradient noise scale, from the batch in halves
     chunks = min(cfg.accumulate_steps, len(y))
+    split = cfg.memory_split  # parts of each micro-batch, for this device's memory alone
+    groups = per_gpu_bn.emulated_groups(cfg.distributed, run.ctx.world) if split > 1 else 0
     measure = cfg.noise_scale_every and pos.step % cfg.noise_scale_every == 0 and len(y) >= 2
-    backward_done = measure or chunks > 1
+    backward_done = measure or chunks * split > 1
     if measure:
         loss = measured_backward(run.train_model, run.loss_fn, x, y, precision, run.params, run.noise, run.ctx.world,
-                                 chunks=chunks)
-    elif chunks > 1:
-        loss = accumulated_backward(compiler.model, run.loss_fn, x, y, precision, chunks)
+                                 chunks=chunks, split=split, groups=groups)
+    elif chunks * split > 1:
+        loss = accumulated_backward(compiler.model, run.loss_fn, x, y, precision, chunks, split, groups)
     else:
         with precision.autocast():
             loss = run.loss_fn(compiler.model(x), y)

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
+
+from tianfeng.trainers.per_gpu_bn import running_stats_kept
 
 
 def unbiased_terms(small_sq: float, big_sq: float, b_small: int, b_big: int) -> tuple[float, float]:
@@ -90,19 +93,46 @@ class EpochNoise:
         return self.smoothed[1] / self.smoothed[0]
 
 
-def _chunk_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision, chunks: int,
+class Part(NamedTuple):
+    x: torch.Tensor
+    y: torch.Tensor
+    first: bool = True  # holds emulated GPU 0's images, whose BatchNorm statistics are kept
+
+
+def micro_batches(x: torch.Tensor, y: torch.Tensor, chunks: int, split: int = 1,
+                  groups: int = 0) -> list[Part]:
+    """The batch in `chunks` micro-batches, each in `split` parts for this device's memory. A
+    micro-batch is dealt in turn to `groups` emulated GPUs (per_gpu_bn); part j holds the images
+    of its j-th share of those GPUs, in an order that deals them to the same GPUs again, so
+    BatchNorm (set to groups / split) sees each GPU's images as unsplit, and only the part with
+    GPU 0 updates the running statistics. Without whole GPUs to share out, plain slices."""
+    out: list[Part] = []
+    for xm, ym in zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True):
+        n = len(ym)
+        if split == 1 or groups < 2 or groups % split or n % groups:
+            out.extend(Part(xp, yp) for xp, yp in zip(xm.tensor_split(split), ym.tensor_split(split), strict=True))
+            continue
+        per, last = groups // split, torch.channels_last if xm.is_contiguous(memory_format=torch.channels_last) else None
+        xs, ys = xm.view(n // groups, groups, *xm.shape[1:]), ym.view(n // groups, groups)
+        for j in range(split):
+            xp = xs[:, j * per:(j + 1) * per].flatten(0, 1)
+            out.append(Part(xp.contiguous(memory_format=last) if last is not None else xp,
+                            ys[:, j * per:(j + 1) * per].flatten(0, 1), first=j == 0))
+    return out
+
+
+def _chunk_backward(model, loss_fn, parts: list[Part], precision,
                     after: int | None = None, at_after=None) -> torch.Tensor:
-    """Forward and backward `chunks` micro-batches, each loss weighted by its share of the batch,
-    so the accumulated gradient is the whole batch's; every chunk but the last keeps its gradient
-    local (DDP's no_sync), so the exchange runs once. `at_after()` is called once the first
-    `after` chunks are done. Returns the batch's mean loss (detached)."""
-    n = len(y)
+    """Forward and backward each (images, labels) part, each loss weighted by its share of the
+    batch, so the accumulated gradient is the whole batch's; every part but the last keeps its
+    gradient local (DDP's no_sync), so the exchange runs once. `at_after()` is called once the
+    first `after` parts are done. Returns the batch's mean loss (detached)."""
+    n = sum(len(part.y) for part in parts)
     no_sync = model.no_sync if hasattr(model, "no_sync") else contextlib.nullcontext
     total: torch.Tensor | float = 0.0
-    parts = list(zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True))
-    for i, (xc, yc) in enumerate(parts):
+    for i, (xc, yc, first) in enumerate(parts):
         with no_sync() if i < len(parts) - 1 else contextlib.nullcontext():
-            with precision.autocast():
+            with precision.autocast(), contextlib.nullcontext() if first else running_stats_kept(model):
                 loss = loss_fn(model(xc), yc)
             precision.scaler.scale(loss * (len(yc) / n)).backward()  # DDP averages the world's at the last
         total = total + loss.detach() * len(yc)  # in the loss's own precision
@@ -111,24 +141,27 @@ def _chunk_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision,
     return total / n
 
 
-def accumulated_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision, chunks: int) -> torch.Tensor:
-    """Gradient accumulation: the batch in `chunks` micro-batches, one exchange per step."""
-    return _chunk_backward(model, loss_fn, x, y, precision, chunks)
+def accumulated_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision, chunks: int,
+                         split: int = 1, groups: int = 0) -> torch.Tensor:
+    """Gradient accumulation: the batch in `chunks` micro-batches (each in `split` parts, see
+    micro_batches), one exchange per step."""
+    return _chunk_backward(model, loss_fn, micro_batches(x, y, chunks, split, groups), precision)
 
 
 def measured_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precision, params: list,
-                      noise: EpochNoise, world: int, chunks: int = 2) -> torch.Tensor:
+                      noise: EpochNoise, world: int, chunks: int = 2, split: int = 1,
+                      groups: int = 0) -> torch.Tensor:
     """Forward and backward in micro-batches (two, or the accumulation's, if more), each loss
     weighted by its share, so the accumulated gradient is the full batch's (the optimizer sees the
     same step); the gradient after the first half of them, kept local (DDP's no_sync), is the
     small-batch one. Returns the batch's mean loss."""
     n = len(y)
-    chunks = max(2, chunks)
-    first = chunks // 2
-    half = sum(len(part) for part in y.tensor_split(chunks)[:first])
+    parts = micro_batches(x, y, max(2, chunks), split, groups)
+    first = len(parts) // 2
+    half = sum(len(part.y) for part in parts[:first])
     unscale = precision.scaler._get_scale_async() if precision.scaler.is_enabled() else None
     small: list[torch.Tensor] = []
-    loss = _chunk_backward(model, loss_fn, x, y, precision, chunks, after=first,
+    loss = _chunk_backward(model, loss_fn, parts, precision, after=first,
                            at_after=lambda: small.append(squared_grad_norm(params) * (n / half) ** 2))
     big_sq = squared_grad_norm(params)
     small_sq = small[0]

@@ -24,7 +24,8 @@ keep their class: their own forward runs GPU by GPU instead, slower but the same
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -237,3 +238,18 @@ def emulated_groups(distributed, world: int) -> int:
             return 0
         return distributed.emulate_gpus // distributed.emulate_gpus_per_node // world
     return distributed.emulate_gpus // world
+
+
+@contextlib.contextmanager
+def running_stats_kept(model: nn.Module) -> Iterator[None]:
+    """Forward passes inside leave every BatchNorm's running statistics and batch count as they
+    were: a part of a micro-batch that holds none of emulated GPU 0's images."""
+    layers = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    saved = [(m, {name: b.clone() for name, b in m.named_buffers(recurse=False)}) for m in layers]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for m, buffers in saved:
+                for name, b in buffers.items():
+                    getattr(m, name).copy_(b)

@@ -22,7 +22,7 @@ from tianfeng.hpo.space.materialize import build_config, sample_active, stopping
 from tianfeng.hpo.space.read import Parameter, SearchSpace
 from tianfeng.hpo.space.schema import Fidelity
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status
-from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
+from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
 from tianfeng.trainers.data.sources import open_source
 from tianfeng.trainers.engine import EpochMetrics, RunResult, RunStatus, StopTraining, train
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
@@ -64,11 +64,39 @@ def trial_run_dir(runs_root: Path, study: str, trial: optuna.Trial) -> Path:
     return path
 
 
+def device_memory_gib(cfg: RunConfig, given: float | None) -> float | None:
+    """The memory of the device that trains `cfg` here: `given` (--trial-memory-gib), else the
+    current CUDA device's when the run trains on one, else None (a CPU: host memory is not
+    modelled)."""
+    if given is not None:
+        return given
+    import torch
+
+    if cfg.device == "cpu" or not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**30
+
+
+def sized_for_device(cfg: RunConfig, space: SearchSpace, memory_gib: float | None) -> RunConfig:
+    """`cfg` with its micro-batches split to fit the device that trains the trial (a proxy
+    trains every target GPU's share in one process)."""
+    if memory_gib is None:
+        return cfg
+    from tianfeng.cost.memory import memory_split_needed
+
+    parts = memory_split_needed(cfg, memory_gib, in_channels=space.constants.get("channels", 3),
+                                classes=space.constants.get("classes", 1000))
+    return cfg if parts == cfg.memory_split else with_changes(cfg, memory_split=parts)
+
+
 def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs_root: Path,
-                  rung: str, *, cores: float | None = None, worker: str | None = None) -> RunConfig:
-    """Sample the trial's values and build its proxy run; the trial records values, rung, run
-    directory, resolved config, the cores it gets and the worker running it (this process unless
-    said otherwise), whichever backend then runs it."""
+                  rung: str, *, cores: float | None = None, worker: str | None = None,
+                  memory_gib: float | None = None, detect_memory: bool = True) -> RunConfig:
+    """Sample the trial's values and build its proxy run, its micro-batches sized to this
+    device (`memory_gib`: --trial-memory-gib; else, with `detect_memory`, this process's CUDA
+    device is the one that trains it); the trial records values, rung, run directory,
+    resolved config, the cores it gets and the worker running it (this process unless said
+    otherwise), whichever backend then runs it."""
     import torch
 
     trial.set_user_attr(TrialKey.CORES, cores if cores is not None else torch.get_num_threads())
@@ -76,6 +104,7 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     values = suggest(trial, space)
     run_dir = trial_run_dir(runs_root, study_name, trial)
     cfg = build_config(space, values, rung, name=f"{study_name}-{run_dir.name}", run_dir=str(run_dir))
+    cfg = sized_for_device(cfg, space, device_memory_gib(cfg, memory_gib) if detect_memory else memory_gib)
     try:
         predicted = predict_trial(space, values)
     except ConfigError as exc:
@@ -164,9 +193,10 @@ class ProxyObjective:
     """`trainer` is the engine's `train`; the overhead benchmark swaps in one that does nothing."""
 
     def __init__(self, space: SearchSpace, study_name: str, runs_root: Path, rung: str,
-                 trainer: Callable[..., RunResult] = train) -> None:
+                 trainer: Callable[..., RunResult] = train, memory_gib: float | None = None) -> None:
         self.space, self.study_name, self.runs_root, self.rung = space, study_name, runs_root, rung
         self.trainer = trainer
+        self.memory_gib = memory_gib  # --trial-memory-gib; None: the device's own
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, float]:
         try:
@@ -179,7 +209,8 @@ class ProxyObjective:
 
     def _run(self, trial: optuna.Trial) -> float | tuple[float, float]:
         try:
-            cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung)
+            cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung,
+                                memory_gib=self.memory_gib)
         except Exception as exc:
             mark_failed(trial, exc)
             raise

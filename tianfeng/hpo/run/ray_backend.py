@@ -124,7 +124,9 @@ class StudySearcher(Searcher):
             return Searcher.FINISHED
         trial = self.study.ask()
         cfg = prepare_trial(trial, self.space, self.plan.study, self.runs_root, self.plan.rung,
-                            cores=self.cores, worker="ray (waiting for a worker)")
+                            cores=self.cores, worker="ray (waiting for a worker)",
+                            # the trial trains on a Ray worker, not this driver: only the option sizes it
+                            memory_gib=self.plan.options.trial_memory_gib, detect_memory=False)
         trial.set_user_attr(TrialKey.BACKEND, "ray")
         self.trials[trial_id], self.values[trial_id] = trial, {}
         self.epochs[trial_id] = screened_epochs(self.space.fidelities[self.plan.rung], cfg.total_epochs)

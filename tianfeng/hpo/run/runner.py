@@ -79,7 +79,8 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
         return
     if isinstance(storage, LockedSQLiteStorage):  # the count checked as each trial starts
         storage.limit(plan.study, budget.exhausted_by)
-    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
+    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung,
+                               memory_gib=plan.options.trial_memory_gib)
     callbacks = [budget, StopOnRepeatedFailure(plan.options.failure_limit), TrialLogger(space.objective.metric)] + (
         [progress.update] if progress else []) + [lambda study, trial: raise_if_interrupted()] + (
         [after_trial] if after_trial else [])
