@@ -207,6 +207,31 @@ def test_node_scope_sync_batchnorm_is_emulated_over_each_nodes_share(tmp_path, c
         train(make_config(tmp_path / "y", distributed={**node_scope, "emulate_gpus_per_node": 3}, **same))
 
 
+def test_a_batchnorm_group_of_two_gpus_is_emulated_over_two_gpus_share(tmp_path, caplog) -> None:
+    """8 GPUs with sync_bn_group 2 (MLPerf's BN_GROUP) normalise over 2 GPUs' 16 of 64 images:
+    as 4 GPUs of 16 images each train. Bug caught: the group ignored (per-GPU statistics of 8)."""
+    from tests.conftest import make_config
+    from tianfeng.trainers.config import ConfigError
+    from tianfeng.trainers.engine import train
+
+    phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}]
+    grouped = {"emulate_gpus": 8, "sync_bn": True, "sync_bn_group": 2}
+    same = {"phases": phases, "memory_format": "contiguous"}
+    with caplog.at_level("INFO", logger="tianfeng.engine"):
+        pairs = train(make_config(tmp_path / "n", distributed=grouped, **same))
+    assert "BatchNorm per group of 4 (2 GPUs each, SyncBatchNorm groups): groups of 16 images" in caplog.text
+    four_gpus = train(make_config(tmp_path / "g", distributed={"emulate_gpus": 4}, **same))
+    per_gpu = train(make_config(tmp_path / "p", distributed={"emulate_gpus": 8}, **same))
+    loss = pairs.epochs[-1].train_loss
+    assert loss == pytest.approx(four_gpus.epochs[-1].train_loss, rel=1e-6)
+    assert abs(loss - per_gpu.epochs[-1].train_loss) > 1e-4
+    with pytest.raises(ConfigError, match=r"distributed.sync_bn_group: must divide the GPUs each of the 1 "
+                                          r"process\(es\) emulates \(8\), got 3"):
+        train(make_config(tmp_path / "x", distributed={**grouped, "sync_bn_group": 3}, **same))
+    with pytest.raises(ConfigError, match=r"distributed.sync_bn_group: needs sync_bn: true"):
+        train(make_config(tmp_path / "y", distributed={**grouped, "sync_bn": False}, **same))
+
+
 def _fresh_versions(monkeypatch) -> None:
     """torch's builder remembers, per process, what it built under each name and builds again
     under a new one when asked twice: a test's second build starts from a new process's memory."""

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from tianfeng.trainers.comm.hierarchical import build_state
-from tianfeng.trainers.distributed import exit_rank
+from tianfeng.trainers.distributed import consecutive_group, exit_rank
 from tianfeng.trainers.sync_bn import convert
 
 
@@ -21,7 +21,9 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     # argv[2], ranks per node: statistics over a node's ranks only (sync_bn_scope: node); 0: all
     local = int(sys.argv[2]) if len(sys.argv) > 2 else 0
-    group = build_state(local).node_group if local else None
+    # argv[3] "consecutive": the group is the engine's sync_bn_group (consecutive ranks), not a node's
+    consecutive = len(sys.argv) > 3 and sys.argv[3] == "consecutive"
+    group = (consecutive_group(local) if consecutive else build_state(local).node_group) if local else None
     span = local or world  # node 0's ranks (or all of them) share one normalisation
     torch.manual_seed(0)
     x = torch.randn(8 * world, 3, 5, 5) * 3 + 1

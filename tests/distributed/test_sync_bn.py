@@ -34,3 +34,16 @@ def test_node_scoped_batchnorm_equals_batchnorm_on_the_nodes_share(tmp_path: Pat
     assert diff.pop("type") == "GlobalBatchNorm2d"
     for key, value in diff.items():
         assert value < 1e-4, (key, value)
+
+
+def test_a_batchnorm_group_of_consecutive_ranks_normalises_over_its_ranks_share(tmp_path: Path) -> None:
+    """sync_bn_group: 2 at 4 ranks (MLPerf's BN_GROUP): ranks 0 and 1 normalise exactly as one
+    BatchNorm2d over their half of the batch. Bug caught: a subgroup of the wrong ranks, or of
+    all of them."""
+    out = tmp_path / "diff.json"
+    run = torchrun(4, str(WORKER), str(out), "2", "consecutive")
+    assert run.returncode == 0, run.stderr[-3000:]
+    diff = json.loads(out.read_text())
+    assert diff.pop("type") == "GlobalBatchNorm2d"
+    for key, value in diff.items():
+        assert value < 1e-4, (key, value)

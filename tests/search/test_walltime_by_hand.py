@@ -132,3 +132,19 @@ def test_a_two_node_prediction_equals_the_hand_calculation(tmp_path, bucket_mb: 
     # and without start-up (a benchmark timed from its first step)
     bare = predict_wall_time(cfg, spec, train_images=10_000, val_images=2_000, classes=10, startup=False)
     assert bare.seconds == pytest.approx(total - startup, rel=1e-9)
+
+
+def test_a_batchnorm_group_pays_small_allreduces_inside_its_node_only(tmp_path) -> None:
+    """sync_bn_group 2 on 16 GPUs (MLPerf's BN_GROUP): per BN layer, the forward statistics and
+    the backward gradients, each an allreduce over 2 GPUs on NVLink, never the network. Bug
+    caught: the group priced over the world (network hops) or over the node (8 GPUs)."""
+    cfg = make_config(tmp_path, phases=[{"epochs": 1, "resolution": 16, "batch_size": 512}],
+                      distributed={"sync_bn": True, "sync_bn_group": 2}, noise_scale_every=0)
+    spec = ClusterSpec(gpus=16, gpus_per_node=8, device="v100", exchange="flat")
+    got = predict_wall_time(cfg, spec, train_images=10_000, val_images=2_000, classes=10)
+    channels = step_cost(cfg.model, 16, 3, 10).norm_channels
+    per_step = sum(_allreduce(4 * (2 * c + 1), 2, 2, 1) + _allreduce(4 * 2 * c, 2, 2, 1) for c in channels)
+    steps = 10_000 // 512  # whole batches: the last partial one is dropped
+    assert got.parts["sync_bn"] == pytest.approx(steps * per_step, rel=1e-9)
+    world = sum(_allreduce(4 * (2 * c + 1), 16, 8, 2) + _allreduce(4 * 2 * c, 16, 8, 2) for c in channels)
+    assert world > 3 * per_step  # what a group saves over the world's statistics

@@ -104,11 +104,9 @@ def memory_split_needed(cfg: RunConfig, memory_gib: float, *, in_channels: int, 
     what the target GPU's does. ConfigError, naming what the device must hold, when not even
     one emulated GPU's micro-batch fits beside the weights and optimizer state."""
     from tianfeng.cost.step_time import step_cost
+    from tianfeng.trainers.per_gpu_bn import emulated_groups
 
-    emulated = cfg.distributed.emulate_gpus
-    groups = (0 if cfg.distributed.sync_bn and cfg.distributed.sync_bn_scope != "node" else
-              emulated // cfg.distributed.emulate_gpus_per_node if cfg.distributed.sync_bn else emulated)
-    groups = max(1, groups)
+    groups = max(1, emulated_groups(cfg.distributed, 1))
     needed = 1
     for i, p in enumerate(cfg.phases):
         params = step_cost(cfg.model, p.resolution, in_channels, classes).params

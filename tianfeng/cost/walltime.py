@@ -167,7 +167,9 @@ def sync_bn_seconds(cfg: RunConfig, spec: ClusterSpec, cost: StepCost) -> float:
     if not cfg.distributed.sync_bn or spec.gpus <= 1:
         return 0.0
     links = spec.links()
-    if cfg.distributed.sync_bn_scope == "node":
+    if cfg.distributed.sync_bn_group:  # a few GPUs of a node: small allreduces inside it
+        links = replace(links, gpus=min(cfg.distributed.sync_bn_group, spec.gpus))
+    elif cfg.distributed.sync_bn_scope == "node":
         links = replace(links, gpus=links.local)
     return sum(allreduce_s(4.0 * (2 * c + 1), links) + allreduce_s(4.0 * 2 * c, links) for c in cost.norm_channels)
 

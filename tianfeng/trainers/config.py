@@ -150,6 +150,9 @@ class DistributedConfig:
     # off by default: the records normalise over each GPU's share of the batch
     sync_bn: bool = False
     sync_bn_scope: Literal["world", "node"] = "world"  # node: statistics over a node's ranks only
+    # with sync_bn: statistics over groups of this many consecutive GPUs instead of the scope
+    # (MLPerf's BN_GROUP: 2 GPUs of a node at 15-16 images each); 0: over sync_bn_scope
+    sync_bn_group: int = _bounded(0, ge=0)
     # the GPUs of the cluster this recipe is for: BatchNorm normalises over groups of each phase's
     # batch / emulate_gpus images, as each of those GPUs would, however few processes train it
     # (0: over each process's share, the cluster's own way when it is the cluster)

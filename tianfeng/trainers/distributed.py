@@ -67,8 +67,9 @@ def validate_world(cfg, ctx: DistContext) -> int:
                 times = f" x accumulate_steps ({cfg.accumulate_steps}) = {least}" if cfg.accumulate_steps > 1 else ""
                 raise ConfigError("", f"phases.{i}.batch_size", f"must be at least distributed.emulate_gpus "
                                   f"({emulated}){times}: each GPU's micro-batch needs one image, got {phase.batch_size}")
-        if cfg.distributed.sync_bn and cfg.distributed.sync_bn_scope == "node":
+        if cfg.distributed.sync_bn and cfg.distributed.sync_bn_scope == "node" and not cfg.distributed.sync_bn_group:
             _check_emulated_nodes(cfg, ctx.world)
+    _check_bn_group(cfg, ctx.world)
     if cfg.memory_split > 1:
         groups = emulated_groups(cfg.distributed, ctx.world)
         if groups < 2 or groups % cfg.memory_split:
@@ -122,6 +123,29 @@ def exit_rank(code: int = 0) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def consecutive_group(size: int):
+    """This rank's process group of `size` consecutive ranks (ranks 0..size-1, size..2*size-1,
+    ...); every rank must call it, each subgroup being made by all of them."""
+    return dist.new_subgroups(group_size=size)[0]
+
+
+def _check_bn_group(cfg, world: int) -> None:
+    """A BatchNorm group is whole GPUs of one process's share (emulated) or whole ranks (real)."""
+    from tianfeng.trainers.config import ConfigError
+
+    d, group = cfg.distributed, cfg.distributed.sync_bn_group
+    if not group:
+        return
+    if not d.sync_bn:
+        raise ConfigError("", "distributed.sync_bn_group", f"needs sync_bn: true (statistics over groups of {group} "
+                          "GPUs), got sync_bn: false")
+    emulating = d.emulate_gpus > world
+    gpus = d.emulate_gpus // world if emulating else world
+    if gpus % group:
+        whose = f"GPUs each of the {world} process(es) emulates" if emulating else "ranks"
+        raise ConfigError("", "distributed.sync_bn_group", f"must divide the {whose} ({gpus}), got {group}")
 
 
 def _check_emulated_nodes(cfg, world: int) -> None:

@@ -385,8 +385,11 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
         model = per_gpu_bn.convert(model)
         per_gpu_bn.set_groups(model, groups // cfg.memory_split)  # each part holds whole GPUs' images
     elif cfg.distributed.sync_bn and ctx.enabled:  # before the optimizer takes the parameters
-        group = (hierarchical.build_state(local_size).node_group
-                 if cfg.distributed.sync_bn_scope == "node" else None)
+        if cfg.distributed.sync_bn_group:  # every rank makes every subgroup, as torch asks
+            group = dist_utils.consecutive_group(cfg.distributed.sync_bn_group)
+        else:
+            group = (hierarchical.build_state(local_size).node_group
+                     if cfg.distributed.sync_bn_scope == "node" else None)
         model = sync_bn.convert(model, device, group)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # shapes are fixed within a phase: tune once per shape
@@ -407,8 +410,12 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
                  plan.total_steps, plan.total_epochs)
         if groups:
             total = groups * ctx.world
-            whose = (f"node of {total} ({cfg.distributed.emulate_gpus_per_node} GPUs each, node-scope SyncBatchNorm)"
-                     if total < cfg.distributed.emulate_gpus else f"GPU of {total}")
+            if cfg.distributed.sync_bn and cfg.distributed.sync_bn_group:
+                whose = f"group of {total} ({cfg.distributed.sync_bn_group} GPUs each, SyncBatchNorm groups)"
+            elif total < cfg.distributed.emulate_gpus:
+                whose = f"node of {total} ({cfg.distributed.emulate_gpus_per_node} GPUs each, node-scope SyncBatchNorm)"
+            else:
+                whose = f"GPU of {total}"
             log.info("BatchNorm per %s: groups of %s images%s", whose,
                      "/".join(str(p.batch_size // total // cfg.accumulate_steps) for p in plan.phases),
                      f" (micro-batches of {cfg.accumulate_steps} accumulated)" if cfg.accumulate_steps > 1 else "")

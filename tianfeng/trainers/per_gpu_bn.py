@@ -234,6 +234,8 @@ def emulated_groups(distributed, world: int) -> int:
     if distributed.emulate_gpus <= world:
         return 0
     if distributed.sync_bn:
+        if distributed.sync_bn_group:
+            return distributed.emulate_gpus // distributed.sync_bn_group // world
         if distributed.sync_bn_scope != "node":
             return 0
         return distributed.emulate_gpus // distributed.emulate_gpus_per_node // world
