@@ -146,7 +146,7 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
             loaded.user_attrs.get(StudyKey.METRIC, "value"), o.fastest_to, score(pick), pick.user_attrs[TrialKey.PREDICTED]["seconds"])
         trial = pick.number
     launch = Launch(o.nodes, o.gpus_per_node, o.device, o.master_addr, o.launcher,
-                    o.scheduler_options()) if o.nodes else None
+                    o.scheduler_options(), min_nodes=o.min_nodes or 0) if o.nodes else None
     out = run_promotion(o.storage, o.study, trial, batch_size=o.batch_size, overrides=list(o.overrides),
                         runs_dir=Path(o.runs_dir), dry_run=o.dry_run, launch=launch)
     if o.mlflow and not o.dry_run and out["status"] not in (RunRecordStatus.PLANNED, RunRecordStatus.SUBMITTED):
@@ -443,38 +443,45 @@ def predict(config: str | Path | None = None, overrides: Sequence[str] = (), *, 
 
 def launch_plan(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = "cuda",
                 master_addr: str = "127.0.0.1", port: int | None = None, via: str = "torchrun",
-                address: str | None = None, max_restarts: int = 0):
+                address: str | None = None, max_restarts: int = 0, min_nodes: int = 0):
     """The checked launch plan of a run config on `nodes` x `gpus_per_node` processes: per-node
     torchrun commands, a Slurm script and a Ray job (a `tianfeng.launch.scripts.LaunchPlan`). A CPU
     plan on this machine gets a free rendezvous port; others 29500 unless `port` is given.
-    `max_restarts`: how often every rank restarts from the last checkpoint after a failure."""
-    return _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address, max_restarts)[0]
+    `max_restarts`: how often every rank restarts from the last checkpoint after a failure;
+    `min_nodes`: an elastic launch that goes on with as few nodes (torchrun's --nnodes MIN:MAX)."""
+    return _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address, max_restarts,
+                        min_nodes)[0]
 
 
-def _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address, max_restarts=0):
+def _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address, max_restarts=0,
+                 min_nodes=0):
     """(the plan, its run config, whether it runs on this machine)."""
 
     cfg = load_config(config)
-    check_fits(cfg, nodes, gpus_per_node, str(config))
+    check_fits(cfg, nodes, gpus_per_node, str(config), min_nodes)
     if address and via != "ray":
         raise ConfigError("--address", "", "is for --via ray (torchrun meets at --master-addr)")
+    if min_nodes and via == "ray":
+        raise ConfigError("--min-nodes", "", "is torchrun's elastic launch: not with --via ray (Ray Train "
+                                             "restarts its workers at the same size: --max-restarts)")
     local = device == "cpu" and master_addr == "127.0.0.1"
     plan = LaunchPlan(config_path=str(config), run_name=cfg.name, nodes=nodes, per_node=gpus_per_node, device=device,
                       master_addr=master_addr, port=port or (free_port() if local else 29500),
-                      max_restarts=max_restarts)
+                      max_restarts=max_restarts, min_nodes=min_nodes)
     return plan, cfg, local
 
 
 def launch(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = "cuda",
            master_addr: str = "127.0.0.1", port: int | None = None, via: str = "torchrun",
-           address: str | None = None, max_restarts: int = 0, out: str | Path | None = None) -> dict:
+           address: str | None = None, max_restarts: int = 0, out: str | Path | None = None,
+           min_nodes: int = 0) -> dict:
     """Write a run's launch plan (default into <run_dir>/launch) and, where it can run from here,
     run it: a CPU plan on this machine as emulated nodes of gloo processes (torchrun, or Ray Train
     with `via="ray"`), or any plan on the Ray cluster at `address`. Returns the files written and,
     when it ran, the exit code (torchrun) or the run's final metrics (Ray). As `tianfeng launch`."""
 
     plan, cfg, local = _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address,
-                                    max_restarts)
+                                    max_restarts, min_nodes)
     run_dir = cfg.resolved_run_dir
     out_dir = Path(out) if out else run_dir / "launch"
     done: dict[str, Any] = {"files": [str(p) for p in write_plan(plan, out_dir)], "plan_dir": str(out_dir),

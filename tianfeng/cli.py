@@ -164,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--max-restarts", type=int, default=0,
                         help="restarts of every rank from the last checkpoint after a failure (torchrun's "
                              "--max-restarts, Ray Train's max_failures)")
+    launch.add_argument("--min-nodes", type=int, default=0,
+                        help="elastic: go on with as few as this many nodes when nodes fail or are not there "
+                             "(torchrun --nnodes MIN:MAX; needs --max-restarts >= 1; every node count must fit "
+                             "the batch); default: exactly --nodes")
     launch.add_argument("--out", type=Path, default=None, help="where the plan goes (default <run_dir>/launch)")
     launch.add_argument("--dry-run", action="store_true", help="print the plan only")
     launch.add_argument("--via", choices=("torchrun", "ray"), default="torchrun",

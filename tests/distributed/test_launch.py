@@ -45,9 +45,36 @@ def test_dry_run_prints_torchrun_and_slurm(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
 
 
+def test_an_elastic_dry_run_asks_torchrun_and_slurm_for_a_range_of_nodes(tmp_path: Path) -> None:
+    """Bug: --min-nodes dropped on the way to the scripts (a lost node still ends the run)."""
+    big = config(tmp_path, phases=[{"epochs": 2, "resolution": 8, "batch_size": 1536}])
+    # 1536 images fit 16, 24 and 32 GPUs: 2, 3 or 4 nodes of 8
+    out = launch("--config", str(big), "--nodes", "4", "--gpus-per-node", "8", "--min-nodes", "2",
+                 "--max-restarts", "2", "--master-addr", "node-a", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "torchrun --nnodes=2:4 --nproc-per-node=8 --max-restarts=2 --rdzv-backend=c10d" in out.stdout
+    assert "#SBATCH --nodes=2-4" in out.stdout and "#SBATCH --no-kill" in out.stdout
+    assert "srun --no-kill torchrun --nnodes=2:4" in out.stdout
+    fixed = launch("--config", str(big), "--nodes", "4", "--gpus-per-node", "8", "--dry-run")
+    assert "--no-kill" not in fixed.stdout and "#SBATCH --nodes=4\n" in fixed.stdout
+
+
 @pytest.mark.parametrize(("changes", "args", "expected"), [
     ({"phases": [{"epochs": 1, "resolution": 8, "batch_size": 60}]}, ["--nodes", "2", "--gpus-per-node", "4"],
      "phases.0.batch_size: must be divisible by nodes x GPUs (2 x 4 = 8), got 60"),
+    ({"phases": [{"epochs": 1, "resolution": 8, "batch_size": 64}]},
+     ["--nodes", "4", "--gpus-per-node", "1", "--min-nodes", "2", "--max-restarts", "1"],
+     "phases.0.batch_size: must be divisible by nodes x GPUs (3 x 1 = 3) at 3 of the elastic launch's up to 4 "
+     "nodes, got 64"),
+    ({"distributed": {}}, ["--nodes", "2", "--gpus-per-node", "1", "--min-nodes", "1"],
+     "--min-nodes: needs --max-restarts >= 1"),
+    ({"distributed": {}}, ["--nodes", "2", "--gpus-per-node", "1", "--min-nodes", "3", "--max-restarts", "1"],
+     "--min-nodes: must be between 1 and --nodes (2), got 3"),
+    ({"phases": [{"epochs": 1, "resolution": 8, "batch_size": 192}]},
+     ["--nodes", "3", "--gpus-per-node", "1", "--min-nodes", "1", "--max-restarts", "1"],
+     "distributed.hook: hierarchical needs --nodes >= 2 (and --min-nodes >= 2)"),
+    ({"distributed": {}}, ["--nodes", "2", "--gpus-per-node", "1", "--min-nodes", "1", "--max-restarts", "1",
+                           "--via", "ray"], "--min-nodes: is torchrun's elastic launch: not with --via ray"),
     ({}, ["--nodes", "1", "--gpus-per-node", "4"], "distributed.hook: hierarchical needs --nodes >= 2"),
     ({"distributed": {"local_size": 4}}, ["--nodes", "2", "--gpus-per-node", "2"],
      "distributed.local_size: says 4 ranks per node but the launch has --gpus-per-node 2"),
@@ -86,3 +113,52 @@ def test_ray_train_runs_two_emulated_nodes_of_two_workers(tmp_path: Path) -> Non
     assert [m["epoch"] for m in metrics] == [1, 2]
     # the ranks trained one model together: the loss fell and digits are read above chance (10%)
     assert metrics[1]["train_loss"] < 0.99 * metrics[0]["train_loss"] and metrics[1]["val_top1"] > 15
+
+
+@pytest.mark.alone  # the kill must land mid-run
+@pytest.mark.slow
+def test_an_elastic_run_loses_a_node_and_the_survivor_finishes_at_the_smaller_world(tmp_path: Path) -> None:
+    """Two emulated nodes under torchrun --nnodes 1:2; node 2's agent and rank are killed mid-run
+    (a node lost). Bug caught: the elastic range not reaching torchrun (the survivor fails, or
+    waits for a second node for ever). Node 1's rank fails on the dead peer, its agent restarts
+    it, the rendezvous closes with one node, and the run resumes from its last checkpoint at
+    world 1 and ends with every epoch once."""
+    import signal
+    import time
+
+    import torch
+
+    from tianfeng.launch.scripts import LaunchPlan
+    from tianfeng.trainers.ports import free_port
+
+    path = config(tmp_path, phases=[{"epochs": 30, "resolution": 8, "batch_size": 64}], distributed={},
+                  checkpoint={"every_steps": 5})
+    plan = LaunchPlan(str(path), "lt", nodes=2, per_node=1, device="cpu", master_addr="127.0.0.1",
+                      port=free_port(), max_restarts=1, min_nodes=1)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    agent = [sys.executable, "-m", "torch.distributed.run", *plan.torchrun_args()[1:]]
+    first = subprocess.Popen(agent, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(2)  # the first agent hosts the rendezvous: the one left standing
+    second = subprocess.Popen(agent, env=env, cwd=REPO, stderr=subprocess.DEVNULL, start_new_session=True)
+    ckpt = tmp_path / "run" / "checkpoints" / "last.pt"
+    deadline, killed = time.time() + 240, False
+    while time.time() < deadline and not killed:
+        time.sleep(0.2)
+        try:
+            epoch = torch.load(ckpt, weights_only=False)["position"]["epoch"]
+        except (FileNotFoundError, EOFError, RuntimeError, KeyError):
+            continue
+        if epoch >= 2:
+            ranks = subprocess.run(["pgrep", "-P", str(second.pid)], capture_output=True, text=True).stdout.split()
+            for pid in [second.pid, *map(int, ranks)]:
+                os.kill(pid, signal.SIGKILL)
+            killed = True
+    assert killed, "no checkpoint appeared"
+    try:
+        _, err = first.communicate(timeout=240)
+    finally:
+        first.kill()
+    assert first.returncode == 0, err[-3000:]
+    assert "world 2 (1 per node)" in err and "world 1 (1 per node)" in err and "resumed from" in err
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == list(range(1, 31))

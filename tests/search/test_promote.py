@@ -237,6 +237,21 @@ def test_promote_plan_must_fit_the_world(finished_study, tmp_path: Path) -> None
                 launch=Launch(nodes=3, per_node=1))
 
 
+def test_an_elastic_promotion_writes_a_range_of_nodes_and_restarts(finished_study, tmp_path: Path) -> None:
+    """Bug: --min-nodes lost between promote and its launch plan, or the run's batch not checked
+    at the smaller node counts it may run at."""
+    from tianfeng.promotion.run import Launch
+
+    dry = promote(finished_study.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=tmp_path,
+                  dry_run=True, launch=Launch(nodes=2, per_node=1, device="cuda", min_nodes=1))
+    node = (Path(dry["launch"]) / "node-0.sh").read_text()
+    assert "--nnodes=1:2" in node and "--max-restarts=3" in node
+    assert "#SBATCH --nodes=1-2" in (Path(dry["launch"]) / "sbatch.sh").read_text()
+    with pytest.raises(ConfigError, match=r"\(3 x 1 = 3\) at 3 of the elastic launch's up to 4 nodes"):
+        promote(finished_study.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=tmp_path,
+                dry_run=True, launch=Launch(nodes=4, per_node=1, min_nodes=2))
+
+
 def test_a_study_made_before_complete_priors_still_promotes(tmp_path: Path, tiny_space: dict) -> None:
     """Its stored space is re-read as it ran: a prior may leave parameters out, no min_steps."""
     import optuna

@@ -16,14 +16,14 @@ def run_launch_command(args) -> int:
     if args.dry_run:
         plan = api.launch_plan(args.config, nodes=args.nodes, gpus_per_node=args.gpus_per_node, device=args.device,
                                master_addr=args.master_addr, port=args.port, via=args.via, address=args.address,
-                               max_restarts=args.max_restarts)
+                               max_restarts=args.max_restarts, min_nodes=args.min_nodes)
         print(f"# on each of the {plan.nodes} nodes\n{plan.node_command()}")
         print(f"# Slurm\n{plan.sbatch()}", end="")
         print(f"# Ray (Ray Train workers, submitted to the head node)\n{plan.ray_job_command()}")
         return 0
     done = api.launch(args.config, nodes=args.nodes, gpus_per_node=args.gpus_per_node, device=args.device,
                       master_addr=args.master_addr, port=args.port, via=args.via, address=args.address,
-                      max_restarts=args.max_restarts, out=args.out)
+                      max_restarts=args.max_restarts, out=args.out, min_nodes=args.min_nodes)
     for path in done["files"]:
         print(path)
     metrics = done["metrics"]

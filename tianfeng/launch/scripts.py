@@ -27,17 +27,34 @@ class LaunchPlan:
     master_addr: str
     port: int
     max_restarts: int = 0  # torchrun restarts every rank from the last checkpoint after a failure
+    # elastic: the run goes on with as few as this many nodes (torchrun --nnodes MIN:MAX), the
+    # survivors restarting from the last checkpoint at the smaller world; 0: exactly `nodes`
+    min_nodes: int = 0
 
     def __post_init__(self) -> None:
         check_name(self.run_name, "config", "name")  # becomes the Slurm job name and rendezvous id
         if self.max_restarts < 0:
             raise ConfigError("--max-restarts", "", f"must be >= 0, got {self.max_restarts}")
+        if self.min_nodes and not 1 <= self.min_nodes <= self.nodes:
+            raise ConfigError("--min-nodes", "", f"must be between 1 and --nodes ({self.nodes}), got {self.min_nodes}")
+        if self.elastic and self.max_restarts < 1:
+            raise ConfigError("--min-nodes", "", "needs --max-restarts >= 1: the nodes left restart their ranks "
+                                                 "from the last checkpoint to go on")
         if not _HOST.fullmatch(self.master_addr):
             raise ConfigError("--master-addr", "", f"must be a host name or IP address; got {self.master_addr!r}")
 
     @property
     def world(self) -> int:
         return self.nodes * self.per_node
+
+    @property
+    def elastic(self) -> bool:
+        return 0 < self.min_nodes < self.nodes
+
+    @property
+    def node_counts(self) -> str:
+        """torchrun's --nnodes (N, or MIN:MAX) and, with `-` for `:`, Slurm's --nodes."""
+        return f"{self.min_nodes}:{self.nodes}" if self.elastic else str(self.nodes)
 
     def train_args(self) -> list[str]:
         return ["-m", "tianfeng.cli", "train", "--config", self.config_path, "--set", f"device={self.device}",
@@ -47,7 +64,7 @@ class LaunchPlan:
         # the same command on every node: c10d rendezvous assigns node ranks (ranks stay
         # contiguous per node, which the hierarchical hook's node groups rely on)
         restarts = [f"--max-restarts={self.max_restarts}"] if self.max_restarts else []
-        return ["torchrun", f"--nnodes={self.nodes}", f"--nproc-per-node={self.per_node}", *restarts,
+        return ["torchrun", f"--nnodes={self.node_counts}", f"--nproc-per-node={self.per_node}", *restarts,
                 "--rdzv-backend=c10d", f"--rdzv-endpoint={self.master_addr}:{self.port}",
                 f"--rdzv-id={self.run_name}", *self.train_args()]
 
@@ -81,8 +98,12 @@ class LaunchPlan:
         command = " ".join(f'--rdzv-endpoint="$MASTER_ADDR":{self.port}' if a == endpoint else shlex.quote(a)
                            for a in self.torchrun_args())
         extra = "".join(f"{d}\n" for d in directives)
-        return (f"#!/bin/bash\n#SBATCH --job-name={self.run_name}\n#SBATCH --nodes={self.nodes}\n"
-                f"#SBATCH --ntasks-per-node=1\n{gpus}#SBATCH --exclusive\n{extra}"
+        # elastic: Slurm may start it on fewer nodes, and a node that fails ends neither the job
+        # nor the step; torchrun's survivors go on
+        keep = "#SBATCH --no-kill\n" if self.elastic else ""
+        srun = "srun --no-kill" if self.elastic else "srun"
+        return (f"#!/bin/bash\n#SBATCH --job-name={self.run_name}\n#SBATCH --nodes={self.node_counts.replace(':', '-')}\n"
+                f"#SBATCH --ntasks-per-node=1\n{gpus}#SBATCH --exclusive\n{keep}{extra}"
                 "set -uo pipefail\n"
                 "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
                 "requeue() {\n"
@@ -91,29 +112,41 @@ class LaunchPlan:
                 "  scontrol requeue \"$SLURM_JOB_ID\"\n"
                 "}\n"
                 "trap requeue USR1\n"
-                f"srun {command} &\n"
+                f"{srun} {command} &\n"
                 "step=$!\n"
                 "wait \"$step\"; status=$?\n"
                 "while kill -0 \"$step\" 2> /dev/null; do wait \"$step\"; status=$?; done  # a trap cut the wait\n"
                 "exit \"$status\"\n")
 
 
-def check_fits(cfg: RunConfig, nodes: int, per_node: int, source: str) -> None:
-    """The checks a launch makes before anything starts: one line each, naming the key."""
+def check_fits(cfg: RunConfig, nodes: int, per_node: int, source: str, min_nodes: int = 0) -> None:
+    """The checks a launch makes before anything starts: one line each, naming the key. An
+    elastic launch (`min_nodes`) must fit every node count it may run at."""
     if nodes < 1:
         raise ConfigError("--nodes", "", f"must be >= 1, got {nodes}")
     if per_node < 1:
         raise ConfigError("--gpus-per-node", "", f"must be >= 1, got {per_node}")
-    world = nodes * per_node
-    for i, phase in enumerate(cfg.phases):
-        if phase.batch_size % world:
-            raise ConfigError(source, f"phases.{i}.batch_size", f"must be divisible by nodes x GPUs "
-                              f"({nodes} x {per_node} = {world}), got {phase.batch_size}")
+    for n in range(min_nodes or nodes, nodes + 1):
+        world = n * per_node
+        for i, phase in enumerate(cfg.phases):
+            if phase.batch_size % world:
+                raise ConfigError(source, f"phases.{i}.batch_size", f"must be divisible by nodes x GPUs "
+                                  f"({n} x {per_node} = {world}){_at(n, nodes)}, got {phase.batch_size}")
+        emulated = cfg.distributed.emulate_gpus
+        if emulated > world and emulated % world:
+            raise ConfigError(source, "distributed.emulate_gpus", f"must be a multiple of the world size "
+                              f"({n} x {per_node} = {world}){_at(n, nodes)}: each rank emulates whole GPUs, "
+                              f"got {emulated}")
     if cfg.distributed.local_size and cfg.distributed.local_size != per_node:
         raise ConfigError(source, "distributed.local_size", f"says {cfg.distributed.local_size} ranks per "
                           f"node but the launch has --gpus-per-node {per_node}")
-    if cfg.distributed.hook == "hierarchical" and nodes < 2:
-        raise ConfigError(source, "distributed.hook", "hierarchical needs --nodes >= 2")
+    if cfg.distributed.hook == "hierarchical" and min(min_nodes or nodes, nodes) < 2:
+        raise ConfigError(source, "distributed.hook", "hierarchical needs --nodes >= 2"
+                          + (" (and --min-nodes >= 2)" if min_nodes else ""))
+
+
+def _at(n: int, nodes: int) -> str:
+    return f" at {n} of the elastic launch's up to {nodes} nodes" if n != nodes else ""
 
 
 def write_plan(plan: LaunchPlan, out_dir: Path, directives: tuple[str, ...] = ()) -> list[Path]:

@@ -30,6 +30,9 @@ class PromoteOptions(SubmitOptions):
     nodes: int | None = option(None, "run through a launch plan on N nodes (torchrun per node, Slurm script); "
                                "needs --gpus-per-node")
     gpus_per_node: int | None = option(None, "processes per node (GPUs, or CPU ranks)")
+    min_nodes: int | None = option(None, "with --nodes: elastic, go on with as few as this many nodes when nodes "
+                                   "fail (torchrun --nnodes MIN:MAX, restarting from the last checkpoint; every "
+                                   "node count must fit the batch; not with --launcher ray)", metavar="N")
     device: str = option("cuda", "with --nodes: cuda writes the plan for a cluster; cpu runs it here as emulated "
                          "nodes", choices=("cuda", "cpu"))
     master_addr: str = option("127.0.0.1", "with --nodes: rendezvous host (the first node)")
@@ -51,6 +54,11 @@ class PromoteOptions(SubmitOptions):
         if self.device not in ("cuda", "cpu"):
             raise ConfigError("--device", self.device, "allowed: cuda, cpu")
         self.check_submit()
+        if self.min_nodes is not None and self.nodes is None:
+            raise ConfigError("--min-nodes", "", "needs --nodes and --gpus-per-node")
+        if self.min_nodes is not None and self.launcher == "ray":
+            raise ConfigError("--min-nodes", "", "is torchrun's elastic launch: not with --launcher ray (Ray Train "
+                                                 "restarts its workers at the same size)")
         if self.launcher != "local" and self.nodes is None:
             raise ConfigError("--launcher", "", f"{self.launcher} needs --nodes and --gpus-per-node")
         return self

@@ -107,7 +107,8 @@ class Launch:
     master_addr: str = "127.0.0.1"
     launcher: str = "local"
     options: SchedulerOptions = SchedulerOptions()
-    max_restarts: int = 3  # torchrun's, for a submitted run
+    max_restarts: int = 3  # torchrun's, for a submitted or elastic run
+    min_nodes: int = 0  # elastic: torchrun --nnodes MIN:MAX; 0: exactly `nodes`
 
     @property
     def submitted(self) -> bool:
@@ -197,7 +198,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
 
 
 def _write_launch_plan(full: RunConfig, config_yaml: str, launch: Launch, run_dir: Path) -> LaunchPlan:
-    check_fits(full, launch.nodes, launch.per_node, "promoted config")
+    check_fits(full, launch.nodes, launch.per_node, "promoted config", launch.min_nodes)
     launch_dir = run_dir / "launch"
     launch_dir.mkdir(parents=True, exist_ok=True)
     (launch_dir / "config.yaml").write_text(config_yaml)
@@ -205,7 +206,8 @@ def _write_launch_plan(full: RunConfig, config_yaml: str, launch: Launch, run_di
     plan = LaunchPlan(config_path=str((launch_dir / "config.yaml").resolve()), run_name=full.name,
                       nodes=launch.nodes, per_node=launch.per_node, device=launch.device,
                       master_addr=launch.master_addr, port=free_port() if local or launch.submitted else 29500,
-                      max_restarts=launch.max_restarts if launch.submitted else 0)
+                      max_restarts=launch.max_restarts if launch.submitted or launch.min_nodes else 0,
+                      min_nodes=launch.min_nodes)
     directives = tuple(sbatch_directives(launch.options, launch_dir.resolve())) if launch.launcher == "slurm" else ()
     for path in write_plan(plan, launch_dir, directives):
         log.info("launch plan: %s", path)
