@@ -189,12 +189,14 @@ def runs(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[di
     full scores, run directory, and for a submitted run its scheduler job (`job`: launcher, job
     id, state, reason). As `tianfeng runs`: a run recorded as running whose process is gone (its
     run directory is here and nobody holds its training lock) is listed as interrupted, and a
-    submitted run whose job ended is collected first."""
+    submitted run whose job ended is collected first. `time_check`: where the run's time went,
+    measured from its epochs, beside its trial's predicted full run (scaled to the epochs so far)."""
+    from tianfeng.promotion.measured import with_time_checks
     from tianfeng.promotion.run import refresh_submitted
 
     refresh_submitted(storage, study)  # runs a scheduler trains: their state now, collected when done
     store = RunStore(storage)
-    return with_jobs(store, [with_live_status(r) for r in store.runs(study)])
+    return with_time_checks(storage, with_jobs(store, [with_live_status(r) for r in store.runs(study)]))
 
 
 def follow(run: int, *, storage: str = DEFAULT_STORAGE, interval_s: float = 2.0):

@@ -237,6 +237,26 @@ def test_promote_plan_must_fit_the_world(finished_study, tmp_path: Path) -> None
                 launch=Launch(nodes=3, per_node=1))
 
 
+def test_runs_set_each_promoted_runs_measured_time_beside_its_trials_prediction(finished_study, tmp_path: Path) -> None:
+    """Bug: the engine's per-epoch times not recorded, or `runs` comparing a run with another
+    trial's prediction."""
+    import optuna
+
+    from tianfeng import api
+
+    study = optuna.load_study(study_name="p", storage=finished_study.options.storage)
+    ran = promote(finished_study.options.storage, "p", 1, batch_size=None, overrides=[], runs_dir=tmp_path,
+                  dry_run=False)
+    row = next(r for r in api.runs("p", storage=finished_study.options.storage) if r["id"] == ran["run"])
+    check = row["time_check"]
+    predicted = study.trials[1].user_attrs["predicted"]
+    assert check["epochs"] == check["of_epochs"] == len(row["epochs"]) and check["cluster"] == predicted["cluster"]
+    parts = check["parts"]
+    assert parts["evaluation"]["predicted_s"] == pytest.approx(predicted["parts"]["evaluation"])
+    assert parts["training"]["measured_s"] > 0 and parts["startup"]["measured_s"] > 0
+    assert parts["training"]["measured_s"] < sum(e["elapsed_s"] for e in row["epochs"][-1:]) + 1e-9
+
+
 def test_an_elastic_promotion_writes_a_range_of_nodes_and_restarts(finished_study, tmp_path: Path) -> None:
     """Bug: --min-nodes lost between promote and its launch plan, or the run's batch not checked
     at the smaller node counts it may run at."""

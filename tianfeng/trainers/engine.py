@@ -308,6 +308,7 @@ class _Run:
     board: object = None
     end_epoch: int = 0  # the epochs this run trains: engine.stop_after_epochs, else all
     classes: int = 0  # of the data set: chance and a uniform guess's loss (collapse)
+    startup_s: float | None = None  # from train() to the first step, until the first epoch reports it
 
 
 @dataclass
@@ -324,10 +325,12 @@ class _EpochSums:
 def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
           max_steps: int | None = None) -> RunResult:
     """Run `cfg` to the end (or until diverged, stopped by the callback, or `max_steps`)."""
+    called = time.perf_counter()
     run, saved = _set_up(cfg)
     if saved is not None:
         _resume(run, saved)
     _ready_loop(run)
+    run.startup_s = time.perf_counter() - called  # reported with this process's first epoch
     status, message = RunStatus.COMPLETED, ""
     try:
         while run.pos.epoch < run.end_epoch:
@@ -597,7 +600,9 @@ def _end_epoch(run: _Run, phase, sums: _EpochSums) -> EpochMetrics:
     if device.type == "cuda":
         torch.cuda.synchronize()
     train_s = time.perf_counter() - sums.started
+    eval_from = time.perf_counter()
     val_loss, top1, top5 = evaluate(run.model, run.data, phase.resolution, run.precision, device, ctx)
+    eval_s = time.perf_counter() - eval_from
     loss_sum, loss_count, *terms = dist_utils.all_reduce_sum(
         [pos.loss_sum, pos.loss_count, *run.noise.sums.tolist()], device, ctx)
     noise_scale = run.noise.value(terms)
@@ -608,7 +613,9 @@ def _end_epoch(run: _Run, phase, sums: _EpochSums) -> EpochMetrics:
         val_loss=val_loss, val_top1=top1, val_top5=top5,
         samples_per_s=sums.samples / max(train_s, 1e-9),
         data_wait_fraction=sums.wait_s / max(train_s, 1e-9), skipped_steps=pos.skipped,
-        elapsed_s=time.perf_counter() - run.started, noise_scale=noise_scale)
+        elapsed_s=time.perf_counter() - run.started, noise_scale=noise_scale, train_s=train_s, eval_s=eval_s,
+        startup_s=run.startup_s)
+    run.startup_s = None  # once per process
     run.history.append(metrics)
     pos.history.append(asdict(metrics))
     pos.epoch, pos.step, pos.loss_sum, pos.loss_count = pos.epoch + 1, 0, 0.0, 0

@@ -22,6 +22,12 @@ class EpochMetrics:
     skipped_steps: int  # fp16 steps skipped for inf/nan gradients
     elapsed_s: float  # since the run (or its first resume) started
     noise_scale: float | None = None  # B_simple over the epoch's measured steps (trainers/noise_scale)
+    # where the epoch's wall time went (None in records made before they were kept): its training
+    # steps (of which data_wait_fraction waited for batches), its evaluation, and, for the first
+    # epoch a process trains, the set-up before it (model, data, resume, layout and compile choices)
+    train_s: float | None = None
+    eval_s: float | None = None
+    startup_s: float | None = None
 
 
 def summary_lines(status: str, final: dict | None, precision: str, run_dir: str) -> list[str]:
