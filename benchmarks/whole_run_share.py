@@ -8,12 +8,16 @@ targets mean: a target most random recipes reach is found by luck as fast as by 
 
 The study in `--keep` is resumed, so runs of several sessions pool; each trial's whole-run
 core-seconds are reported too (they depend on the machine and on what else ran on it). The
-scores do not: a recipe's whole run is the same on any CPU.
+scores do not: a recipe's whole run is the same on any CPU. The results file keeps every run
+(seed, trial, score, parameters), so that a later run on another machine, without the kept
+study, pools with it: `--seed 1 --pool docs/results/whole_run_share.json` adds 24 recipes drawn
+independently of seed 0's (a seed already in the file is the same draws, and is not added twice).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -51,9 +55,22 @@ def _score(t: optuna.trial.FrozenTrial) -> float:
     return t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else 0.0
 
 
-def summary(trials: list[optuna.trial.FrozenTrial], targets: list[float]) -> dict:
-    scores = [_score(t) for t in trials]
-    out = {"recipes": len(scores), "stopped": sum(t.state == TrialState.PRUNED for t in trials),
+def run_rows(trials: list[optuna.trial.FrozenTrial], seed: int) -> list[dict]:
+    """One row per whole run, as the results file keeps it."""
+    return [{"seed": seed, "trial": t.number, "score": _score(t), "stopped": t.state == TrialState.PRUNED,
+             "core_s": (t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get(TrialKey.CORES, 1)),
+             "params": t.params} for t in trials]
+
+
+def pooled(rows: list[dict], earlier: list[dict]) -> list[dict]:
+    """`rows` and the earlier runs of other seeds (one seed's draws are the same recipes)."""
+    seeds = {r["seed"] for r in rows}
+    return rows + [r for r in earlier if r["seed"] not in seeds]
+
+
+def summary(rows: list[dict], targets: list[float]) -> dict:
+    scores = [r["score"] for r in rows]
+    out = {"recipes": len(scores), "seeds": sorted({r["seed"] for r in rows}), "stopped": sum(r["stopped"] for r in rows),
            "best": max(scores, default=None), "median": statistics.median(scores) if scores else None,
            "targets": {}}
     for target in targets:
@@ -61,8 +78,7 @@ def summary(trials: list[optuna.trial.FrozenTrial], targets: list[float]) -> dic
         low, high = wilson(hits, len(scores))
         out["targets"][f"{target:g}"] = {"reached": hits, "share": hits / len(scores) if scores else None,
                                          "interval": [round(low, 3), round(high, 3)]}
-    core_s = [(t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get(TrialKey.CORES, 1))
-              for t in trials]
+    core_s = [r["core_s"] for r in rows]
     out["core_s_median"] = statistics.median(core_s) if core_s else None
     return out
 
@@ -75,6 +91,8 @@ def main() -> None:
     parser.add_argument("--data", default="cifar5", help="cifar5 (default) or digits (a quick smoke run)")
     parser.add_argument("--seed", type=int, default=0, help="the random sampler's seed")
     parser.add_argument("--workers", default="1", help="worker processes (default 1)")
+    parser.add_argument("--pool", type=Path, action="append", default=[],
+                        help="an earlier results file whose runs of other seeds count too (repeatable)")
     add_results_argument(parser, RESULTS, "the summary")
     args = parser.parse_args()
     quiet_optuna()
@@ -92,7 +110,9 @@ def main() -> None:
               file=sys.stderr)
     study = optuna.load_study(study_name=STUDY, storage=storage)
     done = [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    figures = summary(done, [float(t) for t in args.targets.split(",")])
+    earlier = [r for path in args.pool for r in json.loads(path.read_text()).get("runs", [])]
+    rows = pooled(run_rows(done, args.seed), earlier)
+    figures = summary(rows, [float(t) for t in args.targets.split(",")])
     for target, row in figures["targets"].items():
         share = f"{row['share']:.0%}" if row["share"] is not None else "-"
         print(f"reach {target}: {row['reached']} of {figures['recipes']} random recipes trained whole ({share}, "
@@ -101,7 +121,7 @@ def main() -> None:
           f"median {figures['median']}; a whole run's median core-seconds "
           f"{figures['core_s_median']}")
     if args.results:
-        write_results(args.results, {"data": args.data, **figures})
+        write_results(args.results, {"data": args.data, **figures, "runs": rows})
 
 
 if __name__ == "__main__":
