@@ -30,7 +30,15 @@ OPTIMIZER_STATES = {"sgd": 1, "lars": 1, "lamb": 2}  # fp32 tensors per paramete
 
 @functools.lru_cache(maxsize=128)
 def activation_bytes(model: ModelConfig, resolution: int, in_channels: int = 3, classes: int = 1000) -> float:
-    """fp32 bytes autograd saves per training image of `model` at `resolution`."""
+    """fp32 bytes autograd saves per training image of `model` at `resolution` (measured once
+    per machine: cost.model_facts keeps it)."""
+    from tianfeng.cost.model_facts import known
+
+    return known("activation_bytes", model, resolution, in_channels, classes,
+                 lambda: {"bytes": _measured_activation_bytes(model, resolution, in_channels, classes)})["bytes"]
+
+
+def _measured_activation_bytes(model: ModelConfig, resolution: int, in_channels: int, classes: int) -> float:
     import torch
 
     from tianfeng.trainers.models import build_model

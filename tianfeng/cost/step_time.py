@@ -13,7 +13,7 @@ the same two parts on this machine instead.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from tianfeng.cost.published_rates import fitted
 from tianfeng.trainers.config import ModelConfig
@@ -106,7 +106,16 @@ class StepCost:
 
 @functools.lru_cache(maxsize=256)
 def step_cost(model: ModelConfig, resolution: int, in_channels: int = 3, classes: int = 1000) -> StepCost:
-    """Counted on torch's meta device: shapes only, no memory, no arithmetic."""
+    """Counted on torch's meta device once per machine (cost.model_facts keeps it)."""
+    from tianfeng.cost.model_facts import known
+
+    facts = known("step_cost", model, resolution, in_channels, classes,
+                  lambda: asdict(_counted_step_cost(model, resolution, in_channels, classes)))
+    return StepCost(facts["flops"], facts["layers"], facts["params"], tuple(facts["norm_channels"]))
+
+
+def _counted_step_cost(model: ModelConfig, resolution: int, in_channels: int, classes: int) -> StepCost:
+    """Shapes only, on torch's meta device: no memory, no arithmetic."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
