@@ -16,14 +16,16 @@ from tianfeng.storage.runs import RunStore
 
 
 def _cli(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tianfeng.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    return subprocess.Popen([sys.executable, "-m", "tianfeng.cli", *args], text=True, **pipes)
 
 
 def test_following_a_run_streams_each_epoch_once_and_ends_with_the_run(tmp_path: Path) -> None:
     storage = f"sqlite:///{searched_study(tmp_path)}"
     promoting = _cli("promote", "0", "--study", "s", "--storage", storage, "--runs-dir", str(tmp_path / "runs"),
-                     "--set", "phases.0.epochs=500", env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tmp_path)
+                     "--set", "phases.0.epochs=500", env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tmp_path,
+                     # to a file: a pipe nobody reads fills with the run's log and blocks it
+                     stdout=subprocess.DEVNULL, stderr=(tmp_path / "promote.log").open("w"))
     try:
         deadline = time.monotonic() + 300
         while not RunStore(storage).runs() and time.monotonic() < deadline:
