@@ -48,7 +48,7 @@ def test_a_run_stopped_for_diverging_counts_as_a_recipe_that_reached_nothing() -
 
 
 def test_earlier_runs_pool_only_from_other_seeds() -> None:
-    """Bug: a second session with the same seed counted twice (its recipes are the same draws),
+    """Bug: a second run with the same seed counted twice (its recipes are the same draws),
     or another seed's runs left out of the share."""
     mine = [{"seed": 1, "trial": 0, "score": 81.0, "stopped": False, "core_s": 1.0, "params": {}}]
     earlier = [{"seed": 0, "trial": i, "score": 50.0 + i, "stopped": False, "core_s": 1.0, "params": {}}

@@ -137,7 +137,8 @@ def test_an_elastic_run_loses_a_node_and_the_survivor_finishes_at_the_smaller_wo
                       port=free_port(), max_restarts=1, min_nodes=1)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     agent = [sys.executable, "-m", "torch.distributed.run", *plan.torchrun_args()[1:]]
-    first = subprocess.Popen(agent, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    log = tmp_path / "first.log"  # a file, not a pipe: nobody reads it while the run goes on
+    first = subprocess.Popen(agent, env=env, cwd=REPO, stderr=log.open("w"), start_new_session=True)
     time.sleep(2)  # the first agent hosts the rendezvous: the one left standing
     second = subprocess.Popen(agent, env=env, cwd=REPO, stderr=subprocess.DEVNULL, start_new_session=True)
     ckpt = tmp_path / "run" / "checkpoints" / "last.pt"
@@ -155,9 +156,10 @@ def test_an_elastic_run_loses_a_node_and_the_survivor_finishes_at_the_smaller_wo
             killed = True
     assert killed, "no checkpoint appeared"
     try:
-        _, err = first.communicate(timeout=240)
+        first.wait(timeout=240)
     finally:
         first.kill()
+    err = log.read_text()
     assert first.returncode == 0, err[-3000:]
     assert "world 2 (1 per node)" in err and "world 1 (1 per node)" in err and "resumed from" in err
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
