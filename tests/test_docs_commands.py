@@ -85,25 +85,34 @@ def test_every_documented_command_parses_as_written(page: str, cmd: str) -> None
         assert resolve_space(args.space).is_file(), (page, args.space)
 
 
-def _planned(cmd: str) -> None:
-    """What `tianfeng search` checks before its first trial; raises ConfigError where it refuses."""
+def _planned(cmd: str, here: Path) -> None:
+    """What `tianfeng search` checks before its first trial, run in the folder `here` (the
+    caller's cwd, so that no study or report of the checkout's own takes part); raises
+    ConfigError where it refuses. A space path of the checkout is read from the checkout."""
     cmd = re.sub(r"--data imagefolder:\S+", "--data digits", cmd)
-    cmd = re.sub(r"--storage postgresql://\S+", "--storage sqlite:///docs-commands.db", cmd)  # no server here
+    cmd = re.sub(r"--storage postgresql://\S+", f"--storage sqlite:///{here / 'docs-commands.db'}", cmd)  # no server here
     args = build_parser().parse_args(shlex.split(cmd))
+    if not Path(args.space).is_absolute() and (REPO / args.space).exists():
+        args.space = str(REPO / args.space)
     plan_search(args.space, search_options(args).checked())
 
 
-def test_a_refused_combination_in_a_page_would_fail_the_planning() -> None:
+def test_a_refused_combination_in_a_page_would_fail_the_planning(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="--promote: leader: needs one best trial"):
-        _planned("search --space large_batch.yaml --fidelity screen --promote leader")  # a pareto space
+        _planned("search --space large_batch.yaml --fidelity screen --promote leader", tmp_path)  # a pareto space
 
 
 SEARCHES = [(page, cmd) for page, cmd in DOCUMENTED if cmd.split()[0] == "search"]
 
 
 @pytest.mark.parametrize(("page", "cmd"), SEARCHES, ids=[f"{p}: {c[:60]}" for p, c in SEARCHES])
-def test_every_documented_search_is_planned_without_refusal(page: str, cmd: str) -> None:
+def test_every_documented_search_is_planned_without_refusal(page: str, cmd: str, tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """In a folder of its own: a README search the user ran first in the checkout leaves a report
+    of another study there, which must not refuse the pages' commands (it did)."""
+    monkeypatch.chdir(tmp_path)
     try:
-        _planned(cmd)
+        _planned(cmd, tmp_path)
     except ConfigError as e:
         pytest.fail(f"{page}: `tianfeng {cmd}` is refused: {e}")
