@@ -157,3 +157,30 @@ def test_a_memory_split_trains_as_the_unsplit_run_with_each_gpus_batchnorm(tmp_p
         train(make_config(tmp_path / "x", memory_split=3, **common))
     with pytest.raises(ConfigError, match=r"memory_split: must divide .* \(1\).*raise accumulate_steps"):
         train(make_config(tmp_path / "y", phases=phases, memory_split=2))
+
+
+def test_a_split_noise_scale_step_keeps_whole_gpus_in_its_parts_at_an_odd_per_gpu_batch(monkeypatch) -> None:
+    """Bug: a measured step re-cut into halves first, so at 15 images per GPU (MLPerf's 540-node
+    batch) its parts fell back to plain slices that split GPUs and each updated the running
+    statistics. Split in two over 4 GPUs, the parts are GPUs 0-1 and 2-3, the first keeping the
+    statistics, and the gradient is still the whole batch's."""
+    from tianfeng.trainers.noise_scale import micro_batches
+
+    x, y = torch.randn(60, 3, 2, 2), torch.arange(60) % 5
+    parts = micro_batches(x, torch.arange(60), 1, split=2, groups=4)
+    assert [p.first for p in parts] == [True, False]
+    assert sorted(parts[0].y.tolist()) == [i for i in range(60) if i % 4 in (0, 1)]  # dealt in turn: GPUs 0, 1
+    precision = build_precision(PrecisionConfig(mode="fp32"), torch.device("cpu"))
+    whole, split = _net(), _net()
+    nn.functional.cross_entropy(whole(x), y).backward()
+    from tianfeng.trainers import noise_scale
+
+    seen, real = [], noise_scale._chunk_backward
+    monkeypatch.setattr(noise_scale, "_chunk_backward",
+                        lambda model, loss_fn, parts, *a, **k: seen.extend((len(p.y), p.first) for p in parts)
+                        or real(model, loss_fn, parts, *a, **k))
+    measured_backward(split, nn.functional.cross_entropy, x, y, precision, list(split.parameters()),
+                      EpochNoise(torch.device("cpu")), 1, chunks=1, split=2, groups=4)
+    assert seen == [(30, True), (30, False)]  # the parts the step trains: whole GPUs, one keeping statistics
+    for a, b in zip(whole.parameters(), split.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6)

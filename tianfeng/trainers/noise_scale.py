@@ -156,7 +156,9 @@ def measured_backward(model, loss_fn, x: torch.Tensor, y: torch.Tensor, precisio
     same step); the gradient after the first half of them, kept local (DDP's no_sync), is the
     small-batch one. Returns the batch's mean loss."""
     n = len(y)
-    parts = micro_batches(x, y, max(2, chunks), split, groups)
+    # the step's own micro-batches and parts when there are two or more (each part whole GPUs, as
+    # every other step has them); else the batch in halves
+    parts = micro_batches(x, y, chunks, split, groups) if chunks * split >= 2 else micro_batches(x, y, 2)
     first = len(parts) // 2
     half = sum(len(part.y) for part in parts[:first])
     unscale = precision.scaler._get_scale_async() if precision.scaler.is_enabled() else None
