@@ -42,6 +42,7 @@ def test_a_running_trial_reads_back_as_the_frozen_trial_a_pruner_is_given(tmp_pa
     """The peer rule asks a two-objective study's pruner itself, with the trial as its storage
     holds it: the attribute just set must be there."""
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'f.db'}", directions=["maximize", "minimize"])
+    study.ask()  # another running trial first: the one asked about must be read, not any
     trial = study.ask()
     trial.set_user_attr("rung_values", {"0.333": 1.0})
     frozen = frozen_trial(trial)
