@@ -253,6 +253,12 @@ def test_runs_set_each_promoted_runs_measured_time_beside_its_trials_prediction(
     assert check["epochs"] == check["of_epochs"] == len(row["epochs"]) and check["cluster"] == predicted["cluster"]
     parts = check["parts"]
     assert parts["evaluation"]["predicted_s"] == pytest.approx(predicted["parts"]["evaluation"])
+    from tianfeng.promotion.measured import TRAINING_PARTS
+
+    assert parts["training"]["predicted_s"] == pytest.approx(sum(predicted["parts"][p] for p in TRAINING_PARTS))
+    others = {round(sum(t.user_attrs["predicted"]["parts"][p] for p in TRAINING_PARTS), 9) for t in study.trials
+              if t.number != 1}
+    assert round(parts["training"]["predicted_s"], 9) not in others  # its own trial's, no other's
     assert parts["training"]["measured_s"] > 0 and parts["startup"]["measured_s"] > 0
     assert parts["training"]["measured_s"] < sum(e["elapsed_s"] for e in row["epochs"][-1:]) + 1e-9
 
