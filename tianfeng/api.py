@@ -192,11 +192,18 @@ def runs(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[di
     submitted run whose job ended is collected first. `time_check`: where the run's time went,
     measured from its epochs, beside its trial's predicted full run (scaled to the epochs so far)."""
     from tianfeng.promotion.measured import with_time_checks
+
+    return with_time_checks(storage, _run_rows(study, storage))
+
+
+def _run_rows(study: str | None, storage: str) -> list[dict]:
+    """The promoted runs with their live state and jobs, without the time checks (which read
+    every study): what following a run polls."""
     from tianfeng.promotion.run import refresh_submitted
 
     refresh_submitted(storage, study)  # runs a scheduler trains: their state now, collected when done
     store = RunStore(storage)
-    return with_time_checks(storage, with_jobs(store, [with_live_status(r) for r in store.runs(study)]))
+    return with_jobs(store, [with_live_status(r) for r in store.runs(study)])
 
 
 def follow(run: int, *, storage: str = DEFAULT_STORAGE, interval_s: float = 2.0):
@@ -204,7 +211,7 @@ def follow(run: int, *, storage: str = DEFAULT_STORAGE, interval_s: float = 2.0)
     metrics) for each new epoch, then ("ended", run). As `tianfeng runs --follow RUN`."""
     from tianfeng.promotion.follow import follow as follow_run
 
-    return follow_run(run, lambda: runs(storage=storage), interval_s)
+    return follow_run(run, lambda: _run_rows(None, storage), interval_s)
 
 
 def cancel(run: int, *, storage: str = DEFAULT_STORAGE) -> dict:

@@ -92,17 +92,22 @@ def accumulation_needed(cfg: RunConfig, gpus: int, memory_gib: float | None, *, 
     `memory_gib` (1 when it fits whole or the memory is unknown; at most the per-GPU batch)."""
     if memory_gib is None:
         return 1
-    from tianfeng.cost.step_time import step_cost
-
-    mixed = cfg.precision.mode != "fp32"
     needed = 1
     for p in cfg.phases:
         per_gpu = math.ceil(p.batch_size / gpus)
-        params = step_cost(cfg.model, p.resolution, in_channels, classes).params
-        fit = per_gpu_fit(cfg.model, p.resolution, mixed=mixed, optimizer=cfg.optimizer.name, memory_gib=memory_gib,
-                          params=params, in_channels=in_channels, classes=classes).max_per_gpu
+        fit = phase_fit(cfg, p.resolution, memory_gib, in_channels, classes).max_per_gpu
         needed = max(needed, min(max(1, p.batch_size // gpus), math.ceil(per_gpu / max(1, fit))))
     return needed
+
+
+def phase_fit(cfg: RunConfig, resolution: int, memory_gib: float, in_channels: int, classes: int) -> Fit:
+    """What one device of `memory_gib` holds of `cfg`'s model at `resolution`, in its precision
+    and with its optimizer's state."""
+    from tianfeng.cost.step_time import step_cost
+
+    params = step_cost(cfg.model, resolution, in_channels, classes).params
+    return per_gpu_fit(cfg.model, resolution, mixed=cfg.precision.mode != "fp32", optimizer=cfg.optimizer.name,
+                       memory_gib=memory_gib, params=params, in_channels=in_channels, classes=classes)
 
 
 def memory_split_needed(cfg: RunConfig, memory_gib: float, *, in_channels: int, classes: int) -> int:
@@ -111,15 +116,12 @@ def memory_split_needed(cfg: RunConfig, memory_gib: float, *, in_channels: int, 
     of the GPUs it emulates, so each emulated GPU's micro-batch stays whole and BatchNorm sees
     what the target GPU's does. ConfigError, naming what the device must hold, when not even
     one emulated GPU's micro-batch fits beside the weights and optimizer state."""
-    from tianfeng.cost.step_time import step_cost
     from tianfeng.trainers.per_gpu_bn import emulated_groups
 
     groups = max(1, emulated_groups(cfg.distributed, 1))
     needed = 1
     for i, p in enumerate(cfg.phases):
-        params = step_cost(cfg.model, p.resolution, in_channels, classes).params
-        fit = per_gpu_fit(cfg.model, p.resolution, mixed=cfg.precision.mode != "fp32", optimizer=cfg.optimizer.name,
-                          memory_gib=memory_gib, params=params, in_channels=in_channels, classes=classes)
+        fit = phase_fit(cfg, p.resolution, memory_gib, in_channels, classes)
         micro = math.ceil(p.batch_size / cfg.accumulate_steps)
         parts = next((d for d in range(1, groups + 1) if groups % d == 0 and math.ceil(micro / d) <= fit.max_per_gpu),
                      None)

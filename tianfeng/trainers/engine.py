@@ -309,6 +309,7 @@ class _Run:
     end_epoch: int = 0  # the epochs this run trains: engine.stop_after_epochs, else all
     classes: int = 0  # of the data set: chance and a uniform guess's loss (collapse)
     startup_s: float | None = None  # from train() to the first step, until the first epoch reports it
+    bn_groups: int = 0  # the emulated GPUs (or nodes) each process deals a batch to (per_gpu_bn)
 
 
 @dataclass
@@ -426,7 +427,7 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
                 log.info("each micro-batch in %d parts of %d GPUs' images, for this device's memory",
                          cfg.memory_split, total // cfg.memory_split)
     return _Run(cfg, ctx, device, local_size, run_dir, ckpt_dir, plan, data, model, train_model, comm, optimizer,
-                precision, loss_fn, layout, classes=source.num_classes), saved
+                precision, loss_fn, layout, classes=source.num_classes, bn_groups=groups), saved
 
 
 def _resume(run: _Run, saved: dict) -> None:
@@ -548,7 +549,7 @@ def _step(run: _Run, phase, x: torch.Tensor, y: torch.Tensor, sums: _EpochSums) 
     # every noise_scale_every steps: the gradient noise scale, from the batch in halves
     chunks = min(cfg.accumulate_steps, len(y))
     split = cfg.memory_split  # parts of each micro-batch, for this device's memory alone
-    groups = per_gpu_bn.emulated_groups(cfg.distributed, run.ctx.world) if split > 1 else 0
+    groups = run.bn_groups if split > 1 else 0
     measure = cfg.noise_scale_every and pos.step % cfg.noise_scale_every == 0 and len(y) >= 2
     backward_done = measure or chunks * split > 1
     if measure:
