@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,7 @@ from tianfeng.hpo.space.read import (
 from tianfeng.hpo.space.shipped import resolve_space, shipped_spaces
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.launch.local import run_here
+from tianfeng.launch.scheduler import SchedulerOptions
 from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
 from tianfeng.promotion.jobs import cancel_job, with_jobs
 from tianfeng.promotion.options import PromoteOptions
@@ -287,21 +289,33 @@ def calibrate(study: str | None = None, *, storage: str = DEFAULT_STORAGE, top_k
 
 def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None = None,
                        batches: Sequence[int] = (32, 128, 512), processes: int = 1, threads: int | None = None,
-                       data: str | None = None, output: str | Path | None = None) -> dict:
-    """Measure and fit this machine's step time for the space's full-fidelity model (default
-    resolutions: those its full runs use, and half and 3/4 of the largest), `processes` at once
-    as emulated GPUs; written as JSON that a space's `cluster: {device: measured, throughput: ...}`
-    reads. Returns the measurement with its `path`. As `tianfeng calibrate --throughput`."""
+                       data: str | None = None, output: str | Path | None = None, nodes: int = 1,
+                       launcher: str = "local", device: str | None = None,
+                       scheduler_options: SchedulerOptions | None = None) -> dict:
+    """Measure and fit the step time of the space's full-fidelity model (default resolutions:
+    those its full runs use, and half and 3/4 of the largest), `processes` at once per node as
+    GPUs; with several processes the allreduce links inside a node, and with `nodes` > 1 those
+    between nodes: `launcher` local runs them here as emulated nodes, slurm as one job on real
+    nodes. `device`: cuda or cpu (default: this machine's GPU if it has one; cuda on Slurm).
+    Written as JSON that a space's `cluster: {device: measured, throughput: ...}` reads. Returns
+    the measurement with its `path`. As `tianfeng calibrate --throughput`."""
     import functools
 
-    from tianfeng.cost.measure import measure_throughput as measure
-    from tianfeng.cost.measure import write_throughput
+    import torch
+
+    from tianfeng.cost.measure import Grid, measure_here, write_throughput
     from tianfeng.trainers.data.sources import default_cache_dir, open_source
 
     if threads is not None and threads < 1:
         raise ConfigError("--threads", "", f"must be >= 1, got {threads}")
     if processes < 1:
         raise ConfigError("--processes", "", f"must be >= 1, got {processes}")
+    if nodes < 1:
+        raise ConfigError("--nodes", "", f"must be >= 1, got {nodes}")
+    if device not in (None, "cuda", "cpu"):
+        raise ConfigError("--device", "", f"must be one of cuda, cpu; got {device!r}")
+    if launcher != "slurm" and scheduler_options not in (None, SchedulerOptions()):
+        raise ConfigError("--partition", "", "and the other scheduler options go with --launcher slurm")
     loaded = load_space(resolve_space(space), data=data)
     targets = [build_config(loaded, sample_active(loaded, functools.partial(corner_value, low=low)), "target")
                for low in (True, False)]
@@ -311,10 +325,18 @@ def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None =
     cfg = targets[0]
     d = cfg.data
     source = open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes)
-    result = measure(cfg, list(resolutions), list(batches), in_channels=source.channels, classes=source.num_classes,
-                     processes=processes, threads=threads)
-    path = Path(output) if output else default_cache_dir() / "throughput" / f"{loaded.name}-{result['host']}.json"
-    write_throughput(result, path)
+    grid = Grid(cfg, tuple(resolutions), tuple(batches), source.channels, source.num_classes)
+    path = Path(output) if output else default_cache_dir() / "throughput" / f"{loaded.name}-{socket.gethostname()}.json"
+    if processes == 1 and nodes == 1 and launcher == "local":
+        result = measure_here(grid, threads, torch.device(device) if device else None)
+        write_throughput(result, path)
+    else:
+        from tianfeng.launch.throughput_job import measure_launched
+
+        kind = device or ("cuda" if launcher == "slurm" or (nodes == 1 and torch.cuda.is_available()) else "cpu")
+        # as `launch --device cpu` runs each rank (OMP_NUM_THREADS=1)
+        result = measure_launched(grid, path, processes=processes, nodes=nodes, launcher=launcher, device=kind,
+                                  threads=threads or 1, options=scheduler_options)
     return {**result, "path": str(path)}
 
 

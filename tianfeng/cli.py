@@ -133,6 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--processes", type=int, default=1,
                            help="with --throughput: time this many processes at once (emulated GPUs sharing the "
                                 "machine, as `launch --device cpu` runs them) and fit gloo's allreduce links")
+    calibrate.add_argument("--nodes", type=int, default=1,
+                           help="with --throughput: measure on this many nodes of --processes each, and fit the "
+                                "links between nodes too (default 1)")
+    calibrate.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                           help="with --throughput: local: here (several nodes as emulated CPU nodes); slurm: one "
+                                "job on --nodes real nodes, waited for (default local)")
+    calibrate.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                           help="with --throughput: what the processes train on (default: this machine's GPU "
+                                "if it has one, cuda with --launcher slurm)")
+    calibrate.add_argument("--partition", default=None, help="with --launcher slurm: the job's partition")
+    calibrate.add_argument("--account", default=None, help="with --launcher slurm: the job's account")
+    calibrate.add_argument("--time", default=None, help="with --launcher slurm: the job's time limit, e.g. 0:30:00")
+    calibrate.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[], metavar="ARG",
+                           help="with --launcher slurm: passed to sbatch as it is (repeatable)")
     calibrate.add_argument("-o", "--output", type=Path, default=None,
                            help="with --throughput: where to write it (default $TIANFENG_CACHE/throughput/)")
     add_json(calibrate)

@@ -218,3 +218,24 @@ def test_runs_cancel_ends_a_submitted_runs_job_and_the_run_is_interrupted(slurm_
     assert again.returncode == 2 and "only a submitted run's job can be cancelled" in again.stderr
     missing = cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", "999")
     assert missing.returncode == 2 and "--cancel: no run 999 in this database" in missing.stderr
+
+
+def test_a_throughput_profile_is_measured_as_a_slurm_job_and_written_when_it_completes(slurm_env, tmp_path) -> None:
+    space = str(write_space(tmp_path, dict(TINY_SPACE)))
+    out = tmp_path / "profile.json"
+    measure = ("calibrate", "--throughput", "--space", space, "--resolutions", "8", "--batches", "4,16",
+               "--processes", "2", "--device", "cpu", "--launcher", "slurm", "--output", str(out))
+    done = cli(slurm_env, tmp_path, *measure, "--time", "10", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    job = next(w for w in done.stderr.split() if w.isdigit())
+    view = _scontrol(slurm_env, job)
+    assert view["JobName"] == "tianfeng-throughput" and view["JobState"] == "COMPLETED"
+    assert view["TimeLimit"] == "00:10:00" and view["NumNodes"] == "1"
+    data = json.loads(out.read_text())
+    assert (data["nodes"], data["processes"], data["backend"]) == (1, 2, "gloo")
+    assert data["links"]["intra"]["gbit_s"] > 0 and json.loads(done.stdout)["throughput"] == str(out)
+    # the scheduler's refusal: one line, exit 2, the profile left as it was
+    before = out.read_text()
+    bad = cli(slurm_env, tmp_path, *measure, "--partition", "nosuch")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "--partition: nosuch: no such partition" in bad.stderr and out.read_text() == before

@@ -7,6 +7,8 @@ import sys
 
 from tianfeng import api
 from tianfeng.commands.flags import emit
+from tianfeng.launch.scheduler import SchedulerOptions
+from tianfeng.launch.slurm import time_limit_s
 from tianfeng.promotion.calibration import MIN_PAIRS
 from tianfeng.trainers.config import ConfigError
 
@@ -23,21 +25,34 @@ def _sizes(flag: str, text: str | None, low: int) -> list[int] | None:
     return sizes
 
 
+def _scheduler_options(args) -> SchedulerOptions:
+    options = SchedulerOptions(args.partition, args.account, args.time, tuple(args.sbatch_args))
+    given = [f for f, v in (("--partition", args.partition), ("--account", args.account), ("--time", args.time),
+                            ("--sbatch-arg", args.sbatch_args)) if v]
+    if given and args.launcher != "slurm":
+        raise ConfigError(given[0], "", "goes with --launcher slurm")
+    if args.time is not None:
+        time_limit_s(args.time)
+    return options
+
+
 def run_throughput(args) -> int:
-    """Measure and fit this machine's step time for the space's full-fidelity model."""
+    """Measure and fit the step time for the space's full-fidelity model, and the links."""
     if args.space is None:
         raise ConfigError("--throughput", "", "needs --space: the model and precision to measure")
     result = api.measure_throughput(args.space, resolutions=_sizes("--resolutions", args.resolutions, 4),
                                     batches=_sizes("--batches", args.batches, 1) or (32, 128, 512),
                                     processes=args.processes, threads=args.threads, data=args.data,
-                                    output=args.output)
+                                    output=args.output, nodes=args.nodes, launcher=args.launcher,
+                                    device=args.device, scheduler_options=_scheduler_options(args))
     output = result["path"]
-    summary = {"throughput": output, "processes": result["processes"], "threads": result["threads"],
+    nodes = result.get("nodes", 1)
+    summary = {"throughput": output, "processes": result["processes"], "nodes": nodes, "threads": result["threads"],
                "precision": result["precision"], "fits": result["fits"], "links": result["links"]}
-    emit(args, summary, [f"throughput of {result['processes']} process(es) x {result['threads']} thread(s), "
-                         f"{result['precision']}, written to {output}"])
-    gpus = result["processes"]
-    print(f"tianfeng: use it with `cluster: {{gpus: {gpus}, gpus_per_node: {gpus}, device: measured, "
+    emit(args, summary, [f"throughput of {nodes} node(s) x {result['processes']} process(es) x "
+                         f"{result['threads']} thread(s), {result['precision']}, written to {output}"])
+    per_node = result["processes"]
+    print(f"tianfeng: use it with `cluster: {{gpus: {nodes * per_node}, gpus_per_node: {per_node}, device: measured, "
           f"throughput: {output}}}`", file=sys.stderr)
     return 0
 

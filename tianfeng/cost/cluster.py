@@ -67,25 +67,70 @@ class ClusterSpec:
     def nodes(self) -> int:
         return self.gpus // self.gpus_per_node
 
+    def _measured_links(self) -> tuple[Link | None, Link | None, str | None]:
+        """The profile's (inside a node, between nodes, backend), None where it measured none."""
+        if not self.throughput:
+            return None, None, None
+        data = read_throughput(self.throughput)
+        links = data.get("links")
+        if not links:
+            return None, None, data.get("backend")
+        if "gbit_s" in links:  # a profile of one node of gloo processes, as first written
+            one = Link(links["gbit_s"], links["latency_us"])
+            return one, None, "gloo"
+        intra, inter = (Link(t["gbit_s"], t["latency_us"]) if t else None for t in (links.get("intra"),
+                                                                                    links.get("inter")))
+        return intra, inter, data.get("backend")
+
     def links(self) -> Cluster:
-        preset = PRESETS[self.device if self.device in PRESETS else DEFAULT_PRESET]
+        return self._links()[0]
+
+    def _links(self) -> tuple[Cluster, dict[str, str]]:
+        """The links and where each tier's figures come from (measured, a cluster key, a table)."""
+        preset_name = self.device if self.device in PRESETS else DEFAULT_PRESET
+        preset = PRESETS[preset_name]
         intra_default, inter_default, adapters = preset.intra, preset.inter, preset.adapters_per_node
-        measured = read_throughput(self.throughput).get("links") if self.throughput else None
-        if measured:  # gloo on this machine: one shared loopback for every link
-            intra_default = inter_default = Link(measured["gbit_s"], measured["latency_us"])
-            adapters = 1
+        table = f"{preset_name} table"
+        sources = {"intra": table, "inter": table}
+        measured_intra, measured_inter, backend = self._measured_links()
+        if backend == "gloo" and (measured_intra is None) != (measured_inter is None):
+            # processes on one machine: emulated nodes share its loopback, so one tier stands for both
+            measured_intra = measured_inter = measured_intra or measured_inter
+        if measured_intra is not None:
+            intra_default, sources["intra"] = measured_intra, "measured"
+        if measured_inter is not None:  # every flow leaving the node was in it: the node's network
+            inter_default, adapters, sources["inter"] = measured_inter, 1, "measured"
+        for tier, gbps, latency in (("intra", self.intra_gbps, self.intra_latency_us),
+                                    ("inter", self.inter_gbps, self.inter_latency_us)):
+            if gbps is not None or latency is not None:
+                sources[tier] = f"cluster.{tier}_gbps/latency_us"
         intra = Link(self.intra_gbps or intra_default.gbit_s,
                      intra_default.latency_us if self.intra_latency_us is None else self.intra_latency_us)
         inter = Link(self.inter_gbps or inter_default.gbit_s,
                      inter_default.latency_us if self.inter_latency_us is None else self.inter_latency_us)
-        return Cluster(self.gpus, self.gpus_per_node, intra, inter, self.adapters_per_node or adapters,
-                       in_network_reduction=self.in_network_reduction)
+        if self.adapters_per_node:
+            adapters = self.adapters_per_node
+        return Cluster(self.gpus, self.gpus_per_node, intra, inter, adapters,
+                       in_network_reduction=self.in_network_reduction), sources
+
+    def figure_sources(self) -> dict[str, str]:
+        """Where the prediction's figures come from: the step curve, the links inside a node and
+        those between nodes, each `measured`, a cluster key, or a table."""
+        if self.device == "measured":
+            step = "measured"
+        elif self.images_per_s is not None:
+            step = "cluster.images_per_s"
+        else:
+            step = f"{self.device} table ({self.stack})"
+        links = self._links()[1]
+        return {"step curve": step, "links in a node": links["intra"], "links between nodes": links["inter"]}
 
     def describe(self) -> str:
         what = f"{self.device.upper()}" if self.device != "measured" else f"measured ({self.throughput})"
         memory = f" {self.device_memory_gib:g} GiB" if self.device_memory_gib is not None else ""
+        figures = ", ".join(f"{k} {v}" for k, v in self.figure_sources().items())
         return (f"{self.gpus} x {what}{memory} ({self.nodes} node(s) of {self.gpus_per_node}), {self.exchange} "
-                f"exchange, {self.loader} data on {self.loader_cores:g} cores per GPU")
+                f"exchange, {self.loader} data on {self.loader_cores:g} cores per GPU; figures: {figures}")
 
 
 DEFAULT = ClusterSpec()

@@ -30,6 +30,8 @@ class LaunchPlan:
     # elastic: the run goes on with as few as this many nodes (torchrun --nnodes MIN:MAX), the
     # survivors restarting from the last checkpoint at the smaller world; 0: exactly `nodes`
     min_nodes: int = 0
+    # what every rank runs, as python arguments (`-m MODULE ...`); empty: `tianfeng train` of the config
+    entry: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_name(self.run_name, "config", "name")  # becomes the Slurm job name and rendezvous id
@@ -57,6 +59,8 @@ class LaunchPlan:
         return f"{self.min_nodes}:{self.nodes}" if self.elastic else str(self.nodes)
 
     def train_args(self) -> list[str]:
+        if self.entry:
+            return list(self.entry)
         return ["-m", "tianfeng.cli", "train", "--config", self.config_path, "--set", f"device={self.device}",
                 "--set", f"distributed.local_size={self.per_node}"]
 
