@@ -340,6 +340,58 @@ def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None =
     return {**result, "path": str(path)}
 
 
+def calibrate_from_run(run: int, *, storage: str = DEFAULT_STORAGE, profile: str | Path | None = None,
+                       output: str | Path | None = None) -> dict:
+    """Refine a throughput profile with promoted run `run`'s measured step times (each phase's,
+    less the exchange the model predicts was exposed at the run's world): `profile` (default:
+    its study's `cluster.throughput`, else a new profile from the run alone, its links left to
+    the tables), written to `output` (default: the profile itself, or
+    $TIANFENG_CACHE/throughput/<study>-run<N>.json). Returns the points, the fits and each
+    point's predicted compute before and after. As `tianfeng calibrate --from-run`."""
+    import dataclasses
+    import json
+
+    import yaml
+
+    from tianfeng.cost.cluster import read_throughput
+    from tianfeng.cost.measure import write_throughput
+    from tianfeng.promotion.run import study_space
+    from tianfeng.promotion.run_profile import predicted_compute_s, refined_profile
+    from tianfeng.trainers.config import config_from_dict
+    from tianfeng.trainers.data.sources import default_cache_dir, open_source
+
+    rows = {r["id"]: r for r in RunStore(storage).runs()}
+    if run not in rows:
+        raise ConfigError("--from-run", str(run), f"no such run in {storage}; it holds: "
+                          f"{', '.join(map(str, sorted(rows))) or 'none'}")
+    row = rows[run]
+    cfg = config_from_dict(yaml.safe_load(row["config_yaml"]), f"run {run}")
+    cluster = study_space(optuna.load_study(study_name=row["study"], storage=storage)).cluster
+    if profile is None and cluster.device == "measured":
+        profile = cluster.throughput
+    base = read_throughput(str(profile), "--profile", "") if profile is not None else None
+    if base is not None:
+        in_channels, classes = base["in_channels"], base["classes"]
+    else:
+        d = cfg.data
+        source = open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes)
+        in_channels, classes = source.channels, source.num_classes
+    refined, points = refined_profile(base, row, cfg, cluster, in_channels=in_channels, classes=classes)
+    before = cluster if base is None else dataclasses.replace(cluster, device="measured", throughput=str(profile))
+    for p in points:
+        p["before_s"] = predicted_compute_s(cfg, p, before, in_channels=in_channels, classes=classes)
+    path = Path(output) if output else Path(profile) if profile else (
+        default_cache_dir() / "throughput" / f"{row['study']}-run{run}.json")
+    refined["points"] = [{k: v for k, v in p.items() if k != "before_s"} if p.get("source") == f"run {run}" else p
+                         for p in refined["points"]]
+    write_throughput(refined, path)
+    after = dataclasses.replace(cluster, device="measured", throughput=str(path))
+    for p in points:
+        p["after_s"] = predicted_compute_s(cfg, p, after, in_channels=in_channels, classes=classes)
+    return {"path": str(path), "run": run, "study": row["study"], "refined": str(profile) if profile else None,
+            "points": json.loads(json.dumps(points)), "fits": refined["fits"]}
+
+
 def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial:
     """The front trial with the least predicted time whose proxy metric reaches `level`."""
 
@@ -540,6 +592,14 @@ def plan(config: str | Path, options: PlanOptions | None = None, **changes: Any)
         half = DEVICES[o.preset].half_batch
         image_s = o.compute_ms / 1000 / (half + math.ceil(cfg.phases[-1].batch_size / o.gpus))
         images_per_s = 256 / ((half + 256) * image_s)
+    classes, in_channels = o.classes, 3
+    if o.profile:  # a profile of this very model measured it on its data: its head and input
+        from tianfeng.cost.cluster import read_throughput
+        from tianfeng.trainers.config import config_to_dict
+
+        measured = read_throughput(o.profile, "--profile", "")
+        if measured.get("model") == config_to_dict(cfg)["model"]:
+            classes, in_channels = measured["classes"], measured["in_channels"]
     return wall_time_grid(cfg, o.cluster(images_per_s), train_images=o.train_images, val_images=o.val_images,
-                          classes=o.classes, source=str(config))
+                          classes=classes, source=str(config), in_channels=in_channels)
 

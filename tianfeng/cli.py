@@ -147,8 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--time", default=None, help="with --launcher slurm: the job's time limit, e.g. 0:30:00")
     calibrate.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[], metavar="ARG",
                            help="with --launcher slurm: passed to sbatch as it is (repeatable)")
+    calibrate.add_argument("--from-run", type=int, default=None, metavar="RUN",
+                           help="instead: refine a throughput profile with promoted run RUN's measured step times "
+                                "(each phase's, less the exchange predicted exposed at its world)")
+    calibrate.add_argument("--profile", type=Path, default=None, metavar="FILE",
+                           help="with --from-run: the profile to refine (default: the study's cluster.throughput; "
+                                "none: a new profile from the run alone)")
     calibrate.add_argument("-o", "--output", type=Path, default=None,
-                           help="with --throughput: where to write it (default $TIANFENG_CACHE/throughput/)")
+                           help="with --throughput: where to write it (default $TIANFENG_CACHE/throughput/); with "
+                                "--from-run: default the profile refined")
     add_json(calibrate)
 
     report = sub.add_parser("report", help="write a study's self-contained HTML report",

@@ -57,7 +57,28 @@ def run_throughput(args) -> int:
     return 0
 
 
+def run_from_run(args) -> int:
+    """Refine a profile with a promoted run's measured step times."""
+    if args.throughput:
+        raise ConfigError("--from-run", "", "goes without --throughput (it reads a run, not a new measurement)")
+    result = api.calibrate_from_run(args.from_run, storage=args.storage, profile=args.profile, output=args.output)
+    lines = []
+    for p in result["points"]:
+        lines.append(f"{p['resolution']} px, {p['batch']} per process on {p['world']} ({p['nodes']} node(s)), "
+                     f"{p['epochs']} epoch(s): step {1000 * p['step_s']:.1f} ms, of it exchange "
+                     f"{1000 * p['exchange_s']:.1f} ms (predicted); compute {1000 * p['compute_s']:.1f} ms, "
+                     f"predicted {1000 * p['before_s']:.1f} ms before, {1000 * p['after_s']:.1f} ms now")
+    refined = f"profile {result['refined']} refined, " if result["refined"] else "new profile "
+    lines.append(f"{refined}written to {result['path']}")
+    emit(args, result, lines)
+    print(f"tianfeng: predict with it: `cluster: {{device: measured, throughput: {result['path']}}}` in the space, "
+          f"or --profile {result['path']}", file=sys.stderr)
+    return 0
+
+
 def run_calibrate_command(args) -> int:
+    if args.from_run is not None:
+        return run_from_run(args)
     if args.throughput:
         return run_throughput(args)
     result = api.calibrate(args.study, storage=args.storage, top_k=args.top_k, n_random=args.random, seed=args.seed,

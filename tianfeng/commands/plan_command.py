@@ -22,8 +22,12 @@ from tianfeng.terminal.tables import add_plain_row, plain_table
 def run_plan_command(args) -> int:
     grid = api.plan(args.config, options_from_flags(args, PlanOptions))
     cfg, spec, rows = grid.config, grid.cluster, grid.rows
-    print(f"figures: {DEVICES[args.preset].source}; {DEVICES[args.preset].node_source}; "
-          f"{PRESETS[args.preset].source}", file=sys.stderr)
+    if args.profile:
+        print("figures: " + ", ".join(f"{k} {v}" for k, v in spec.figure_sources().items())
+              + f" (profile {args.profile})", file=sys.stderr)
+    else:
+        print(f"figures: {DEVICES[args.preset].source}; {DEVICES[args.preset].node_source}; "
+              f"{PRESETS[args.preset].source}", file=sys.stderr)
     for row in rows:
         if row["gpus"] == args.gpus and row["variant"] == "flat":
             for note in row["notes"]:
@@ -37,7 +41,7 @@ def run_plan_command(args) -> int:
     links = spec.links()
     table = plain_table(title=f"{cfg.model.name}, {len(cfg.phases)} phase(s), {args.train_images:,} training images; "
                         f"last phase {math.ceil(last.batch_size / args.gpus)} images/GPU at {last.resolution} px on "
-                        f"{args.preset.upper()}; links intra {links.intra.gbit_s:g} Gbit/s per GPU, "
+                        f"{'measured' if args.profile else args.preset.upper()}; links intra {links.intra.gbit_s:g} Gbit/s per GPU, "
                         f"{links.adapters_per_node} x {links.inter.gbit_s:g} Gbit/s adapters per node; "
                         f"{spec.loader} data on {spec.loader_cores:g} cores per GPU",
                         columns=("GPUs", "variant", "run", "start-up", "compute", "exchange", "data wait",

@@ -209,16 +209,20 @@ def checked(spec: ClusterSpec, source: str, prefix: str = "cluster.") -> Cluster
 
 
 def with_overrides(spec: ClusterSpec, *, gpus: int | None, gpus_per_node: int | None,
-                   device: str | None = None) -> ClusterSpec:
-    """`--gpus N --gpus-per-node G --device D` on the command line replace the space's values."""
-    changes = {k: v for k, v in (("gpus", gpus), ("gpus_per_node", gpus_per_node), ("device", device))
-               if v is not None}
+                   device: str | None = None, profile: str | None = None) -> ClusterSpec:
+    """`--gpus N --gpus-per-node G --device D` on the command line replace the space's values;
+    `--profile FILE` (a file `tianfeng calibrate` wrote) makes the device `measured` with it."""
+    if profile is not None:
+        device = "measured"
+    changes = {k: v for k, v in (("gpus", gpus), ("gpus_per_node", gpus_per_node), ("device", device),
+                                 ("throughput", profile)) if v is not None}
     if not changes:
         return spec
     try:
         return checked(replace(spec, **changes), "command line", prefix="")
     except ConfigError as exc:  # named as the flag that set it
-        raise ConfigError(f"--{exc.key_path.replace('_', '-')}", "", exc.message) from None
+        flag = "profile" if exc.key_path == "throughput" else exc.key_path.replace("_", "-")
+        raise ConfigError(f"--{flag}", "", exc.message) from None
 
 
 def read_throughput(path: str, source: str = "", key: str = "cluster.throughput") -> dict:

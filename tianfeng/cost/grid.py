@@ -22,7 +22,7 @@ class WallTimeGrid:
 
 
 def wall_time_grid(cfg: RunConfig, cluster: ClusterSpec, *, train_images: int, val_images: int, classes: int,
-                   source: str) -> WallTimeGrid:
+                   source: str, in_channels: int = 3) -> WallTimeGrid:
     """Every count of GPU_COUNTS up to the cluster's (and the smallest phase batch), and the
     cluster's own, for each exchange variant."""
     smallest = min(p.batch_size for p in cfg.phases)
@@ -33,11 +33,12 @@ def wall_time_grid(cfg: RunConfig, cluster: ClusterSpec, *, train_images: int, v
             spec = checked(replace(cluster, gpus=gpus, gpus_per_node=min(cluster.gpus_per_node, gpus),
                                    exchange=variant), "command line", prefix="--")
             try:
-                check_memory(cfg, spec, in_channels=3, classes=classes, source=source)
+                check_memory(cfg, spec, in_channels=in_channels, classes=classes, source=source)
                 fits = "fits"
             except ConfigError as exc:
                 fits = exc.message
-            w = predict_wall_time(cfg, spec, train_images=train_images, val_images=val_images, classes=classes)
+            w = predict_wall_time(cfg, spec, train_images=train_images, val_images=val_images, classes=classes,
+                                  in_channels=in_channels)
             images = sum(p.epochs * (train_images // p.batch_size) * p.batch_size for p in cfg.phases)
             rows.append({"gpus": gpus, "variant": variant, "seconds": w.seconds, "gpu_hours": w.gpu_hours,
                          "steps": w.steps, "samples_per_s": images / w.train_s, "efficiency": w.efficiency,

@@ -42,6 +42,9 @@ class PlanOptions:
     cpu_cores_per_gpu: float | None = option(None, "loader cores per GPU (default: the preset node's cores over "
                                              "its GPUs)")
     memory_gib: float | None = option(None, "one GPU's memory (default: the preset's)")
+    profile: str | None = option(None, "a throughput profile `tianfeng calibrate` wrote: its measured step curve and "
+                                 "links instead of --preset's tables (and, for the model it measured, its "
+                                 "classes and input channels)", metavar="FILE")
 
     def changed(self, **changes: Any) -> PlanOptions:
         """A copy with `changes`; an unknown name is one line with the closest known one."""
@@ -74,6 +77,14 @@ class PlanOptions:
         for key, value, allowed in (("preset", self.preset, tuple(PRESETS)), ("loader", self.loader, LOADERS)):
             if value not in allowed:
                 raise ConfigError(_flag(key), "", f"must be one of {', '.join(allowed)}; got {value!r}")
+        if self.profile is not None:
+            from tianfeng.cost.cluster import read_throughput
+
+            read_throughput(self.profile, "--profile", "")
+            given = [_flag(k) for k in ("gpu_images_per_s", "compute_ms") if getattr(self, k) is not None]
+            if given:
+                raise ConfigError(given[0], "", "goes without --profile (the profile's measured step curve "
+                                                "is the compute)")
         if self.gpus % self.gpus_per_node and self.gpus > self.gpus_per_node:
             raise ConfigError("--gpus", "", f"must be a multiple of --gpus-per-node ({self.gpus_per_node}); "
                                             f"got {self.gpus}")
@@ -81,7 +92,8 @@ class PlanOptions:
 
     def cluster(self, images_per_s: float | None) -> ClusterSpec:
         """The cluster these options describe, at `images_per_s` per GPU (None: the device's)."""
-        return ClusterSpec(gpus=self.gpus, gpus_per_node=self.gpus_per_node, device=self.preset,
+        measured = {"device": "measured", "throughput": self.profile} if self.profile else {"device": self.preset}
+        return ClusterSpec(gpus=self.gpus, gpus_per_node=self.gpus_per_node, **measured,
                            images_per_s=images_per_s, overlap=self.overlap, intra_gbps=self.intra_gbps,
                            inter_gbps=self.inter_gbps, intra_latency_us=self.intra_latency_us,
                            inter_latency_us=self.inter_latency_us, adapters_per_node=self.adapters_per_node,

@@ -90,6 +90,9 @@ class SearchOptions(SubmitOptions):
     target: float | None = option(None, "with --objective time-to-target: the metric the search rung must reach")
     gpus: int | None = option(None, "GPUs of the cluster the full run is for (replaces the space's cluster.gpus)")
     gpus_per_node: int | None = option(None, "GPUs per node of that cluster")
+    profile: str | None = option(None, "a throughput profile `tianfeng calibrate --throughput` or `--from-run` wrote: "
+                                 "predict full runs with its measured figures (cluster.device measured)",
+                                 metavar="FILE")
     promote: str = option("none", f"leader: once {LEADER_AFTER} trials are complete, train each new leader at full "
                           "fidelity (as tianfeng promote does) while the other workers wait, so the search ends "
                           "with its best trial's full run (with --fidelity screen: the trial whose full run is "

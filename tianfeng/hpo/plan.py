@@ -86,7 +86,7 @@ def plan_search(space: str | Path, options: SearchOptions) -> tuple[SearchPlan, 
     default Pareto floor resolved, and a report path of another study refused before any trial."""
     path = resolve_space(space)
     o = options
-    loaded = with_objective(load_space(path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node), o.objective,
+    loaded = with_objective(load_space(path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node, profile=o.profile), o.objective,
                             o.target, o.min_accuracy)
     study = o.study or loaded.name
     check_report_of(o.storage, study, default_report_path(study))
@@ -111,7 +111,8 @@ def plan_search(space: str | Path, options: SearchOptions) -> tuple[SearchPlan, 
 def plan_space(plan: SearchPlan) -> SearchSpace:
     """The space a plan searches: the file's, pinned and adjusted as the plan says."""
     o = plan.options
-    space = load_space(plan.space_path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node)
+    space = load_space(plan.space_path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
+                       profile=o.profile)
     space = with_objective(space, o.objective, o.target, plan.accuracy_floor)
     if plan.batch_size is None and not plan.set_overrides and plan.priors:
         return space

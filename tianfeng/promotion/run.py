@@ -64,6 +64,7 @@ def study_space(study: optuna.Study) -> SearchSpace:
         raise ConfigError("--study", study.study_name, "was not created by tianfeng search (no space stored)")
     space = parse_space(text, attrs.get(StudyKey.SPACE_PATH, study.study_name), data=attrs.get(StudyKey.DATA),
                         gpus=attrs.get(StudyKey.GPUS), gpus_per_node=attrs.get(StudyKey.GPUS_PER_NODE),
+                        profile=attrs.get(StudyKey.PROFILE),
                         stored_format=attrs.get(StudyKey.SPACE_FORMAT, 1))
     from tianfeng.hpo.plan import with_objective
 

@@ -22,6 +22,7 @@ class StudyKey(StrEnum):
     PER_GPU_BATCH = "per_gpu_batch"  # the per-GPU batch range on the target cluster, in words
     GPUS = "gpus"
     GPUS_PER_NODE = "gpus_per_node"
+    PROFILE = "profile"  # the measured throughput profile the cluster predicts with (--profile), if one
     DATA = "data"  # the data source the trials train on
     RUNG = "rung"  # the fidelity its trials run at
     SAMPLER = "sampler"

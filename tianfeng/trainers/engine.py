@@ -615,7 +615,7 @@ def _end_epoch(run: _Run, phase, sums: _EpochSums) -> EpochMetrics:
         samples_per_s=sums.samples / max(train_s, 1e-9),
         data_wait_fraction=sums.wait_s / max(train_s, 1e-9), skipped_steps=pos.skipped,
         elapsed_s=time.perf_counter() - run.started, noise_scale=noise_scale, train_s=train_s, eval_s=eval_s,
-        startup_s=run.startup_s)
+        startup_s=run.startup_s, world=ctx.world)
     run.startup_s = None  # once per process
     run.history.append(metrics)
     pos.history.append(asdict(metrics))

@@ -28,6 +28,7 @@ class EpochMetrics:
     train_s: float | None = None
     eval_s: float | None = None
     startup_s: float | None = None
+    world: int | None = None  # processes the epoch trained on (an elastic run's changes)
 
 
 def summary_lines(status: str, final: dict | None, precision: str, run_dir: str) -> list[str]:

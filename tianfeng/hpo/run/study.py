@@ -104,6 +104,7 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
                  StudyKey.TARGET: space.objective.target, StudyKey.MIN_ACCURACY: space.objective.min_accuracy,
                  StudyKey.CLUSTER: space.cluster.describe(), StudyKey.PER_GPU_BATCH: per_gpu_range(space),
                  StudyKey.GPUS: space.cluster.gpus, StudyKey.GPUS_PER_NODE: space.cluster.gpus_per_node,
+                 StudyKey.PROFILE: str(Path(plan.options.profile).resolve()) if plan.options.profile else None,
                  StudyKey.DATA: plan.options.data or space.base.data.source, StudyKey.RUNG: plan.rung,
                  StudyKey.SAMPLER: plan.sampler, StudyKey.PRUNER: plan.options.pruner,
                  StudyKey.METRIC: space.objective.metric, StudyKey.RUNS_ROOT: str(plan.runs_root),

@@ -33,7 +33,8 @@ def worker_options(plan: SearchPlan) -> SearchOptions:
     return plan.options.changed(
         study=plan.study, sampler=plan.sampler, fidelity=plan.rung, min_accuracy=plan.accuracy_floor, workers=1,
         resume=True, runs_dir=str(plan.runs_root.resolve()), launcher="local", partition=None, account=None,
-        time=None, scheduler_args=(), cpus_per_trial=None, gpus_per_trial=None, mlflow=None)
+        time=None, scheduler_args=(), cpus_per_trial=None, gpus_per_trial=None, mlflow=None,
+        profile=str(Path(plan.options.profile).resolve()) if plan.options.profile else None)
 
 
 def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:

@@ -215,22 +215,24 @@ def _read_fidelity(source: str, name: str, raw: Any) -> Fidelity:
 
 
 def load_space(path: str | Path, *, data: str | None = None, gpus: int | None = None,
-               gpus_per_node: int | None = None) -> SearchSpace:
+               gpus_per_node: int | None = None, profile: str | None = None) -> SearchSpace:
     """Load and check a space file; `data` replaces the base run's data.source, `gpus` and
-    `gpus_per_node` the cluster section's. A bare name that is not a file names a shipped space."""
+    `gpus_per_node` the cluster section's, and `profile` (a measured throughput profile) its
+    device figures. A bare name that is not a file names a shipped space."""
     from tianfeng.hpo.space.shipped import resolve_space
 
     path = resolve_space(path)
-    return _parse_raw(read_yaml(path), str(path), data=data, gpus=gpus, gpus_per_node=gpus_per_node)
+    return _parse_raw(read_yaml(path), str(path), data=data, gpus=gpus, gpus_per_node=gpus_per_node,
+                      profile=profile)
 
 
 def parse_space(text: str, source: str, *, data: str | None = None, gpus: int | None = None,
-                gpus_per_node: int | None = None, stored_format: int = 2) -> SearchSpace:
+                gpus_per_node: int | None = None, stored_format: int = 2, profile: str | None = None) -> SearchSpace:
     """Check a space given as YAML text; `source` names it in errors (and is its path).
     `stored_format` 1 re-reads a space stored by a study made before format 2: its priors may
     leave parameters out and its rungs have no min_steps guard, as when its trials ran."""
     return _parse_raw(parse_yaml(text, source), source, data=data, gpus=gpus, gpus_per_node=gpus_per_node,
-                      legacy=stored_format < 2)
+                      legacy=stored_format < 2, profile=profile)
 
 
 def data_constants(base: RunConfig, cluster: ClusterSpec) -> dict[str, int]:
@@ -264,7 +266,7 @@ def cluster_constants(base: RunConfig, cluster: ClusterSpec, channels: int = 3, 
 
 
 def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = None,
-               gpus_per_node: int | None = None, legacy: bool = False) -> SearchSpace:
+               gpus_per_node: int | None = None, legacy: bool = False, profile: str | None = None) -> SearchSpace:
     top = _Reader(source, "", raw, ("name", "description", "base", "parameters", "set", "phases",
                                      "fidelities", "search_fidelity", "objective", "priors", "cluster",
                                      "min_steps"))
@@ -282,7 +284,8 @@ def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = No
     except ConfigError as exc:
         raise ConfigError(source, f"base.{exc.key_path}", exc.message) from None
 
-    cluster = with_overrides(read_cluster(source, raw.get("cluster")), gpus=gpus, gpus_per_node=gpus_per_node)
+    cluster = with_overrides(read_cluster(source, raw.get("cluster")), gpus=gpus, gpus_per_node=gpus_per_node,
+                             profile=profile)
     constants: dict[str, int] = {}
 
     def known_constants(names: set[str] | None = None) -> dict[str, int]:
