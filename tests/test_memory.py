@@ -145,3 +145,11 @@ def test_a_trials_micro_batches_split_into_whole_emulated_gpus_to_fit_the_device
     with pytest.raises(ConfigError, match=r"phases.0.batch_size: one emulated GPU's micro-batch \(16 images at 8 px\) "
                                           r"does not fit .* it holds 15\): raise accumulate_steps"):
         parts(15)
+    # two DDP ranks: each trains half the micro-batch, 4 of the 8 GPUs (Bug caught: the split
+    # sized for the whole batch, or for all 8 emulated GPUs on each rank)
+    def ranked(images: int) -> int:
+        return memory_split_needed(cfg, _memory_for(images, cfg), in_channels=1, classes=10, world=2)
+
+    assert ranked(64) == 1 and ranked(63) == 2 and ranked(16) == 4
+    with pytest.raises(ConfigError, match=r"one emulated GPU's micro-batch \(16 images"):
+        ranked(15)

@@ -59,7 +59,7 @@ def test_resume_without_study_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["--cpus-per-trial", "2"], "--backend: --cpus-per-trial and --gpus-per-trial need --backend ray or --launcher slurm"),
+    (["--cpus-per-trial", "2"], "--backend: --cpus-per-trial needs --backend ray or --launcher slurm"),
     (["--backend", "ray", "--workers", "2"], "--workers: is for the optuna backend"),
     (["--backend", "ray", "--cpus-per-trial", "0"], "--cpus-per-trial: must be > 0, got 0"),
     (["--backend", "ray", "--gpus-per-trial", "-1"], "--gpus-per-trial: must be >= 0, got -1"),

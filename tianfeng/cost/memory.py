@@ -110,19 +110,20 @@ def phase_fit(cfg: RunConfig, resolution: int, memory_gib: float, in_channels: i
                        memory_gib=memory_gib, params=params, in_channels=in_channels, classes=classes)
 
 
-def memory_split_needed(cfg: RunConfig, memory_gib: float, *, in_channels: int, classes: int) -> int:
-    """The fewest parts each micro-batch of `cfg` must run in for one process to train the whole
-    batch on a device of `memory_gib` (a search worker: it emulates every target GPU): a divisor
-    of the GPUs it emulates, so each emulated GPU's micro-batch stays whole and BatchNorm sees
-    what the target GPU's does. ConfigError, naming what the device must hold, when not even
-    one emulated GPU's micro-batch fits beside the weights and optimizer state."""
+def memory_split_needed(cfg: RunConfig, memory_gib: float, *, in_channels: int, classes: int, world: int = 1) -> int:
+    """The fewest parts each micro-batch of `cfg` must run in for each of `world` processes to
+    train its share of the batch on a device of `memory_gib` (a search worker: together they
+    emulate every target GPU): a divisor of the GPUs a process emulates, so each emulated GPU's
+    micro-batch stays whole and BatchNorm sees what the target GPU's does. ConfigError, naming
+    what the device must hold, when not even one emulated GPU's micro-batch fits beside the
+    weights and optimizer state."""
     from tianfeng.trainers.per_gpu_bn import emulated_groups
 
-    groups = max(1, emulated_groups(cfg.distributed, 1))
+    groups = max(1, emulated_groups(cfg.distributed, world))
     needed = 1
     for i, p in enumerate(cfg.phases):
         fit = phase_fit(cfg, p.resolution, memory_gib, in_channels, classes)
-        micro = math.ceil(p.batch_size / cfg.accumulate_steps)
+        micro = math.ceil(p.batch_size / world / cfg.accumulate_steps)
         parts = next((d for d in range(1, groups + 1) if groups % d == 0 and math.ceil(micro / d) <= fit.max_per_gpu),
                      None)
         if parts is None:

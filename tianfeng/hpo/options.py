@@ -72,8 +72,11 @@ class SearchOptions(SubmitOptions):
                                      "(default: start one here)", name="--address")
     cpus_per_trial: float | None = option(None, "with --backend ray (default 1), or --launcher slurm: each "
                                           "worker's CPUs")
-    gpus_per_trial: float | None = option(None, "with --backend ray (default 1 on a cluster with GPUs, else 0), or "
-                                          "--launcher slurm: each worker's GPUs")
+    gpus_per_trial: float | None = option(None, "GPUs each trial trains on: with the optuna backend (here or "
+                                          "--launcher slurm) that many DDP ranks of one node, its batch split over "
+                                          "them and BatchNorm still per target GPU (on a machine without GPUs, CPU "
+                                          "ranks); with --backend ray, the trial's share (default 1 on a cluster "
+                                          "with GPUs, else 0)")
     trial_memory_gib: float | None = option(None, "memory of the device that trains each trial: a micro-batch "
                                             "beyond it runs in parts, BatchNorm still per target GPU, and a trial "
                                             "whose one emulated GPU's micro-batch does not fit fails saying what it "
@@ -155,9 +158,12 @@ class SearchOptions(SubmitOptions):
                 raise fail("--workers", f"with --launcher {self.launcher}: give the job array's tasks, e.g. --workers 4")
         if self.backend == "optuna" and self.ray_address is not None:
             raise fail("--backend", "--address needs --backend ray")
-        if self.backend == "optuna" and self.launcher == "local" and any(
-                v is not None for v in (self.cpus_per_trial, self.gpus_per_trial)):
-            raise fail("--backend", "--cpus-per-trial and --gpus-per-trial need --backend ray or --launcher slurm")
+        if self.backend == "optuna" and self.launcher == "local" and self.cpus_per_trial is not None:
+            raise fail("--backend", "--cpus-per-trial needs --backend ray or --launcher slurm")
+        if self.backend == "optuna" and self.gpus_per_trial is not None and not (
+                float(self.gpus_per_trial).is_integer() and self.gpus_per_trial >= 1):
+            raise fail("--gpus-per-trial", f"with the optuna backend: the DDP ranks of each trial, an integer >= 1; "
+                                           f"got {self.gpus_per_trial:g} (a share of a GPU is --backend ray's)")
         if self.cpus_per_trial is not None and not (math.isfinite(self.cpus_per_trial) and self.cpus_per_trial > 0):
             raise fail("--cpus-per-trial", f"must be > 0, got {self.cpus_per_trial:g}")
         if self.gpus_per_trial is not None and not (math.isfinite(self.gpus_per_trial) and self.gpus_per_trial >= 0):

@@ -77,26 +77,27 @@ def device_memory_gib(cfg: RunConfig, given: float | None) -> float | None:
     return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**30
 
 
-def sized_for_device(cfg: RunConfig, space: SearchSpace, memory_gib: float | None) -> RunConfig:
-    """`cfg` with its micro-batches split to fit the device that trains the trial (a proxy
-    trains every target GPU's share in one process)."""
+def sized_for_device(cfg: RunConfig, space: SearchSpace, memory_gib: float | None, ranks: int = 1) -> RunConfig:
+    """`cfg` with its micro-batches split to fit the devices that train the trial (a proxy
+    trains every target GPU's share in one process, or in `ranks` DDP processes)."""
     if memory_gib is None:
         return cfg
     from tianfeng.cost.memory import memory_split_needed
 
     parts = memory_split_needed(cfg, memory_gib, in_channels=space.constants.get("channels", 3),
-                                classes=space.constants.get("classes", 1000))
+                                classes=space.constants.get("classes", 1000), world=ranks)
     return cfg if parts == cfg.memory_split else with_changes(cfg, memory_split=parts)
 
 
 def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs_root: Path,
                   rung: str, *, cores: float | None = None, worker: str | None = None,
-                  memory_gib: float | None = None, detect_memory: bool = True) -> RunConfig:
+                  memory_gib: float | None = None, detect_memory: bool = True, ranks: int = 1) -> RunConfig:
     """Sample the trial's values and build its proxy run, its micro-batches sized to this
     device (`memory_gib`: --trial-memory-gib; else, with `detect_memory`, this process's CUDA
     device is the one that trains it); the trial records values, rung, run directory,
     resolved config, the cores it gets and the worker running it (this process unless said
-    otherwise), whichever backend then runs it."""
+    otherwise), whichever backend then runs it. `ranks`: the DDP processes that train it (its
+    batch and emulated GPUs must divide among them)."""
     import torch
 
     trial.set_user_attr(TrialKey.CORES, cores if cores is not None else torch.get_num_threads())
@@ -104,7 +105,11 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     values = suggest(trial, space)
     run_dir = trial_run_dir(runs_root, study_name, trial)
     cfg = build_config(space, values, rung, name=f"{study_name}-{run_dir.name}", run_dir=str(run_dir))
-    cfg = sized_for_device(cfg, space, device_memory_gib(cfg, memory_gib) if detect_memory else memory_gib)
+    if ranks > 1:
+        from tianfeng.launch.scripts import check_fits
+
+        check_fits(cfg, 1, ranks, f"trial {trial.number} on --gpus-per-trial {ranks}")
+    cfg = sized_for_device(cfg, space, device_memory_gib(cfg, memory_gib) if detect_memory else memory_gib, ranks)
     try:
         predicted = predict_trial(space, values)
     except ConfigError as exc:
@@ -193,10 +198,11 @@ class ProxyObjective:
     """`trainer` is the engine's `train`; the overhead benchmark swaps in one that does nothing."""
 
     def __init__(self, space: SearchSpace, study_name: str, runs_root: Path, rung: str,
-                 trainer: Callable[..., RunResult] = train, memory_gib: float | None = None) -> None:
+                 trainer: Callable[..., RunResult] = train, memory_gib: float | None = None, ranks: int = 1) -> None:
         self.space, self.study_name, self.runs_root, self.rung = space, study_name, runs_root, rung
         self.trainer = trainer
         self.memory_gib = memory_gib  # --trial-memory-gib; None: the device's own
+        self.ranks = ranks  # DDP processes per trial (--gpus-per-trial); `trainer` starts them
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, float]:
         try:
@@ -210,7 +216,7 @@ class ProxyObjective:
     def _run(self, trial: optuna.Trial) -> float | tuple[float, float]:
         try:
             cfg = prepare_trial(trial, self.space, self.study_name, self.runs_root, self.rung,
-                                memory_gib=self.memory_gib)
+                                memory_gib=self.memory_gib, ranks=self.ranks)
         except Exception as exc:
             mark_failed(trial, exc)
             raise

@@ -79,8 +79,10 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
         return
     if isinstance(storage, LockedSQLiteStorage):  # the count checked as each trial starts
         storage.limit(plan.study, budget.exhausted_by)
+    ranks = trial_ranks(plan)
     objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung,
-                               memory_gib=plan.options.trial_memory_gib)
+                               memory_gib=plan.options.trial_memory_gib, ranks=ranks,
+                               **({"trainer": ranked_trainer(ranks, threads)} if ranks > 1 else {}))
     callbacks = [budget, StopOnRepeatedFailure(plan.options.failure_limit), TrialLogger(space.objective.metric)] + (
         [progress.update] if progress else []) + [lambda study, trial: raise_if_interrupted()] + (
         [after_trial] if after_trial else [])
@@ -144,7 +146,7 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: Sea
     study = open_study(plan, space, resume=resume)
     log_objective(space)
     done = finished_count(study)
-    workers, why = resolve_workers(workers, plan.options.trials - done)
+    workers, why = resolve_workers(workers, plan.options.trials - done, per_trial=trial_ranks(plan))
     log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s) (%s)",
              plan.study, done, budget_text(plan), plan.sampler, judging(space, plan.rung, plan.options.pruner).label, plan.rung, workers, why)
     total = plan.options.trials if plan.options.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
@@ -166,6 +168,24 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: Sea
     return study
 
 
+def trial_ranks(plan: SearchPlan) -> int:
+    """DDP processes per trial: --gpus-per-trial with the optuna backend (Ray's is a share)."""
+    g = plan.options.gpus_per_trial
+    return int(g) if plan.options.backend == "optuna" and g else 1
+
+
+def ranked_trainer(ranks: int, threads: int | None):
+    """Trials on `ranks` processes of this node: this worker's GPUs (nccl), else CPU ranks
+    (gloo) sharing its cores."""
+    import torch
+
+    from tianfeng.hpo.run.ranked_trial import RankedTrainer
+
+    if torch.cuda.is_available():
+        return RankedTrainer(ranks, "cuda")
+    return RankedTrainer(ranks, "cpu", threads=max(1, (threads or torch.get_num_threads()) // ranks))
+
+
 def new_stream() -> int:
     """A seed stream no other process is using: from the OS's entropy, not the clock."""
     return int.from_bytes(os.urandom(4), "little") or 1
@@ -174,7 +194,7 @@ def new_stream() -> int:
 def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress: StudyProgress,
                    stream: int = 0) -> None:
     procs = _worker_processes(plan, range(1, workers + 1), max(1, (os.cpu_count() or 1) // workers), stream,
-                              worker_gpus(workers))
+                              worker_gpus(workers, per_worker=trial_ranks(plan)))
     try:
         _start(procs)
         while any(p.is_alive() for p in procs):
@@ -234,7 +254,7 @@ def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, spa
                 torch.set_num_threads(threads)
                 paused.unlink(missing_ok=True)
 
-        gpus = worker_gpus(workers)  # worker n on gpus[n]: this process has the first
+        gpus = worker_gpus(workers, per_worker=trial_ranks(plan))  # worker n on gpus[n]: this process has the first
         procs = _worker_processes(dataclasses.replace(plan, pause_file=str(paused)), range(1, workers), threads,
                                   stream, gpus[1:] + gpus[:1])
         try:
@@ -275,9 +295,11 @@ def exit_text(code: int) -> str:
     return f"exit code {code}"
 
 
-def worker_gpus(workers: int, visible: str | None = None, count: int | None = None) -> list[str | None]:
-    """The GPU each local worker sees (CUDA_VISIBLE_DEVICES), round robin over the GPUs this
-    process sees; all None without GPUs. Each worker's trials then run on its own `cuda:0`."""
+def worker_gpus(workers: int, visible: str | None = None, count: int | None = None,
+                per_worker: int = 1) -> list[str | None]:
+    """The GPUs each local worker sees (CUDA_VISIBLE_DEVICES), `per_worker` consecutive ones
+    (a trial's DDP ranks), round robin over the GPUs this process sees; all None without GPUs.
+    Each worker's trials then run on its own `cuda:0` (to `cuda:{per_worker - 1}`)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     if visible is not None:
         ids = [v.strip() for v in visible.split(",") if v.strip()]
@@ -285,7 +307,11 @@ def worker_gpus(workers: int, visible: str | None = None, count: int | None = No
         import torch
 
         ids = [str(i) for i in range(torch.cuda.device_count() if count is None else count)]
-    return [ids[i % len(ids)] if ids else None for i in range(workers)]
+    if not ids:
+        return [None] * workers
+    sets = [",".join(ids[i:i + per_worker]) for i in range(0, len(ids) - per_worker + 1, per_worker)] or [
+        ",".join(ids)]
+    return [sets[i % len(sets)] for i in range(workers)]
 
 
 def _one_line_thread_error(args: threading.ExceptHookArgs) -> None:

@@ -29,11 +29,12 @@ log = logging.getLogger("tianfeng.search")
 def worker_options(plan: SearchPlan) -> SearchOptions:
     """What each task's worker runs: the search's own options, resolved as this process resolved
     them (study, rung, sampler, floor), joining the study, with paths that hold on any node."""
-    # the job's own options stay here: a task runs one local worker
+    # the job's own options stay here: a task runs one local worker (its trials on
+    # --gpus-per-trial ranks, the task's GPUs)
     return plan.options.changed(
         study=plan.study, sampler=plan.sampler, fidelity=plan.rung, min_accuracy=plan.accuracy_floor, workers=1,
         resume=True, runs_dir=str(plan.runs_root.resolve()), launcher="local", partition=None, account=None,
-        time=None, scheduler_args=(), cpus_per_trial=None, gpus_per_trial=None, mlflow=None,
+        time=None, scheduler_args=(), cpus_per_trial=None, mlflow=None,
         profile=str(Path(plan.options.profile).resolve()) if plan.options.profile else None)
 
 

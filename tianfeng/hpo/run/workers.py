@@ -30,8 +30,9 @@ def parse_workers(text: str | int) -> int | str:
 
 
 def resolve_workers(setting: int | str, trials_left: int, *, gpus: int | None = None,
-                    cores: int | None = None) -> tuple[int, str]:
-    """(workers, why) for `setting`, never more than the trials left to run."""
+                    cores: int | None = None, per_trial: int = 1) -> tuple[int, str]:
+    """(workers, why) for `setting`, never more than the trials left to run; a trial on
+    `per_trial` ranks takes that many GPUs (or cores)."""
     setting = parse_workers(setting)
     if setting != "auto":
         return setting, "as asked"
@@ -42,9 +43,10 @@ def resolve_workers(setting: int | str, trials_left: int, *, gpus: int | None = 
     cores = cores or os.cpu_count() or 1
     left = max(1, trials_left)
     if gpus:
-        n = min(gpus, left)
-        return n, f"auto: one per GPU, {gpus} GPU(s)"
-    n = min(cores, MAX_CPU_WORKERS, left)
+        n = max(1, min(gpus // per_trial, left))
+        return n, (f"auto: one per GPU, {gpus} GPU(s)" if per_trial == 1 else
+                   f"auto: one per {per_trial} GPUs (--gpus-per-trial), {gpus} GPU(s)")
+    n = max(1, min(cores // per_trial, MAX_CPU_WORKERS, left))
     threads = max(1, cores // n)
     return n, (f"auto: {cores} CPU core(s), {threads} thread(s) per trial; --workers 1 runs one trial at a "
                "time, reproducibly in order")
