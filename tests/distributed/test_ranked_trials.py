@@ -13,9 +13,11 @@ import pytest
 from tests.conftest import make_config
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
+from tianfeng.hpo.run.budget import SearchFailed
 from tianfeng.hpo.run.ranked_trial import LOG_NAME, RankedTrainer
 from tianfeng.hpo.run.runner import run_search, worker_gpus
 from tianfeng.hpo.run.workers import resolve_workers
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.trainers.engine import StopTraining, train
 from tianfeng.trainers.run_status import RunStatus
 
@@ -86,3 +88,17 @@ def test_workers_and_their_gpus_count_a_trials_ranks() -> None:
     assert resolve_workers("auto", 10, gpus=0, cores=8, per_trial=4)[0] == 2
     assert worker_gpus(4, visible="0,1,2,3,4,5,6,7", per_worker=2) == ["0,1", "2,3", "4,5", "6,7"]
     assert worker_gpus(3, visible="0,1,2,3", per_worker=2) == ["0,1", "2,3", "0,1"]
+
+
+def test_a_trial_whose_batch_the_ranks_cannot_split_fails_before_any_rank_starts(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan = plan_for(tmp_path, write_space(tmp_path, copy.deepcopy(TINY_SPACE)), trials=1, study="odd",
+                    failure_limit=1).changed(gpus_per_trial=3.0)
+    with pytest.raises(SearchFailed):  # its one trial failed: the failure limit
+        run_search(plan, workers=1, resume=False)
+    study = optuna.load_study(study_name="odd", storage=plan.options.storage)
+    (trial,) = study.trials
+    assert trial.state == optuna.trial.TrialState.FAIL
+    message = trial.user_attrs[TrialKey.ERROR]
+    assert "on --gpus-per-trial 3: phases.0.batch_size: must be divisible by nodes x GPUs (1 x 3 = 3)" in message
+    assert not list((tmp_path / "runs").rglob(LOG_NAME))  # no rank was started
