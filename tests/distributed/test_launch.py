@@ -164,3 +164,56 @@ def test_an_elastic_run_loses_a_node_and_the_survivor_finishes_at_the_smaller_wo
     assert "world 2 (1 per node)" in err and "world 1 (1 per node)" in err and "resumed from" in err
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == list(range(1, 31))
+
+
+@pytest.mark.alone  # the kill must land mid-run
+@pytest.mark.slow
+def test_a_killed_ray_train_worker_restarts_every_rank_from_the_last_checkpoint(tmp_path: Path) -> None:
+    """Ray Train with --max-restarts 1 (FailureConfig(max_failures=1)); one worker process is
+    killed mid-run. Bug caught: max_failures not reaching Ray Train (the run fails), or the
+    restarted ranks starting afresh (epochs recorded twice, another loss curve)."""
+    import signal
+    import time
+
+    epochs = 8
+    args = ("--nodes", "1", "--gpus-per-node", "2", "--device", "cpu", "--via", "ray")
+    path = config(tmp_path, phases=[{"epochs": epochs, "resolution": 8, "batch_size": 64}], distributed={},
+                  checkpoint={"every_epochs": 1})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    log = tmp_path / "killed.log"  # a file, not a pipe: nobody reads it while the run goes on
+    run = subprocess.Popen([sys.executable, "-m", "tianfeng.cli", "launch", "--config", str(path), *args,
+                            "--max-restarts", "1"], env=env, cwd=REPO, stdout=log.open("w"),
+                           stderr=subprocess.STDOUT, start_new_session=True)
+    metrics_file, killed = tmp_path / "run" / "metrics.jsonl", None
+    deadline = time.time() + 240
+    while time.time() < deadline and killed is None and run.poll() is None:
+        time.sleep(0.3)
+        if metrics_file.exists() and len(metrics_file.read_text().splitlines()) >= 2:
+            workers = subprocess.run(["pgrep", "-f", "RayTrainWorker"], capture_output=True, text=True).stdout.split()
+            if workers:
+                killed = int(workers[-1])
+                os.kill(killed, signal.SIGKILL)
+    assert killed is not None, log.read_text()[-3000:]
+    try:
+        run.wait(timeout=400)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    out = log.read_text()
+    assert run.returncode == 0, out[-3000:]
+    assert "completed: val_top1 " in out and f"after epoch {epochs}" in out
+    resumed = [json.loads(line) for line in metrics_file.read_text().splitlines()]
+    assert [m["epoch"] for m in resumed] == list(range(1, epochs + 1))  # every epoch once
+    restarted = [m["epoch"] for m in resumed if m["startup_s"] is not None]
+    assert restarted[0] == 1 and len(restarted) >= 2  # a second set of processes trained the later epochs
+    # the same run uninterrupted: the restart resumed it exactly
+    (tmp_path / "whole").mkdir()
+    whole = config(tmp_path / "whole", phases=[{"epochs": epochs, "resolution": 8, "batch_size": 64}],
+                   distributed={}, checkpoint={"every_epochs": 1})
+    out = launch("--config", str(whole), *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    reference = [json.loads(line) for line in (tmp_path / "whole" / "run" / "metrics.jsonl").read_text().splitlines()]
+    for r, w in zip(resumed, reference, strict=True):
+        assert r["train_loss"] == pytest.approx(w["train_loss"], rel=1e-9)
+        assert r["val_loss"] == pytest.approx(w["val_loss"], rel=1e-9)
