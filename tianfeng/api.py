@@ -275,16 +275,31 @@ def publish_curves(study: str | None = None, *, storage: str = DEFAULT_STORAGE) 
 
 
 def calibrate(study: str | None = None, *, storage: str = DEFAULT_STORAGE, top_k: int = 3, n_random: int = 2,
-              seed: int = 0, runs_dir: str | Path = "runs") -> dict:
+              seed: int = 0, runs_dir: str | Path = "runs", launcher: str = "local", nodes: int | None = None,
+              gpus_per_node: int | None = None, device: str | None = None,
+              scheduler_options: SchedulerOptions | None = None) -> dict:
     """How well the proxies rank recipes: promote the `top_k` best trials and `n_random` others to
     full fidelity and store Spearman's rho of proxy and full scores (None with fewer than the
-    pairs it needs). Returns the pairs and rho. As `tianfeng calibrate`."""
+    pairs it needs). Returns the pairs and rho. `launcher` slurm or ray submits each full run to
+    `nodes` x `gpus_per_node` and returns at once (`pending` counts the runs still training);
+    calling it again collects them and computes rho. As `tianfeng calibrate`."""
+    from tianfeng.launch.submit_options import LAUNCHERS
     from tianfeng.promotion.calibration import calibrate as run_calibration
+    from tianfeng.promotion.run import Launch
 
     for flag, value in (("--top-k", top_k), ("--random", n_random)):
         if value < 0:
             raise ConfigError(flag, "", f"must be >= 0, got {value}")
-    return run_calibration(storage, study, top_k=top_k, n_random=n_random, seed=seed, runs_dir=Path(runs_dir))
+    if launcher not in LAUNCHERS:
+        raise ConfigError("--launcher", "", f"must be one of {', '.join(LAUNCHERS)}; got {launcher!r}")
+    launch = None
+    if launcher != "local":
+        if nodes is None or gpus_per_node is None:
+            raise ConfigError("--launcher", "", f"{launcher} submits each full run: give --nodes and --gpus-per-node")
+        launch = Launch(nodes, gpus_per_node, device or "cuda", launcher=launcher,
+                        options=scheduler_options or SchedulerOptions())
+    return run_calibration(storage, study, top_k=top_k, n_random=n_random, seed=seed, runs_dir=Path(runs_dir),
+                           launch=launch)
 
 
 def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None = None,

@@ -133,15 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--processes", type=int, default=1,
                            help="with --throughput: time this many processes at once (emulated GPUs sharing the "
                                 "machine, as `launch --device cpu` runs them) and fit gloo's allreduce links")
-    calibrate.add_argument("--nodes", type=int, default=1,
+    calibrate.add_argument("--nodes", type=int, default=None,
                            help="with --throughput: measure on this many nodes of --processes each, and fit the "
-                                "links between nodes too (default 1)")
-    calibrate.add_argument("--launcher", choices=("local", "slurm"), default="local",
-                           help="with --throughput: local: here (several nodes as emulated CPU nodes); slurm: one "
-                                "job on --nodes real nodes, waited for (default local)")
+                                "links between nodes too (default 1); with --launcher slurm|ray: each full run's")
+    calibrate.add_argument("--gpus-per-node", type=int, default=None,
+                           help="with --launcher slurm|ray (not --throughput): each full run's GPUs per node")
+    calibrate.add_argument("--launcher", choices=("local", "slurm", "ray"), default="local",
+                           help="local: here; slurm or ray: submit each full run (and return; run calibrate again "
+                                "to collect them and compute rho); with --throughput: local (several nodes as "
+                                "emulated CPU nodes) or slurm (one job on --nodes real nodes, waited for)")
+    calibrate.add_argument("--jobs-address", default=None, metavar="URL",
+                           help="with --launcher ray: the Ray head's Jobs API (default: $RAY_ADDRESS)")
     calibrate.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                           help="with --throughput: what the processes train on (default: this machine's GPU "
-                                "if it has one, cuda with --launcher slurm)")
+                           help="what the processes train on (default: this machine's GPU if it has one with "
+                                "--throughput, cuda on a scheduler)")
     calibrate.add_argument("--partition", default=None, help="with --launcher slurm: the job's partition")
     calibrate.add_argument("--account", default=None, help="with --launcher slurm: the job's account")
     calibrate.add_argument("--time", default=None, help="with --launcher slurm: the job's time limit, e.g. 0:30:00")

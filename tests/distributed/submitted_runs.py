@@ -16,9 +16,9 @@ from tests.search.test_study import plan_for
 from tianfeng.hpo.run.runner import run_search
 
 
-def searched_study(root: Path) -> Path:
-    """A two-trial study `s` of the tiny space; returns its SQLite file."""
-    plan = plan_for(root, write_space(root, dict(TINY_SPACE)), trials=2, study="s")
+def searched_study(root: Path, trials: int = 2) -> Path:
+    """A study `s` of the tiny space (two trials); returns its SQLite file."""
+    plan = plan_for(root, write_space(root, dict(TINY_SPACE)), trials=trials, study="s")
     run_search(plan, workers=1, resume=False)
     return root / "study.db"
 

@@ -20,6 +20,7 @@ from tests.distributed.submitted_runs import (
     cli,
     promote,
     runs,
+    runs_dir,
     searched_study,
     study_copy,
     wait_until,
@@ -239,3 +240,27 @@ def test_a_throughput_profile_is_measured_as_a_slurm_job_and_written_when_it_com
     bad = cli(slurm_env, tmp_path, *measure, "--partition", "nosuch")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "--partition: nosuch: no such partition" in bad.stderr and out.read_text() == before
+
+
+def test_calibration_runs_are_submitted_then_collected_by_calibrating_again(slurm_env, tmp_path) -> None:
+    """Bug caught: calibration runs trained here instead of submitted, submitted twice, or rho
+    computed from runs still training."""
+    (tmp_path / "searched").mkdir()
+    storage = study_copy(searched_study(tmp_path / "searched", trials=3), tmp_path, "calib")
+    calibrate = ("calibrate", "--study", "s", "--storage", storage, "--top-k", "2", "--random", "1",
+                 "--launcher", "slurm", "--nodes", "1", "--gpus-per-node", "2", "--device", "cpu", "--time", "20",
+                 "--runs-dir", runs_dir(storage), "--json")
+    first = cli(slurm_env, tmp_path, *calibrate)
+    assert first.returncode == 0, first.stderr[-3000:]
+    submitted = json.loads(first.stdout)
+    assert submitted["pending"] == 3 and submitted["spearman_rho"] is None
+    jobs = {j["job_id"] for j in RunStore(storage).jobs().values()}
+    assert len(jobs) == 3 and all(r["kind"] == "calibrate" for r in RunStore(storage).runs())
+    for job in jobs:
+        wait_until(lambda job=job: _over(slurm_env, job), f"ended job {job}")
+    second = cli(slurm_env, tmp_path, *calibrate)
+    assert second.returncode in (0, 1), second.stderr[-3000:]  # 1: rho undefined (every full score equal)
+    done = json.loads(second.stdout)
+    assert done["pending"] == 0 and done["pairs_used"] == 3
+    assert {j["job_id"] for j in RunStore(storage).jobs().values()} == jobs  # none submitted twice
+    assert sorted(p["full"] for p in done["pairs"]) == sorted(r["final_score"] for r in RunStore(storage).runs())

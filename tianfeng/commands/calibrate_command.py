@@ -26,11 +26,14 @@ def _sizes(flag: str, text: str | None, low: int) -> list[int] | None:
 
 
 def _scheduler_options(args) -> SchedulerOptions:
-    options = SchedulerOptions(args.partition, args.account, args.time, tuple(args.sbatch_args))
+    options = SchedulerOptions(args.partition, args.account, args.time, tuple(args.sbatch_args),
+                               address=args.jobs_address)
     given = [f for f, v in (("--partition", args.partition), ("--account", args.account), ("--time", args.time),
                             ("--sbatch-arg", args.sbatch_args)) if v]
     if given and args.launcher != "slurm":
         raise ConfigError(given[0], "", "goes with --launcher slurm")
+    if args.jobs_address is not None and args.launcher != "ray":
+        raise ConfigError("--jobs-address", "", "goes with --launcher ray")
     if args.time is not None:
         time_limit_s(args.time)
     return options
@@ -40,10 +43,12 @@ def run_throughput(args) -> int:
     """Measure and fit the step time for the space's full-fidelity model, and the links."""
     if args.space is None:
         raise ConfigError("--throughput", "", "needs --space: the model and precision to measure")
+    if args.gpus_per_node is not None:
+        raise ConfigError("--gpus-per-node", "", "is a calibration run's: with --throughput give --processes (per node)")
     result = api.measure_throughput(args.space, resolutions=_sizes("--resolutions", args.resolutions, 4),
                                     batches=_sizes("--batches", args.batches, 1) or (32, 128, 512),
                                     processes=args.processes, threads=args.threads, data=args.data,
-                                    output=args.output, nodes=args.nodes, launcher=args.launcher,
+                                    output=args.output, nodes=args.nodes or 1, launcher=args.launcher,
                                     device=args.device, scheduler_options=_scheduler_options(args))
     output = result["path"]
     nodes = result.get("nodes", 1)
@@ -82,9 +87,16 @@ def run_calibrate_command(args) -> int:
     if args.throughput:
         return run_throughput(args)
     result = api.calibrate(args.study, storage=args.storage, top_k=args.top_k, n_random=args.random, seed=args.seed,
-                           runs_dir=args.runs_dir)
+                           runs_dir=args.runs_dir, launcher=args.launcher, nodes=args.nodes,
+                           gpus_per_node=args.gpus_per_node, device=args.device,
+                           scheduler_options=_scheduler_options(args))
     result["report"] = str(api.report(result["study"], storage=args.storage))
     rho = result["spearman_rho"]
+    if result["pending"]:
+        emit(args, result, [f"calibration of {result['study']}: {result['pending']} of {len(result['pairs'])} full "
+                            f"runs still training on {args.launcher}; run the same calibrate again to collect "
+                            f"them (`tianfeng runs` shows their jobs)", f"report: {result['report']}"])
+        return 0
     emit(args, result, [f"calibration of {result['study']}: Spearman's rho of proxy and full scores "
                         f"{'not computed' if rho is None else f'{rho:.3f}'} over {result['pairs_used']} promoted "
                         f"pair(s)", f"report: {result['report']}"])

@@ -11,15 +11,25 @@ from pathlib import Path
 from scipy.stats import spearmanr
 
 from tianfeng.hpo.judge.scores import ranked, score
-from tianfeng.promotion.run import load_study, promote
+from tianfeng.promotion.run import Launch, load_study, promote, refresh_submitted
+from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.storage.study_attrs import StudyKey
 
 log = logging.getLogger("tianfeng.calibrate")
 
 
 def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int, seed: int,
-              runs_dir: Path) -> dict:
+              runs_dir: Path, launch: Launch | None = None) -> dict:
+    """With a submitting `launch` (Slurm, Ray) each chosen trial's full run is submitted and
+    this returns at once; called again with the same choice, it collects the runs whose jobs
+    ended, submits none twice, and computes rho once enough have finished."""
     study = load_study(storage, study_name)
+    metric = study.user_attrs.get(StudyKey.METRIC, "val_top1")
+    earlier: dict[int, dict] = {}
+    if launch is not None and launch.submitted:
+        refresh_submitted(storage, study.study_name)  # jobs that ended since: collected first
+        earlier = {r["trial_number"]: r for r in RunStore(storage).runs(study.study_name) if r["kind"] == "calibrate"
+                   and r["status"] in (RunRecordStatus.SUBMITTED, RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED)}
     best_first = ranked(study)
     complete = best_first
     chosen = best_first[:top_k]
@@ -32,19 +42,24 @@ def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int
                           f"has {len(complete)} complete trials; calibration needs at least 3")
     pairs = []
     for i, trial in enumerate(chosen, 1):
+        seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
+        prior = earlier.get(trial.number)
+        if prior is not None:  # submitted before: its job's state, or its collected score
+            pairs.append({"trial": trial.number, "proxy": score(trial), "full": prior["final_score"],
+                          "proxy_s": seconds, "status": prior["status"], "run": prior["id"]})
+            continue
         log.info("calibration run %d of %d: trial %d (proxy %.4g)", i, len(chosen), trial.number, score(trial))
         out = promote(storage, study.study_name, trial.number, batch_size=None, overrides=[],
-                      runs_dir=runs_dir, dry_run=False, kind="calibrate")
-        full = next(v for k, v in out.items() if k.startswith("full_"))
-        seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
-        pairs.append({"trial": trial.number, "proxy": score(trial), "full": full, "proxy_s": seconds,
-                      "status": out["status"]})
+                      runs_dir=runs_dir, dry_run=False, kind="calibrate", launch=launch)
+        pairs.append({"trial": trial.number, "proxy": score(trial), "full": out.get(f"full_{metric}"),
+                      "proxy_s": seconds, "status": out["status"], "run": out.get("run")})
     usable = [p for p in pairs if p["full"] is not None and math.isfinite(p["full"])]
     rho = None
     if len(usable) >= MIN_PAIRS:
         rho = float(spearmanr([p["proxy"] for p in usable], [p["full"] for p in usable]).statistic)
         rho = None if math.isnan(rho) else rho  # every full score equal: no ranking to compare
     result = {"study": study.study_name, "spearman_rho": rho, "pairs": pairs, "pairs_used": len(usable),
+              "pending": sum(p["status"] == RunRecordStatus.SUBMITTED for p in pairs),
               "top_k": top_k, "random": n_random, "seed": seed}
     study.set_user_attr(StudyKey.CALIBRATION, result)
     return result
