@@ -11,8 +11,8 @@ from pathlib import Path
 from scipy.stats import spearmanr
 
 from tianfeng.hpo.judge.scores import ranked, score
-from tianfeng.promotion.run import Launch, load_study, promote, refresh_submitted
-from tianfeng.storage.runs import RunRecordStatus, RunStore
+from tianfeng.promotion.run import Launch, load_study, promote
+from tianfeng.storage.runs import RunRecordStatus
 from tianfeng.storage.study_attrs import StudyKey
 
 log = logging.getLogger("tianfeng.calibrate")
@@ -21,15 +21,11 @@ log = logging.getLogger("tianfeng.calibrate")
 def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int, seed: int,
               runs_dir: Path, launch: Launch | None = None) -> dict:
     """With a submitting `launch` (Slurm, Ray) each chosen trial's full run is submitted and
-    this returns at once; called again with the same choice, it collects the runs whose jobs
-    ended, submits none twice, and computes rho once enough have finished."""
+    this returns at once; called again with the same choice, each promotion finds its run: a
+    job that ended is collected, a live one is not submitted twice, and rho is computed once
+    enough have finished."""
     study = load_study(storage, study_name)
     metric = study.user_attrs.get(StudyKey.METRIC, "val_top1")
-    earlier: dict[int, dict] = {}
-    if launch is not None and launch.submitted:
-        refresh_submitted(storage, study.study_name)  # jobs that ended since: collected first
-        earlier = {r["trial_number"]: r for r in RunStore(storage).runs(study.study_name) if r["kind"] == "calibrate"
-                   and r["status"] in (RunRecordStatus.SUBMITTED, RunRecordStatus.COMPLETED, RunRecordStatus.DIVERGED)}
     best_first = ranked(study)
     complete = best_first
     chosen = best_first[:top_k]
@@ -43,11 +39,6 @@ def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int
     pairs = []
     for i, trial in enumerate(chosen, 1):
         seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
-        prior = earlier.get(trial.number)
-        if prior is not None:  # submitted before: its job's state, or its collected score
-            pairs.append({"trial": trial.number, "proxy": score(trial), "full": prior["final_score"],
-                          "proxy_s": seconds, "status": prior["status"], "run": prior["id"]})
-            continue
         log.info("calibration run %d of %d: trial %d (proxy %.4g)", i, len(chosen), trial.number, score(trial))
         out = promote(storage, study.study_name, trial.number, batch_size=None, overrides=[],
                       runs_dir=runs_dir, dry_run=False, kind="calibrate", launch=launch)
