@@ -449,7 +449,9 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
     search_plan = SearchPlan.of(path, study=study, rung=rung, sampler=resolve_sampler(o.sampler, loaded, rung),
                                 data=o.data, storage=o.storage, pruner=o.pruner, seed=o.seed,
                                 trials=o.trials_per_batch or UNLIMITED_TRIALS, timeout_s=o.timeout_s_per_batch,
-                                epoch_budget=o.epochs_per_batch, runs_dir=o.runs_dir, verbose=o.verbose)
+                                epoch_budget=o.epochs_per_batch, runs_dir=o.runs_dir, verbose=o.verbose,
+                                launcher=o.launcher, partition=o.partition, account=o.account, time=o.time,
+                                scheduler_args=o.scheduler_args)
     plan = ScalePlan(search=search_plan, name=study, batch_sizes=sizes, workers=o.workers, warm_start_k=o.warm_start,
                      tolerance=o.tolerance)
     return plan, {b: size // b for b in sizes}, loaded

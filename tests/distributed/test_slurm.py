@@ -264,3 +264,28 @@ def test_calibration_runs_are_submitted_then_collected_by_calibrating_again(slur
     assert done["pending"] == 0 and done["pairs_used"] == 3
     assert {j["job_id"] for j in RunStore(storage).jobs().values()} == jobs  # none submitted twice
     assert sorted(p["full"] for p in done["pairs"]) == sorted(r["final_score"] for r in RunStore(storage).runs())
+
+
+def test_a_scale_study_runs_each_batch_sizes_search_as_a_job_array(slurm_env, tmp_path) -> None:
+    """Bug caught: the workers of a scale search not given its pinned batch (they would sample
+    it), or a batch size searched before the previous one's job ended (no warm start from it)."""
+    storage = f"sqlite:///{tmp_path / 'scale.db'}"
+    out = cli(slurm_env, tmp_path, "scale", "--space", str(write_space(tmp_path, dict(TINY_SPACE))),
+              "--batch-sizes", "64,128", "--budget-per-batch", "2trials", "--warm-start", "1", "--name", "sc",
+              "--storage", storage, "--launcher", "slurm", "--workers", "1", "--time", "20",
+              "--runs-dir", str(tmp_path / "runs"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    import optuna
+
+    for name, batch in (("sc-b64", 64), ("sc-b128", 128), ("sc-b128-naive", 128)):
+        study = optuna.load_study(study_name=name, storage=storage)
+        job = study.user_attrs["workers_job"]["job"]
+        view = _scontrol(slurm_env, f"{job}_0")
+        assert view.get("JobState") == "COMPLETED", (name, view)
+        trials = study.get_trials(deepcopy=False)
+        assert trials and all(t.user_attrs["config"]["phases"][-1]["batch_size"] == batch for t in trials), name
+    b64 = optuna.load_study(study_name="sc-b64", storage=storage)
+    b128 = optuna.load_study(study_name="sc-b128", storage=storage)
+    ended = max(t.datetime_complete for t in b64.trials if t.datetime_complete)
+    assert min(t.datetime_start for t in b128.trials if t.datetime_start) >= ended  # after b64's search
+    assert "warm_start" in b128.trials[0].user_attrs  # begun from b64's best

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tianfeng.defaults import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES, STORAGE_HELP
+from tianfeng.launch.submit_options import SubmitOptions
 from tianfeng.options import option, with_changes
 from tianfeng.trainers.config import ConfigError
 
@@ -30,10 +31,16 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class ScaleOptions:
+class ScaleOptions(SubmitOptions):
     """What `tianfeng scale` takes besides the space; each field is the flag of the same name,
     generated from it (the three budgets are `--budget-per-batch` as trials, seconds or epochs:
-    give one)."""
+    give one). With `--launcher slurm` each batch size's search is a job array of `--workers`
+    tasks, waited for before the next batch size (which warm-starts from it)."""
+
+    launcher: str = option("local", "local: search here; slurm: each batch size's search as a job array of --workers "
+                           "tasks (requeueable, signalled before its time limit), waited for before the next "
+                           "batch size", choices=("local", "slurm"))
+    jobs_address: str | None = option(None, "Ray's Jobs API: not used by scale", hidden=True)
     batch_sizes: tuple[int, ...] = option((), "increasing global batch sizes, e.g. 64,256,1024,2048",
                                           from_text=parse_batch_sizes, required=True)
     trials_per_batch: int | None = None  # the three budgets: `--budget-per-batch` gives one
@@ -73,6 +80,10 @@ class ScaleOptions:
                 raise ConfigError(flag, "", f"must be one of {', '.join(names)}; got {value!r}")
         if self.workers < 1:
             raise ConfigError("--workers", "", f"must be >= 1, got {self.workers}")
+        self.check_submit()
+        if self.launcher == "ray":
+            raise ConfigError("--launcher", "", "scale submits its searches' workers to Slurm (--launcher slurm); "
+                                                "Ray is for promote")
         if self.warm_start < 0:
             raise ConfigError("--warm-start", "", f"must be >= 0, got {self.warm_start}")
         if not (math.isfinite(self.tolerance) and self.tolerance >= 0):

@@ -145,7 +145,7 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
             search = _reuse_naive(search, naive_trial, f"{naive_name} trial #{naive_trial.number}")
         log.info("batch %d (%d of %d): searching study %s%s", batch, len(points) + 1, len(plan.batch_sizes), name,
                  f", warm-started from {', '.join(w[0] for w in warm)}" if warm else "")
-        study = run_search(search, plan.workers, resume=name in existing)
+        searched(search, plan.workers, resume=name in existing)
         study = optuna.load_study(study_name=name, storage=storage)
         ranked = _ranked(study)
         best = ranked[0] if ranked else None
@@ -175,6 +175,36 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
     return points
 
 
+def searched(search: SearchPlan, workers: int, *, resume: bool) -> None:
+    """Run one search of the scale study: here, or (`--launcher slurm`) as a job array of
+    `workers` tasks, waited for. A resumed search whose array still runs is waited for, not
+    submitted again."""
+    if search.options.launcher == "local":
+        run_search(search, workers, resume=resume)
+        return
+    from tianfeng.hpo.run.follow import follow
+    from tianfeng.hpo.run.study import open_study
+    from tianfeng.hpo.run.submitted import check_workers_storage, submit_workers
+    from tianfeng.launch.launchers import scheduler
+
+    search = search.changed(workers=workers)
+    check_workers_storage(search)
+    study = open_study(search, plan_space(search), resume=resume, heartbeat=False)
+    job = study.user_attrs.get(StudyKey.WORKERS_JOB)
+    if job is None or scheduler(job["launcher"]).state(job["job"]).ended:
+        submit_workers(search, study)
+    else:
+        log.info("study %s: its workers' %s job %s still runs: waiting for it", search.study, job["launcher"],
+                 job["job"])
+    storage = search.options.storage
+    for snap in follow(lambda: optuna.load_study(study_name=search.study, storage=storage), FOLLOW_S):
+        log.info("study %s: %s trials, best %s (workers' job %s)", search.study, snap["trials"],
+                 "none" if snap["best_value"] is None else f"{snap['best_value']:.4g}", snap["workers_job"])
+
+
+FOLLOW_S = 5.0  # seconds between looks at a submitted search
+
+
 def _eta(points: list[ScalePoint], total: int) -> str:
     """How much of the scale study is left, by the batch sizes done so far (each gets the same
     budget, so their mean time is the estimate)."""
@@ -196,7 +226,7 @@ def _run_naive(plan: ScalePlan, batch: int, reference: optuna.trial.FrozenTrial,
         study_attrs={StudyKey.SCALE: plan.name, StudyKey.BATCH_SIZE: batch, StudyKey.ROLE: "naive"})
     log.info("batch %d: naive baseline (batch %d winner, linear LR scaling) in study %s",
              batch, plan.batch_sizes[0], name)
-    run_search(naive, 1, resume=resume)
+    searched(naive, 1, resume=resume)
     return optuna.load_study(study_name=name, storage=plan.search.options.storage).get_trials(deepcopy=False)[-1]
 
 

@@ -42,10 +42,16 @@ def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:
     """The batch script of the job array: one worker per task, in the background so that the
     batch shell's trap runs when the pre-timeout signal comes (bash runs a trap only between
     commands), and the trap stops the worker as Ctrl-C would."""
+    from tianfeng.hpo.run.plan_worker import needs_plan_file, write_plan_file
+
     o = plan.options
-    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "tianfeng.cli", "search", "--space",
-                                                 str(Path(plan.space_path).resolve()),
-                                                 *option_args(worker_options(plan))])
+    if needs_plan_file(plan):  # a scale study's search: what its flags cannot say travels in a file
+        worker = [sys.executable, "-m", "tianfeng.hpo.run.plan_worker",
+                  str(write_plan_file(plan, log_dir / "search-plan.pickle"))]
+    else:
+        worker = [sys.executable, "-m", "tianfeng.cli", "search", "--space", str(Path(plan.space_path).resolve()),
+                  *option_args(worker_options(plan))]
+    command = " ".join(shlex.quote(a) for a in worker)
     # Slurm allots whole CPUs and GPUs: a share is rounded up
     resources = [f"#SBATCH --cpus-per-task={math.ceil(o.cpus_per_trial)}\n" if o.cpus_per_trial else "",
                  f"#SBATCH --gpus-per-task={math.ceil(o.gpus_per_trial)}\n" if o.gpus_per_trial else ""]

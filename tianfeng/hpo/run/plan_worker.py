@@ -1,0 +1,45 @@
+"""A submitted worker of a search whose plan holds more than its command-line options (a scale
+study's search: the batch pinned, extra `set:` entries, an epoch budget): the submitting process
+writes the plan to a file beside the job's script and each task runs
+`python -m tianfeng.hpo.run.plan_worker PLAN` with it, joining the study as one local worker."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import sys
+from pathlib import Path
+
+from tianfeng.hpo.plan import SearchPlan
+
+
+def needs_plan_file(plan: SearchPlan) -> bool:
+    """Whether the plan says more than `tianfeng search`'s flags can."""
+    default = SearchPlan(plan.space_path, plan.options, plan.study, plan.rung, plan.sampler)
+    return any(getattr(plan, f) != getattr(default, f)
+               for f in ("batch_size", "set_overrides", "priors", "epoch_budget"))
+
+
+def write_plan_file(plan: SearchPlan, path: Path) -> Path:
+    # the worker joins a study that exists: nothing of the start-up (warm start, copied trials) again
+    path.write_bytes(pickle.dumps(dataclasses.replace(plan, warm_start=(), copied_trials=(), study_attrs={})))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tianfeng.hpo.run.runner import run_search
+    from tianfeng.hpo.run.submitted import worker_options
+    from tianfeng.terminal.logs import setup_logging
+
+    setup_logging()
+    plan = pickle.loads(Path((argv or sys.argv[1:])[0]).read_bytes())  # written by this user's own search
+    plan = dataclasses.replace(plan, options=worker_options(plan))
+    try:
+        run_search(plan, 1, resume=True)
+    except KeyboardInterrupt:  # the batch shell's trap: the trial is queued again
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
