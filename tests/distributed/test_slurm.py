@@ -86,17 +86,27 @@ def test_a_submitted_promotion_is_watched_and_collected_into_the_study(slurm_env
     assert "completed: val_top1" in log.read_text()
 
 
-def test_a_job_signalled_before_its_time_limit_is_requeued_and_resumes_exactly(slurm_env, searched, tmp_path) -> None:
-    longer = ("--set", f"phases.0.epochs={EPOCHS}")
+@pytest.fixture(scope="module")
+def uncut(slurm_env, searched, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The epochs of the longer promotion run through Slurm without a cut: what a cut one must end with."""
+    tmp_path = tmp_path_factory.mktemp("uncut")
     whole_db = study_copy(searched, tmp_path, "whole")
-    out = _promote(slurm_env, tmp_path, whole_db, *longer, "--json")
+    out = _promote(slurm_env, tmp_path, whole_db, "--set", f"phases.0.epochs={EPOCHS}", "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     wait_until(lambda: _over(slurm_env, json.loads(out.stdout)["job"]), "ended the uncut job")
     whole = runs(slurm_env, tmp_path, whole_db)[0]
     assert whole["status"] == "completed"
+    return whole["epochs"]
 
+
+@pytest.mark.parametrize("cut_by", ["pre-timeout signal", "scontrol requeue"])
+def test_a_job_cut_mid_run_is_requeued_and_resumes_exactly(slurm_env, searched, uncut, tmp_path, cut_by) -> None:
+    """Two ways a job is cut and requeued: the signal Slurm sends the batch shell before the time
+    limit (--signal=B:USR1@120; the shell's trap requeues it), and `scontrol requeue` (an admin,
+    or a preemption with PreemptMode=REQUEUE: SIGTERM to every process, then the job queued
+    again). Either way the engine checkpoints and the job, started again, resumes there."""
     cut_db = study_copy(searched, tmp_path, "cut")
-    out = _promote(slurm_env, tmp_path, cut_db, *longer, "--json")
+    out = _promote(slurm_env, tmp_path, cut_db, "--set", f"phases.0.epochs={EPOCHS}", "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     submitted = json.loads(out.stdout)
     job, metrics = submitted["job"], Path(submitted["launch"]).parent / "metrics.jsonl"
@@ -107,9 +117,10 @@ def test_a_job_signalled_before_its_time_limit_is_requeued_and_resumes_exactly(s
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and epochs_done() < 2:
         time.sleep(0.1)
-    # what Slurm sends the batch shell before the time limit (--signal=B:USR1@120), mid-run with an
-    # epoch checkpoint written
-    subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, env=slurm_env)
+    if cut_by == "pre-timeout signal":
+        subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, env=slurm_env)
+    else:
+        subprocess.run(["scontrol", "requeue", job], check=True, env=slurm_env)
     assert 2 <= epochs_done() < EPOCHS, epochs_done()
     live = runs(slurm_env, tmp_path, cut_db)[0]  # requeued, so not over: the job's state and epochs so far
     assert live["status"] == "submitted" and live["job"]["state"] in ("pending", "running"), live
@@ -119,10 +130,12 @@ def test_a_job_signalled_before_its_time_limit_is_requeued_and_resumes_exactly(s
     assert cut["status"] == "completed" and cut["job"]["job_id"] == job
     assert int(_scontrol(slurm_env, job)["Restarts"]) >= 1  # the same job, started again
     log = (Path(cut["run_dir"]) / "launch" / f"slurm-{job}.out").read_text()
-    assert "requeued, it resumes from the last checkpoint" in log and "resumed from" in log
+    assert "resumed from" in log
+    if cut_by == "pre-timeout signal":
+        assert "requeued, it resumes from the last checkpoint" in log
     # resumed from its checkpoint: the uninterrupted run's metrics, epoch by epoch
     assert [e["epoch"] for e in cut["epochs"]] == list(range(1, EPOCHS + 1))
-    for a, b in zip(cut["epochs"], whole["epochs"], strict=True):
+    for a, b in zip(cut["epochs"], uncut, strict=True):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6) and a["val_top1"] == b["val_top1"]
 
 
