@@ -302,3 +302,45 @@ def test_a_scale_study_runs_each_batch_sizes_search_as_a_job_array(slurm_env, tm
     ended = max(t.datetime_complete for t in b64.trials if t.datetime_complete)
     assert min(t.datetime_start for t in b128.trials if t.datetime_start) >= ended  # after b64's search
     assert "warm_start" in b128.trials[0].user_attrs  # begun from b64's best
+
+
+def test_two_slurm_workers_on_postgresql_finish_the_budget_when_one_is_killed_mid_trial(slurm_env, tmp_path) -> None:
+    """Bug caught: a killed worker's trial left running for ever (the budget never spent), or
+    retried from scratch instead of its checkpoint."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from tests.postgres import postgres_server
+
+    space = copy.deepcopy(TINY_SPACE)
+    space["base"]["phases"][0]["epochs"] = 12  # trials long enough to be killed mid-run
+    with postgres_server() as storage:
+        out = cli(slurm_env, tmp_path, "search", "--space", str(write_space(tmp_path, space)), "--storage", storage,
+                  "--study", "pg", "--fidelity", "target", "--trials", "4", "--sampler", "random", "--pruner", "none",
+                  "--launcher", "slurm", "--workers", "2", "--grace-s", "20", "--time", "20",
+                  "--runs-dir", str(tmp_path / "runs"))
+        assert out.returncode == 0, out.stderr[-3000:]
+        job = optuna.load_study(study_name="pg", storage=storage).user_attrs["workers_job"]["job"]
+
+        def victim() -> optuna.trial.FrozenTrial | None:
+            trials = optuna.load_study(study_name="pg", storage=storage).get_trials(deepcopy=False)
+            return next((t for t in trials if t.state == TrialState.RUNNING and len(t.intermediate_values) >= 2), None)
+
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and victim() is None:
+            time.sleep(0.2)
+        killed = victim()
+        assert killed is not None
+        os.kill(int(killed.user_attrs["worker"].rsplit(":", 1)[1]), 9)  # the worker process, outright
+        wait_until(lambda: all(_over(slurm_env, f"{job}_{task}") for task in (0, 1)), f"ended array {job}",
+                   timeout_s=600)
+        trials = optuna.load_study(study_name="pg", storage=storage).get_trials()
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == 4, [(t.number, t.state, t.user_attrs.get("status")) for t in trials]
+    dead = next(t for t in trials if t.number == killed.number)
+    assert dead.state == TrialState.FAIL  # judged dead by its missing heartbeat
+    retry = next(t for t in complete if t.system_attrs.get("failed_trial") == killed.number)
+    # continued from the dead trial's checkpoint: every epoch once, the later ones by a second process
+    epochs = [json.loads(line) for line in (Path(retry.user_attrs["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in epochs] == list(range(1, 13))
+    assert any(e["startup_s"] is not None for e in epochs[1:]), [e["startup_s"] for e in epochs]
