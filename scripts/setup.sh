@@ -34,6 +34,7 @@ if [[ -n "$extras" ]]; then
   compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || missing+=(postgresql)
   command -v chromium > /dev/null || missing+=(chromium)
   [[ -x /usr/sbin/slurmctld && -x /usr/sbin/munged ]] || missing+=(slurm-wlm munge)
+  command -v ip > /dev/null || missing+=(iproute2)  # the two-node test Slurm's network namespaces
   if (( ${#missing[@]} )); then
     if [[ $(id -u) == 0 ]] && command -v apt-get > /dev/null; then
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" > /dev/null
