@@ -305,8 +305,8 @@ def test_a_scale_study_runs_each_batch_sizes_search_as_a_job_array(slurm_env, tm
 
 
 def test_two_slurm_workers_on_postgresql_finish_the_budget_when_one_is_killed_mid_trial(slurm_env, tmp_path) -> None:
-    """Bug caught: a killed worker's trial left running for ever (the budget never spent), or
-    retried from scratch instead of its checkpoint."""
+    """Bug caught: a killed worker's trial left running for ever (the budget never spent), retried
+    from scratch instead of its checkpoint, or its task ending with it (a worker fewer)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -337,6 +337,10 @@ def test_two_slurm_workers_on_postgresql_finish_the_budget_when_one_is_killed_mi
         trials = optuna.load_study(study_name="pg", storage=storage).get_trials()
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 4, [(t.number, t.state, t.user_attrs.get("status")) for t in trials]
+    # the killed worker's task started another in its place and ended well
+    assert all(_scontrol(slurm_env, f"{job}_{task}")["JobState"] == "COMPLETED" for task in (0, 1))
+    logs = "".join(p.read_text() for p in (tmp_path / "runs").rglob("slurm-*_*.out"))
+    assert logs.count("its worker was killed; starting another") == 1
     dead = next(t for t in trials if t.number == killed.number)
     assert dead.state == TrialState.FAIL  # judged dead by its missing heartbeat
     retry = next(t for t in complete if t.system_attrs.get("failed_trial") == killed.number)

@@ -10,21 +10,6 @@ import pickle
 import sys
 from pathlib import Path
 
-from tianfeng.hpo.plan import SearchPlan
-
-
-def needs_plan_file(plan: SearchPlan) -> bool:
-    """Whether the plan says more than `tianfeng search`'s flags can."""
-    default = SearchPlan(plan.space_path, plan.options, plan.study, plan.rung, plan.sampler)
-    return any(getattr(plan, f) != getattr(default, f)
-               for f in ("batch_size", "set_overrides", "priors", "epoch_budget"))
-
-
-def write_plan_file(plan: SearchPlan, path: Path) -> Path:
-    # the worker joins a study that exists: nothing of the start-up (warm start, copied trials) again
-    path.write_bytes(pickle.dumps(dataclasses.replace(plan, warm_start=(), copied_trials=(), study_attrs={})))
-    return path
-
 
 def main(argv: list[str] | None = None) -> int:
     from tianfeng.hpo.run.runner import run_search

@@ -3,12 +3,15 @@ search --resume --workers 1`) on the study this process created, so the budget i
 cluster while nothing runs here. Each worker draws from its own sampler stream; a task signalled
 before its time limit (or preempted) stops its worker, whose cut trial is queued again from its
 checkpoint, and is requeued; a worker killed outright leaves its trial to the heartbeat, which
-another worker retries. The study records the job (`workers_job`)."""
+another worker retries, and its task starts a new worker while the budget lasts. The study
+records the job (`workers_job`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import pickle
 import shlex
 import socket
 import sys
@@ -23,6 +26,7 @@ from tianfeng.options import option_args
 from tianfeng.storage.study_attrs import StudyKey
 
 log = logging.getLogger("tianfeng.search")
+WORKER_RESTARTS = 3  # workers killed outright that a task replaces
 
 
 
@@ -38,12 +42,23 @@ def worker_options(plan: SearchPlan) -> SearchOptions:
         profile=str(Path(plan.options.profile).resolve()) if plan.options.profile else None)
 
 
+def needs_plan_file(plan: SearchPlan) -> bool:
+    """Whether the plan says more than `tianfeng search`'s flags can."""
+    default = SearchPlan(plan.space_path, plan.options, plan.study, plan.rung, plan.sampler)
+    return any(getattr(plan, f) != getattr(default, f)
+               for f in ("batch_size", "set_overrides", "priors", "epoch_budget"))
+
+
+def write_plan_file(plan: SearchPlan, path: Path) -> Path:
+    # the worker joins a study that exists: nothing of the start-up (warm start, copied trials) again
+    path.write_bytes(pickle.dumps(dataclasses.replace(plan, warm_start=(), copied_trials=(), study_attrs={})))
+    return path
+
+
 def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:
     """The batch script of the job array: one worker per task, in the background so that the
     batch shell's trap runs when the pre-timeout signal comes (bash runs a trap only between
     commands), and the trap stops the worker as Ctrl-C would."""
-    from tianfeng.hpo.run.plan_worker import needs_plan_file, write_plan_file
-
     o = plan.options
     if needs_plan_file(plan):  # a scale study's search: what its flags cannot say travels in a file
         worker = [sys.executable, "-m", "tianfeng.hpo.run.plan_worker",
@@ -68,10 +83,17 @@ def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:
             f"  scontrol requeue {task}\n"
             "}\n"
             "trap requeue USR1\n"
-            f"{command} &\n"
-            "worker=$!\n"
-            "wait \"$worker\"; status=$?\n"
-            "while kill -0 \"$worker\" 2> /dev/null; do wait \"$worker\"; status=$?; done  # a trap cut the wait\n"
+            # a worker killed outright (SIGKILL: the OOM killer, a node agent) is replaced in the
+            # same task: the new one joins the study and exits at once if the budget is spent
+            f"for start in $(seq 0 {WORKER_RESTARTS}); do\n"
+            f"  {command} &\n"
+            "  worker=$!\n"
+            "  wait \"$worker\"; status=$?\n"
+            "  while kill -0 \"$worker\" 2> /dev/null; do wait \"$worker\"; status=$?; done  # a trap cut the wait\n"
+            "  [ \"$status\" -eq 137 ] || break\n"
+            f"  echo \"tianfeng: task {task[1:-1]}: its worker was killed; starting another (its trial is "
+            "continued from its checkpoint once its heartbeat is missed)\" >&2\n"
+            "done\n"
             "exit \"$status\"\n")
 
 
