@@ -33,17 +33,25 @@ def _which(name: str) -> str:
                             "(it installs Debian's slurm-wlm and munge)")
 
 
-def _conf(d: Path, host: str, cpus: int, ports: tuple[int, int]) -> str:
-    return "\n".join([
-        "ClusterName=tianfengtests", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={ports[0]}",
+def daemon_settings(d: Path, name: str, controller: str, ports: tuple[int, int], node: str = "") -> list[str]:
+    """The slurm.conf lines every test cluster shares: its controller at `controller` (host(addr)),
+    munge, root daemons, state, logs and pid files in `d` (`node` a per-node suffix such as -%n),
+    cons_tres without cgroups, no accounting, finished jobs kept an hour."""
+    return [
+        f"ClusterName={name}", f"SlurmctldHost={controller}", f"SlurmctldPort={ports[0]}",
         f"SlurmdPort={ports[1]}", "AuthType=auth/munge", f"AuthInfo=socket={d}/munge/munge.socket",
         "CredType=cred/munge", "SlurmUser=root", "SlurmdUser=root", f"StateSaveLocation={d}/state",
-        f"SlurmdSpoolDir={d}/spool", f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd.pid",
-        f"SlurmctldLogFile={d}/log/slurmctld.log", f"SlurmdLogFile={d}/log/slurmd.log",
+        f"SlurmdSpoolDir={d}/spool{node}", f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd{node}.pid",
+        f"SlurmctldLogFile={d}/log/slurmctld.log", f"SlurmdLogFile={d}/log/slurmd{node}.log",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
         "AccountingStorageType=accounting_storage/none", "MpiDefault=none", "ReturnToService=2",
-        "MinJobAge=3600", "SchedulerType=sched/backfill", "SlurmctldTimeout=30", "SlurmdTimeout=30",
+        "MinJobAge=3600", "SchedulerType=sched/backfill", "SlurmctldTimeout=30", "SlurmdTimeout=30"]
+
+
+def _conf(d: Path, host: str, cpus: int, ports: tuple[int, int]) -> str:
+    return "\n".join([
+        *daemon_settings(d, "tianfengtests", f"{host}(127.0.0.1)", ports),
         f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
         f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP",
         # a node of another machine that never answers: what a SQLite search must not be sent to

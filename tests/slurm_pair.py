@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from tests.slurm import _free_port, _which
+from tests.slurm import _free_port, _which, daemon_settings
 
 SUBNET = "10.77.31"  # the bridge's /24: .1 this machine, .11 and .12 the nodes
 
@@ -28,15 +28,7 @@ def _ip(*args: str) -> None:
 
 def _conf(d: Path, host: str, nodes: list[str], ports: tuple[int, int]) -> str:
     return "\n".join([
-        "ClusterName=tianfengpair", f"SlurmctldHost={host}({SUBNET}.1)", f"SlurmctldPort={ports[0]}",
-        f"SlurmdPort={ports[1]}", "AuthType=auth/munge", f"AuthInfo=socket={d}/munge/munge.socket",
-        "CredType=cred/munge", "SlurmUser=root", "SlurmdUser=root", f"StateSaveLocation={d}/state",
-        f"SlurmdSpoolDir={d}/spool-%n", f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd-%n.pid",
-        f"SlurmctldLogFile={d}/log/slurmctld.log", f"SlurmdLogFile={d}/log/slurmd-%n.log",
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none", "MpiDefault=none", "ReturnToService=2",
-        "MinJobAge=3600", "SchedulerType=sched/backfill", "SlurmctldTimeout=30", "SlurmdTimeout=30",
+        *daemon_settings(d, "tianfengpair", f"{host}({SUBNET}.1)", ports, node="-%n"),
         *(f"NodeName={n} NodeAddr={SUBNET}.{11 + i} NodeHostname={n} CPUs=1 State=UNKNOWN"
           for i, n in enumerate(nodes)),
         f"PartitionName=pair Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP", ""])

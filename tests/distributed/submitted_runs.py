@@ -61,3 +61,16 @@ def wait_until(ready: Callable[[], bool], what: str, timeout_s: float = 300) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"never {what} in {timeout_s:.0f} s")
         time.sleep(0.5)
+
+
+def scontrol_job(env: dict[str, str], job: str) -> dict[str, str]:
+    """Slurm's own view of a job (`scontrol show job -o`), field by field."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, env=env)
+    return dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+
+
+def with_venv_path(env: dict[str, str]) -> dict[str, str]:
+    """The job runs torchrun from the submitting environment, as a user's activated venv gives it."""
+    import os
+
+    return {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"}

@@ -9,7 +9,6 @@ import copy
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +20,11 @@ from tests.distributed.submitted_runs import (
     promote,
     runs,
     runs_dir,
+    scontrol_job,
     searched_study,
     study_copy,
     wait_until,
+    with_venv_path,
 )
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.slurm import slurm_cluster
@@ -37,9 +38,7 @@ EPOCHS = 8  # the run the signal cuts: long enough to be cut mid-run and still b
 @pytest.fixture(scope="module")
 def slurm_env() -> Iterator[dict[str, str]]:
     with slurm_cluster() as env:
-        # the job runs torchrun from the submitting environment, as a user's activated venv gives it
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-        yield env
+        yield with_venv_path(env)
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +52,8 @@ def _promote(env, tmp_path: Path, storage: str, *extra: str) -> subprocess.Compl
 
 def _over(env, job: str) -> bool:
     """Whether Slurm says the job ended (a requeued job is not over)."""
-    return _scontrol(env, job).get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+    return scontrol_job(env, job).get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
                                                    "OUT_OF_MEMORY", "PREEMPTED")
-
-
-def _scontrol(env, job: str) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, env=env)
-    return dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
 
 
 def test_a_submitted_promotion_is_watched_and_collected_into_the_study(slurm_env, searched, tmp_path) -> None:
@@ -79,7 +73,7 @@ def test_a_submitted_promotion_is_watched_and_collected_into_the_study(slurm_env
     assert len(run["epochs"]) == 3 and run["job"]["job_id"] == job and run["job"]["state"] == "completed"
     assert run["final_score"] == json.loads((Path(run["run_dir"]) / "result.json").read_text())["final"]["val_top1"]
     # the scheduler's own view agrees
-    view = _scontrol(slurm_env, job)
+    view = scontrol_job(slurm_env, job)
     assert view["JobState"] == "COMPLETED" and view["ExitCode"] == "0:0" and view["Requeue"] == "1"
     assert view["TimeLimit"] == "00:20:00"
     log = Path(submitted["launch"]) / f"slurm-{job}.out"
@@ -128,7 +122,7 @@ def test_a_job_cut_mid_run_is_requeued_and_resumes_exactly(slurm_env, searched, 
     wait_until(lambda: _over(slurm_env, job), f"ended requeued job {job}", timeout_s=420)
     cut = runs(slurm_env, tmp_path, cut_db)[0]
     assert cut["status"] == "completed" and cut["job"]["job_id"] == job
-    assert int(_scontrol(slurm_env, job)["Restarts"]) >= 1  # the same job, started again
+    assert int(scontrol_job(slurm_env, job)["Restarts"]) >= 1  # the same job, started again
     log = (Path(cut["run_dir"]) / "launch" / f"slurm-{job}.out").read_text()
     assert "resumed from" in log
     if cut_by == "pre-timeout signal":
@@ -227,7 +221,7 @@ def test_runs_cancel_ends_a_submitted_runs_job_and_the_run_is_interrupted(slurm_
     assert out.returncode == 0, out.stderr[-3000:]
     run = json.loads(out.stdout)
     assert run["status"] == "interrupted" and run["job"]["state"] == "cancelled", run
-    assert _scontrol(slurm_env, job)["JobState"] == "CANCELLED"
+    assert scontrol_job(slurm_env, job)["JobState"] == "CANCELLED"
     again = cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", str(run_id))
     assert again.returncode == 2 and "only a submitted run's job can be cancelled" in again.stderr
     missing = cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", "999")
@@ -242,7 +236,7 @@ def test_a_throughput_profile_is_measured_as_a_slurm_job_and_written_when_it_com
     done = cli(slurm_env, tmp_path, *measure, "--time", "10", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     job = next(w for w in done.stderr.split() if w.isdigit())
-    view = _scontrol(slurm_env, job)
+    view = scontrol_job(slurm_env, job)
     assert view["JobName"] == "tianfeng-throughput" and view["JobState"] == "COMPLETED"
     assert view["TimeLimit"] == "00:10:00" and view["NumNodes"] == "1"
     data = json.loads(out.read_text())
@@ -293,7 +287,7 @@ def test_a_scale_study_runs_each_batch_sizes_search_as_a_job_array(slurm_env, tm
     for name, batch in (("sc-b64", 64), ("sc-b128", 128), ("sc-b128-naive", 128)):
         study = optuna.load_study(study_name=name, storage=storage)
         job = study.user_attrs["workers_job"]["job"]
-        view = _scontrol(slurm_env, f"{job}_0")
+        view = scontrol_job(slurm_env, f"{job}_0")
         assert view.get("JobState") == "COMPLETED", (name, view)
         trials = study.get_trials(deepcopy=False)
         assert trials and all(t.user_attrs["config"]["phases"][-1]["batch_size"] == batch for t in trials), name
@@ -338,7 +332,7 @@ def test_two_slurm_workers_on_postgresql_finish_the_budget_when_one_is_killed_mi
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 4, [(t.number, t.state, t.user_attrs.get("status")) for t in trials]
     # the killed worker's task started another in its place and ended well
-    assert all(_scontrol(slurm_env, f"{job}_{task}")["JobState"] == "COMPLETED" for task in (0, 1))
+    assert all(scontrol_job(slurm_env, f"{job}_{task}")["JobState"] == "COMPLETED" for task in (0, 1))
     logs = "".join(p.read_text() for p in (tmp_path / "runs").rglob("slurm-*_*.out"))
     assert logs.count("its worker was killed; starting another") == 1
     dead = next(t for t in trials if t.number == killed.number)

@@ -5,9 +5,6 @@ collected by tianfeng."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +14,11 @@ from tests.distributed.submitted_runs import (
     cli,
     runs,
     runs_dir,
+    scontrol_job,
     searched_study,
     study_copy,
     wait_until,
+    with_venv_path,
 )
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.slurm_pair import slurm_pair
@@ -30,13 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(1200)]
 @pytest.fixture(scope="module")
 def pair_env() -> Iterator[dict[str, str]]:
     with slurm_pair() as env:
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-        yield env
-
-
-def _scontrol(env, job: str) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, env=env)
-    return dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+        yield with_venv_path(env)
 
 
 def test_a_promotion_on_two_networked_nodes_is_submitted_and_collected(pair_env, tmp_path: Path) -> None:
@@ -47,9 +40,9 @@ def test_a_promotion_on_two_networked_nodes_is_submitted_and_collected(pair_env,
               "--time", "20", "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     job = json.loads(out.stdout)["job"]
-    wait_until(lambda: _scontrol(pair_env, job).get("JobState") in ("COMPLETED", "FAILED", "CANCELLED"),
+    wait_until(lambda: scontrol_job(pair_env, job).get("JobState") in ("COMPLETED", "FAILED", "CANCELLED"),
                f"ended job {job}")
-    view = _scontrol(pair_env, job)
+    view = scontrol_job(pair_env, job)
     nodes = pair_env["TIANFENG_TEST_NODES"].split(",")
     assert view["JobState"] == "COMPLETED" and view["NumNodes"] == "2", view
     run = runs(pair_env, tmp_path, storage)[0]
