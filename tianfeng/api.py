@@ -364,7 +364,6 @@ def calibrate_from_run(run: int, *, storage: str = DEFAULT_STORAGE, profile: str
     $TIANFENG_CACHE/throughput/<study>-run<N>.json). Returns the points, the fits and each
     point's predicted compute before and after. As `tianfeng calibrate --from-run`."""
     import dataclasses
-    import json
 
     import yaml
 
@@ -393,18 +392,16 @@ def calibrate_from_run(run: int, *, storage: str = DEFAULT_STORAGE, profile: str
         in_channels, classes = source.channels, source.num_classes
     refined, points = refined_profile(base, row, cfg, cluster, in_channels=in_channels, classes=classes)
     before = cluster if base is None else dataclasses.replace(cluster, device="measured", throughput=str(profile))
-    for p in points:
-        p["before_s"] = predicted_compute_s(cfg, p, before, in_channels=in_channels, classes=classes)
+    before_s = [predicted_compute_s(cfg, p, before, in_channels=in_channels, classes=classes) for p in points]
     path = Path(output) if output else Path(profile) if profile else (
         default_cache_dir() / "throughput" / f"{row['study']}-run{run}.json")
-    refined["points"] = [{k: v for k, v in p.items() if k != "before_s"} if p.get("source") == f"run {run}" else p
-                         for p in refined["points"]]
     write_throughput(refined, path)
     after = dataclasses.replace(cluster, device="measured", throughput=str(path))
-    for p in points:
-        p["after_s"] = predicted_compute_s(cfg, p, after, in_channels=in_channels, classes=classes)
+    shown = [{**p, "before_s": b, "after_s": predicted_compute_s(cfg, p, after, in_channels=in_channels,
+                                                                 classes=classes)}
+             for p, b in zip(points, before_s, strict=True)]
     return {"path": str(path), "run": run, "study": row["study"], "refined": str(profile) if profile else None,
-            "points": json.loads(json.dumps(points)), "fits": refined["fits"]}
+            "points": shown, "fits": refined["fits"]}
 
 
 def fastest_trial(study: optuna.Study, level: float) -> optuna.trial.FrozenTrial:

@@ -28,11 +28,15 @@ def exposed_exchange_s(cfg: RunConfig, phase_index: int, spec: ClusterSpec, *, i
                        classes: int) -> float:
     """Seconds a step of the phase waits for the gradient exchange and BatchNorm's statistics,
     as the wall-time model predicts them on `spec`."""
-    phase = dataclasses.replace(cfg.phases[phase_index], epochs=1)
-    one = dataclasses.replace(cfg, phases=(phase,), noise_scale_every=0)
-    w = predict_wall_time(one, spec, train_images=phase.batch_size * PREDICTED_STEPS, val_images=0, classes=classes,
-                          in_channels=in_channels, startup=False)
+    w = _one_phase_prediction(cfg, cfg.phases[phase_index], spec, in_channels=in_channels, classes=classes)
     return (w.parts["exchange"] + w.parts["sync_bn"]) / max(w.steps, 1)
+
+
+def _one_phase_prediction(cfg: RunConfig, phase, spec: ClusterSpec, *, in_channels: int, classes: int):
+    """The wall-time model's prediction of PREDICTED_STEPS steps of one epoch of `phase` alone."""
+    one = dataclasses.replace(cfg, phases=(dataclasses.replace(phase, epochs=1),), noise_scale_every=0)
+    return predict_wall_time(one, spec, train_images=phase.batch_size * PREDICTED_STEPS, val_images=0,
+                             classes=classes, in_channels=in_channels, startup=False)
 
 
 def run_points(run: dict[str, Any], cfg: RunConfig, cluster: ClusterSpec, *, in_channels: int,
@@ -117,9 +121,7 @@ def predicted_compute_s(cfg: RunConfig, point: dict[str, Any], spec: ClusterSpec
                         classes: int) -> float:
     """The compute seconds of one step at the point's resolution, batch and world on `spec`."""
     phase = next(p for p in cfg.phases if p.resolution == point["resolution"])
-    one = dataclasses.replace(cfg, phases=(dataclasses.replace(phase, epochs=1),), noise_scale_every=0)
     world = point["world"]
     spec = dataclasses.replace(spec, gpus=world, gpus_per_node=world // point["nodes"])
-    w = predict_wall_time(one, spec, train_images=phase.batch_size * PREDICTED_STEPS, val_images=0, classes=classes,
-                          in_channels=in_channels, startup=False)
+    w = _one_phase_prediction(cfg, phase, spec, in_channels=in_channels, classes=classes)
     return w.parts["compute"] / max(w.steps, 1)
