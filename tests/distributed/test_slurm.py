@@ -300,7 +300,9 @@ def test_a_scale_study_runs_each_batch_sizes_search_as_a_job_array(slurm_env, tm
 
 def test_two_slurm_workers_on_postgresql_finish_the_budget_when_one_is_killed_mid_trial(slurm_env, tmp_path) -> None:
     """Bug caught: a killed worker's trial left running for ever (the budget never spent), retried
-    from scratch instead of its checkpoint, or its task ending with it (a worker fewer)."""
+    from scratch instead of its checkpoint, or its task ending with it (a worker fewer). The kill
+    comes once every trial of the budget exists: no worker starts another, so only a worker that
+    watches the others' trials can see its heartbeat missed."""
     import optuna
     from optuna.trial import TrialState
 
@@ -318,6 +320,8 @@ def test_two_slurm_workers_on_postgresql_finish_the_budget_when_one_is_killed_mi
 
         def victim() -> optuna.trial.FrozenTrial | None:
             trials = optuna.load_study(study_name="pg", storage=storage).get_trials(deepcopy=False)
+            if len(trials) < 4:  # the budget not yet spent
+                return None
             return next((t for t in trials if t.state == TrialState.RUNNING and len(t.intermediate_values) >= 2), None)
 
         deadline = time.monotonic() + 300

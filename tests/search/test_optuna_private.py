@@ -12,6 +12,7 @@ from tianfeng.hpo.run.locked_storage import MarkingStorage
 from tianfeng.hpo.run.optuna_private import (
     CREATE_NEW_TRIAL,
     frozen_trial,
+    heartbeating_trials,
     storage_of,
     study_id,
     trial_id,
@@ -48,3 +49,15 @@ def test_a_running_trial_reads_back_as_the_frozen_trial_a_pruner_is_given(tmp_pa
     frozen = frozen_trial(trial)
     assert isinstance(frozen, optuna.trial.FrozenTrial) and frozen.number == trial.number
     assert frozen.state == optuna.trial.TrialState.RUNNING and frozen.user_attrs["rung_values"] == {"0.333": 1.0}
+
+
+def test_the_trials_with_a_heartbeat_are_read_through_optunas_cache(tmp_path) -> None:
+    from tianfeng.hpo.run.study import open_storage
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'h.db'}", heartbeat_s=1, grace_s=2))
+    study.ask()  # running, no heartbeat
+    beating, finished = study.ask(), study.ask()
+    for trial in (beating, finished):
+        storage_of(study).record_heartbeat(trial_id(trial))
+    study.tell(finished, 1.0)
+    assert heartbeating_trials(study) == {beating.number}

@@ -7,13 +7,16 @@ it (tests/search/test_optuna_private.py) fails when an Optuna release moves one 
   running trial as the FrozenTrial a pruner is given (Optuna builds it only inside
   `Trial.should_prune`, which refuses two-objective studies).
 - `RDBStorage._create_new_trial`: the one method Optuna's cache calls for every new trial, which
-  the locked storage wraps to mark a trial with its worker as it starts."""
+  the locked storage wraps to mark a trial with its worker as it starts.
+- The trials with a heartbeat: Optuna reads them only to fail the stale ones; a worker watching
+  the others' trials needs to know which can go stale (a trial whose worker died before its
+  first heartbeat never does)."""
 
 from __future__ import annotations
 
 import optuna
-from optuna.storages import BaseStorage
-from optuna.trial import FrozenTrial
+from optuna.storages import BaseStorage, RDBStorage
+from optuna.trial import FrozenTrial, TrialState
 
 CREATE_NEW_TRIAL = "_create_new_trial"  # RDBStorage's, overridden by locked_storage.MarkingStorage
 
@@ -33,3 +36,27 @@ def trial_id(trial: FrozenTrial | optuna.Trial) -> int:
 def frozen_trial(trial: optuna.Trial) -> FrozenTrial:
     """The running `trial` as its storage holds it now."""
     return storage_of(trial.study).get_trial(trial_id(trial))
+
+
+def rdb_backend(study: optuna.Study) -> RDBStorage | None:
+    """The RDB storage under Optuna's cache, or None for another kind."""
+    storage = storage_of(study)
+    storage = getattr(storage, "_backend", storage)
+    return storage if isinstance(storage, RDBStorage) else None
+
+
+def heartbeating_trials(study: optuna.Study) -> set[int]:
+    """The numbers of the study's running trials that have a heartbeat."""
+    from optuna.storages._rdb import models
+
+    storage = rdb_backend(study)
+    if storage is None:
+        return set()
+    session = storage.scoped_session()
+    try:
+        rows = (session.query(models.TrialModel.number).join(models.TrialHeartbeatModel)
+                .filter(models.TrialModel.study_id == study_id(study),
+                        models.TrialModel.state == TrialState.RUNNING).all())
+        return {number for (number,) in rows}
+    finally:
+        session.close()

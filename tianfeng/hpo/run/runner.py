@@ -21,7 +21,13 @@ from optuna.trial import TrialState
 
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epochs
-from tianfeng.hpo.run.budget import Budget, StopOnRepeatedFailure, finished_count, raise_if_failing
+from tianfeng.hpo.run.budget import (
+    Budget,
+    StopOnRepeatedFailure,
+    finished_count,
+    raise_if_failing,
+    repeated_failure,
+)
 from tianfeng.hpo.run.locked_storage import (
     BudgetReached,
     LockedSQLiteStorage,
@@ -32,6 +38,7 @@ from tianfeng.hpo.run.objective import ProxyObjective
 from tianfeng.hpo.run.optuna_private import storage_of, trial_id
 from tianfeng.hpo.run.progress import StudyProgress
 from tianfeng.hpo.run.registry import make_sampler
+from tianfeng.hpo.run.stale_trials import watch_until_others_end
 from tianfeng.hpo.run.study import (
     open_storage,
     open_study,
@@ -52,10 +59,12 @@ log = logging.getLogger("tianfeng.search")
 
 def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
                progress: StudyProgress | None = None, stream: int = 0, space: SearchSpace | None = None,
-               after_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None) -> None:
-    """One worker: run trials of the study until the budget or the timeout is reached. `space`:
-    the plan's space when this process has already read it; `after_trial`: called after each of
-    its trials, after the budget and the progress bar have seen it."""
+               after_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None,
+               idle: Callable[[optuna.Study], None] | None = None) -> None:
+    """One worker: run trials of the study until the budget or the timeout is reached, then stay
+    while other workers run trials, to continue any whose worker dies. `space`: the plan's space
+    when this process has already read it; `after_trial`: called after each of its trials, after
+    the budget and the progress bar have seen it; `idle`: called every second while it stays."""
     from tianfeng.terminal.logs import setup_logging
 
     if worker > 0:  # a spawned process: set up logging and the worker's share of the cores
@@ -75,8 +84,6 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
                               sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, stream), plan.options.seed),
                               pruner=judge.pruner)
     budget = Budget(plan.options.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
-    if budget.exhausted(study):
-        return
     if isinstance(storage, LockedSQLiteStorage):  # the count checked as each trial starts
         storage.limit(plan.study, budget.exhausted_by)
     ranks = trial_ranks(plan)
@@ -89,9 +96,19 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
     if plan.pause_file:  # before the first trial too: a worker may start while a promoted run trains
         callbacks.append(WaitWhilePaused(Path(plan.pause_file)))
         callbacks[-1].wait()
-    # any error fails the trial, not the search; repeated_failure stops a search that cannot work
-    with contextlib.suppress(BudgetReached), interrupts_through_optuna():
-        study.optimize(objective, timeout=plan.options.timeout_s, callbacks=callbacks, catch=(Exception,))
+    deadline = time.monotonic() + plan.options.timeout_s if plan.options.timeout_s else None
+
+    def run_trials() -> None:
+        if budget.exhausted(study) or (deadline is not None and time.monotonic() >= deadline):
+            return
+        # any error fails the trial, not the search; repeated_failure stops a search that cannot work
+        with contextlib.suppress(BudgetReached), interrupts_through_optuna():
+            study.optimize(objective, timeout=None if deadline is None else deadline - time.monotonic(),
+                           callbacks=callbacks, catch=(Exception,))
+
+    run_trials()
+    if not repeated_failure(study, plan.options.failure_limit):  # a search that cannot work ends here
+        watch_until_others_end(study, run_trials, deadline=deadline, idle=idle)
 
 
 class WaitWhilePaused:
@@ -158,7 +175,7 @@ def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: Sea
             _run_with_exclusive(plan, workers, study, space, bar, stream, between_trials)
         elif workers <= 1:
             try:
-                run_worker(plan, progress=bar, stream=stream, space=space)
+                run_worker(plan, progress=bar, stream=stream, space=space, idle=bar.update)
             except KeyboardInterrupt:  # this process was the worker: none of its trials still runs
                 requeue_interrupted(plan.options.storage, plan.study, dead_workers={worker_id()})
                 raise
@@ -260,7 +277,8 @@ def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, spa
         try:
             run_due(study)
             _start(procs)
-            run_worker(plan, 0, threads, progress=progress, stream=stream, space=space, after_trial=run_due)
+            run_worker(plan, 0, threads, progress=progress, stream=stream, space=space, after_trial=run_due,
+                       idle=lambda study: (progress.update(study), run_due(study)))
             while any(p.is_alive() for p in procs):
                 raise_if_interrupted()
                 progress.update(study)
@@ -281,7 +299,8 @@ def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, spa
 def _warn_abnormal(procs: list[multiprocessing.Process]) -> None:
     failed = [f"{p.name} ({exit_text(p.exitcode)})" for p in procs if p.exitcode not in (0, None)]
     if failed:
-        log.warning("worker(s) %s exited abnormally; their running trials will be retried on --resume",
+        log.warning("worker(s) %s exited abnormally; their running trials are retried once their heartbeat is "
+                    "missed, by a worker still running or on --resume",
                     ", ".join(failed))
 
 
