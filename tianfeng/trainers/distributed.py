@@ -102,6 +102,14 @@ def all_reduce_max(values: list[float], device: torch.device, ctx: DistContext) 
     return _all_reduce(values, device, ctx, dist.ReduceOp.MAX)
 
 
+def broadcast_buffers(module: torch.nn.Module, ctx: DistContext) -> None:
+    """Rank 0's buffers (BatchNorm's running statistics) onto every rank. DDP broadcasts them at
+    the start of each forward, so after an epoch's last step each rank holds its own update."""
+    if ctx.enabled:
+        for buffer in module.buffers():
+            dist.broadcast(buffer, src=0)
+
+
 def shutdown() -> None:
     """Tear the process groups down together. Left to interpreter exit, gloo's worker threads can
     be destroyed while still joinable, and a rank then aborts ("terminate called without an

@@ -162,9 +162,10 @@ def _wrap_distributed(model: nn.Module, cfg: RunConfig, ctx: dist_utils.DistCont
                                        powersgd_start_step=dcfg.powersgd_start_step, hierarchical=hier)
 
     def wrap(bucket_mb: float, comm) -> nn.Module:
-        # broadcast_buffers stays on: every rank keeps rank 0's BatchNorm statistics, so sharded
-        # evaluation, the checkpoint (rank 0's) and a resumed run agree; it costs one coalesced
-        # broadcast of the buffers per step (about 0.2 MB for ResNet-50)
+        # broadcast_buffers stays on: every rank steps from rank 0's BatchNorm statistics, so the
+        # checkpoint (rank 0's) and a resumed run agree (the epoch's end broadcasts them again
+        # before evaluating); it costs one coalesced broadcast of the buffers per step (about
+        # 0.2 MB for ResNet-50)
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=bucket_mb)
         if dcfg.compression != "none":
@@ -602,6 +603,9 @@ def _end_epoch(run: _Run, phase, sums: _EpochSums) -> EpochMetrics:
         torch.cuda.synchronize()
     train_s = time.perf_counter() - sums.started
     eval_from = time.perf_counter()
+    # every rank evaluates its shard with rank 0's statistics: the model the checkpoint holds,
+    # so a run resumed from a checkpoint after the epoch's last step evaluates as the uncut one
+    dist_utils.broadcast_buffers(run.model, ctx)
     val_loss, top1, top5 = evaluate(run.model, run.data, phase.resolution, run.precision, device, ctx)
     eval_s = time.perf_counter() - eval_from
     loss_sum, loss_count, *terms = dist_utils.all_reduce_sum(
