@@ -10,6 +10,7 @@ from typing import Any
 from tianfeng.cost.exchange import BACKWARD_SHARE, DEFAULT_PRESET, PRESETS, VARIANTS, Cluster, Link
 from tianfeng.cost.step_time import DEVICES, STACKS
 from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.cores import usable_cores
 from tianfeng.trainers.yaml_input import MAX_BYTES
 
 KEYS = ("gpus", "gpus_per_node", "device", "throughput", "images_per_s", "half_batch", "exchange", "overlap",
@@ -59,9 +60,7 @@ class ClusterSpec:
             return self.cpu_cores_per_gpu
         if self.device in DEVICES:
             return DEVICES[self.device].cpu_cores_per_gpu
-        import os
-
-        return max(1.0, (os.cpu_count() or 1) / self.gpus)  # measured: this machine's cores
+        return max(1.0, usable_cores() / self.gpus)  # measured: the cores this process may use
 
     @property
     def nodes(self) -> int:

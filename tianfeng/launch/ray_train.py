@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from tianfeng.launch.ray_cluster import start_or_join
 from tianfeng.launch.scripts import LaunchPlan
 from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.cores import usable_cores
 
 log = logging.getLogger("tianfeng.launch")
 
@@ -50,7 +50,7 @@ def run_with_ray_train(plan: LaunchPlan, run_dir: Path, address: str | None) -> 
     cuda = plan.device == "cuda"
     # one machine: as many logical CPUs as ranks, like torchrun here
     start_or_join(address, env={"OMP_NUM_THREADS": "1"}, log_to_driver=True,
-                  num_cpus=max(plan.world, os.cpu_count() or 1))
+                  num_cpus=max(plan.world, usable_cores()))
     have = ray.cluster_resources().get("GPU" if cuda else "CPU", 0.0)
     if have < plan.world:
         raise ConfigError("--nodes", "", f"{plan.nodes} x {plan.per_node} ranks need {plan.world} "

@@ -53,6 +53,7 @@ from tianfeng.terminal.interrupts import (
     run_quietly,
 )
 from tianfeng.terminal.logs import quiet_optuna
+from tianfeng.trainers.cores import usable_cores
 
 log = logging.getLogger("tianfeng.search")
 
@@ -210,7 +211,7 @@ def new_stream() -> int:
 
 def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress: StudyProgress,
                    stream: int = 0) -> None:
-    procs = _worker_processes(plan, range(1, workers + 1), max(1, (os.cpu_count() or 1) // workers), stream,
+    procs = _worker_processes(plan, range(1, workers + 1), max(1, usable_cores() // workers), stream,
                               worker_gpus(workers, per_worker=trial_ranks(plan)))
     try:
         _start(procs)
@@ -253,7 +254,7 @@ def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, spa
     others from starting a trial (each finishes the one it runs first)."""
     import torch
 
-    cores, before = os.cpu_count() or 1, torch.get_num_threads()
+    cores, before = usable_cores(), torch.get_num_threads()
     threads = max(1, cores // workers)
     with tempfile.TemporaryDirectory(prefix="tianfeng-search-") as folder:
         paused = Path(folder) / "paused"

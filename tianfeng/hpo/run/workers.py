@@ -9,9 +9,8 @@ second of one two-thread trial, and a 12-trial search took 1/1.53 of the wall ti
 
 from __future__ import annotations
 
-import os
-
 from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.cores import usable_cores
 
 MAX_CPU_WORKERS = 8  # beyond this, SQLite's single writer and memory per process start to cost
 
@@ -40,7 +39,7 @@ def resolve_workers(setting: int | str, trials_left: int, *, gpus: int | None = 
         import torch
 
         gpus = torch.cuda.device_count()  # respects CUDA_VISIBLE_DEVICES
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cores()
     left = max(1, trials_left)
     if gpus:
         n = max(1, min(gpus // per_trial, left))

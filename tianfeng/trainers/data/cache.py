@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from rich.progress import Progress
 
+from tianfeng.trainers.cores import usable_cores
 from tianfeng.trainers.data.decode import decode_file, resize_array
 from tianfeng.trainers.data.sources import ImageSource, Split, default_cache_dir
 
@@ -59,7 +60,7 @@ def _decode_into(out: np.ndarray, split: Split, resolution: int, channels: int, 
             return
         chunk = 256
         # PIL releases the GIL while decoding, so threads use every core without pickling
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
             def work(start: int) -> int:
                 for i in range(start, min(start + chunk, n)):
                     out[i] = decode_file(split.files[i], resolution, channels)

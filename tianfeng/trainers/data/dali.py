@@ -14,14 +14,14 @@ from collections.abc import Iterator
 import torch
 
 from tianfeng.trainers.config import ConfigError
+from tianfeng.trainers.cores import usable_cores
 from tianfeng.trainers.data.pipeline import Batch, PipelineBase
 
 
 def dali_threads() -> int:
     """This rank's share of the machine's cores: every rank of a node runs its own pipeline."""
     ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    return max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-               // ranks_here)
+    return max(1, usable_cores() // ranks_here)
 
 
 def _build(files: list[str], labels: list[int], batch: int, resolution: int, channels: int,
