@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -29,6 +29,7 @@ from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.terminal.logs import quiet_optuna
+from tianfeng.trainers.cores import usable_cores
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
 # `tianfeng search --fidelity screen --promote leader` and the options each variant adds
@@ -40,8 +41,9 @@ METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "o
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
 PROMOTE_ETA = 3  # the tianfeng-* methods that promote as trials qualify: ASHA's factor, as in the default pruner
 # a promoted run's threads (tianfeng-leader: `tianfeng search --promote leader` gives it every core)
-RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": os.cpu_count() or 1,
-             **dict.fromkeys(SCREENS, os.cpu_count() or 1)}
+# (None: every core its process may use)
+RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": None,
+             **dict.fromkeys(SCREENS, None)}
 
 
 def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
@@ -262,7 +264,7 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         from pbt import run_pbt
 
         plan, space, study = _random_target_study(directory, method, seed, data, heartbeat=False)
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(usable_cores())
         run_pbt(study, space, Path(plan.runs_root), seed=seed)
     else:
         raise SystemExit(f"unknown method {method!r}; one of {', '.join(METHODS)}")
@@ -277,7 +279,7 @@ def read_back(method: str, directory: Path, t0: float) -> dict:
     compute in core-seconds (trials' wall time x the cores each had, promoted runs' x their threads)."""
     storage = f"sqlite:///{directory}/{method}.db"
     if method not in optuna.get_all_study_names(storage):
-        return {"events": [], "core_s": 0.0, "trials": 0}
+        return {"events": [], "core_s": 0.0, "trials": 0, "process": _process(directory)}
     trials = optuna.load_study(study_name=method, storage=storage).get_trials(deepcopy=False)
     ended = [t for t in trials if t.datetime_start and t.datetime_complete]
     core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get(TrialKey.CORES, 1))
@@ -287,11 +289,18 @@ def read_back(method: str, directory: Path, t0: float) -> dict:
         events = [(_utc(r["updated"]) - t0, r["final_score"]) for r in ended_runs
                   if r["status"] == RunRecordStatus.COMPLETED]
         # a run that diverged, collapsed or failed spent its compute all the same
-        core_s += sum((_utc(r["updated"]) - _utc(r["created"])) * RUN_CORES[method] for r in ended_runs)
+        cores = RUN_CORES[method] or (_process(directory) or {}).get("cores") or usable_cores()
+        core_s += sum((_utc(r["updated"]) - _utc(r["created"])) * cores for r in ended_runs)
     else:
         events = [(t.datetime_complete.timestamp() - t0, t.value) for t in ended
                   if t.state == TrialState.COMPLETE and t.value is not None]
-    return {"events": sorted(events), "core_s": core_s, "trials": len(trials)}
+    return {"events": sorted(events), "core_s": core_s, "trials": len(trials), "process": _process(directory)}
+
+
+def _process(directory: Path) -> dict | None:
+    """The cores and threads the method's process had, as it wrote them at its start."""
+    path = directory / "process.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def main() -> None:
@@ -307,6 +316,10 @@ def main() -> None:
                         datefmt="%H:%M:%S")
     logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
     args.dir.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    # what this process was given to train with, read back with its scores
+    (args.dir / "process.json").write_text(json.dumps({"cores": usable_cores(), "threads": torch.get_num_threads()}))
     with contextlib.suppress(KeyboardInterrupt):  # the protocol's budget is up
         run(args.method, args.seed, args.dir, args.budget_s, data_source(args.data))
 

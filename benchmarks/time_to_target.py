@@ -32,59 +32,136 @@ also drawn to an HTML file), and the compute used.
     python benchmarks/time_to_target.py --budget 12m --seeds 0,1,2 --keep /tmp/ttt --plot ttt.html
     python benchmarks/time_to_target.py --report /tmp/ttt --targets 70,75,80   # the kept runs again
 
-Each result records the machine's host name; `--report` over results of several machines warns
-on stderr, since two VMs of the same kind can train the same recipe at very different speeds.
+Each result records the machine's host name, what trained (the GPU's name or `cpu`) and how
+many method-seeds ran at once; `--report` over results of several such settings warns on stderr,
+since two VMs of the same kind can train the same recipe at very different speeds.
+
+On a machine with a GPU, `--parallel K` runs K method-seeds at once, each pinned to its own 1/K of
+the cores (its workers and threads sized to them), all training on the GPU. On one GPU with 16
+cores, every method and nine seeds of this setting (126 method-seeds without Ray, 135 with it)
+take 8 or 9 rounds of 50 s and a stop each, under 10 minutes. That budget is a plan, not yet a
+measurement: a whole run takes 33-110 s on two CPU cores, and a GPU shared sixteen ways must
+finish several within 50 s for the comparison to mean what the CPU's does:
+
+    python benchmarks/time_to_target.py --parallel 16 --budget 50s --seeds 0,1,2,3,4,5,6,7,8 \
+        --targets 80,82 --keep runs/ttt-gpu
+
+Its times are the GPU's, shared: they pool with each other, not with one-at-a-time CPU results.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
 import platform
+import queue
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common import ROOT, data_source, own_cache, print_table
 from search_methods import METHODS, read_back
 
 from tianfeng.hpo.options import parse_duration
+from tianfeng.trainers.cores import usable_cores
 from tianfeng.trainers.data.sources import default_cache_dir
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
 
-def run_one(method: str, seed: int, root: Path, budget_s: float, data: str, own_caches: bool = True) -> dict:
+def run_one(method: str, seed: int, root: Path, budget_s: float, data: str, own_caches: bool = True,
+            cores: set[int] | None = None, stopping: threading.Event | None = None, parallel: int = 1) -> dict:
     """One method and seed in its own process, stopped at the budget; its scores read back. With
     `own_caches` the process starts with empty compile and layout caches of its own (the data set
-    decoded once and shared), so what it pays does not depend on the runs before it."""
+    decoded once and shared), so what it pays does not depend on the runs before it. With `cores`
+    it runs on those cores alone, its threads and workers sized to them; `stopping` set stops it
+    as Ctrl-C does; `parallel` (how many ran at once) is recorded with the result."""
     directory = root / f"{method}-s{seed}"
     env = dict(os.environ)
     if own_caches:
         data = data_source(data) or data  # the shared copy's path, not one inside the run's own cache
         env["TIANFENG_CACHE"] = str(own_cache(directory / "cache", default_cache_dir()))
         env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    if cores:
+        env["OMP_NUM_THREADS"] = str(len(cores))
     command = [sys.executable, str(ROOT / "benchmarks" / "search_methods.py"), method, "--seed", str(seed),
                "--dir", str(directory), "--budget-s", str(budget_s), "--data", data]
     t0 = time.time()
-    child = subprocess.Popen(command, start_new_session=True, env=env)
+    child = subprocess.Popen(command, start_new_session=True, env=env,
+                             preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
     try:
-        child.wait(timeout=budget_s)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt) as stopped:
+        while child.poll() is None and (left := t0 + budget_s - time.time()) > 0:
+            if stopping is None:
+                time.sleep(min(1.0, left))
+            elif stopping.wait(min(1.0, left)):
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:  # the user's Ctrl-C: the method's own session got none
         _stop(child)
-        if isinstance(stopped, KeyboardInterrupt):  # the user's Ctrl-C: the method's own session got none
-            raise
-    result = {"method": method, "seed": seed, "budget_s": budget_s, "machine": platform.node(),
+        raise
+    if child.poll() is None:
+        _stop(child)
+    result = {"method": method, "seed": seed, "budget_s": budget_s, "started": t0, "machine": platform.node(),
+              "device": device_name(), "parallel": parallel, "cores": len(cores) if cores else usable_cores(),
               **read_back(method, directory, t0)}
     result["events"] = [(t, v) for t, v in result["events"] if t <= budget_s]  # nothing after the budget counts
     (root / f"{method}-s{seed}.json").write_text(json.dumps(result))
     return result
+
+
+def device_name() -> str:
+    """What trains here: the first GPU's name, or `cpu`."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def core_sets(parallel: int) -> list[set[int]]:
+    """The cores this process may use, dealt into `parallel` disjoint sets of equal size."""
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // parallel
+    if share < 1:
+        sys.exit(f"time_to_target: --parallel {parallel} needs at least {parallel} cores; this process may use "
+                 f"{len(cores)}")
+    return [set(cores[i * share:(i + 1) * share]) for i in range(parallel)]
+
+
+def run_all(jobs: list[tuple[str, int]], root: Path, budget_s: float, data: str, own_caches: bool,
+            parallel: int) -> list[dict]:
+    """Every (method, seed) of `jobs`, started in order, `parallel` at a time, each on cores of
+    its own; one Ctrl-C stops them all, the results finished so far kept."""
+    if parallel == 1:
+        return [run_one(m, s, root, budget_s, data, own_caches) for m, s in jobs]
+    free: queue.Queue[set[int]] = queue.Queue()
+    for cores in core_sets(parallel):
+        free.put(cores)
+    stopping = threading.Event()
+
+    def one(job: tuple[str, int]) -> dict:
+        cores = free.get()
+        try:
+            if stopping.is_set():
+                raise KeyboardInterrupt
+            return run_one(*job, root, budget_s, data, own_caches, cores=cores, stopping=stopping, parallel=parallel)
+        finally:
+            free.put(cores)
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = [pool.submit(one, job) for job in jobs]
+        try:
+            return [f.result() for f in futures]
+        except KeyboardInterrupt:
+            stopping.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def _stop(child: subprocess.Popen) -> None:
@@ -130,15 +207,22 @@ def time_spread(times: list[float | None], budget_s: float) -> str:
     return text if len(there) == len(times) else f"{text} ({len(there)}/{len(times)} seeds)"
 
 
+def setting(result: dict) -> str:
+    """Where a result was measured: the host, what trained (older results say neither device nor
+    how many ran at once: one CPU process at a time) and how many method-seeds shared it."""
+    return (f"{result.get('machine') or 'unrecorded'} ({result.get('device', 'cpu')}, "
+            f"{result.get('parallel', 1)} at once)")
+
+
 def mixed_machines(results: list[dict]) -> str | None:
-    """A warning when the results were measured on more than one machine (by host name): the same
-    recipe can train at very different speeds on two VMs of the same kind, so their times do not
-    pool; None when they share one machine."""
-    hosts = sorted({r.get("machine") or "unrecorded" for r in results})
-    if len(hosts) < 2:
+    """A warning when the results were measured in more than one setting (host, device, how
+    many ran at once): the same recipe can train at very different speeds on two VMs of the same
+    kind, so their times do not pool; None when they share one."""
+    settings = sorted({setting(r) for r in results})
+    if len(settings) < 2:
         return None
-    return (f"time_to_target: these results come from {len(hosts)} machines ({', '.join(hosts)}): their times are "
-            "pooled below; compare methods within the results of one machine")
+    return (f"time_to_target: these results come from {len(settings)} settings ({', '.join(settings)}): their times "
+            "are pooled below; compare methods within the results of one")
 
 
 def _methods(results: list[dict]) -> list[str]:
@@ -196,6 +280,9 @@ def main() -> None:
     parser.add_argument("--caches", choices=("own", "shared"), default="own",
                         help="own (default): every method and seed starts with empty compile and layout caches, "
                         "the data set shared; shared: all use the user's cache, so earlier runs' compiles help later ones")
+    parser.add_argument("--parallel", type=int, default=1, metavar="K",
+                        help="run K method-seeds at once, each on its own 1/K of the cores, all sharing the GPU "
+                        "(default 1: one at a time, for CPU figures)")
     parser.add_argument("--keep", type=Path, help="keep every run's database, runs and result here")
     parser.add_argument("--report", type=Path, metavar="DIR", help="run nothing: summarise the runs kept in DIR")
     parser.add_argument("--plot", type=Path, help="write the any-time curves to this HTML file")
@@ -210,13 +297,19 @@ def main() -> None:
         unknown = sorted(set(methods) - set(METHODS))
         if unknown:
             sys.exit(f"time_to_target: unknown method {unknown[0]!r}; one of {', '.join(METHODS)}")
+        if "ray-asha" in methods and importlib.util.find_spec("ray") is None:
+            sys.exit("time_to_target: method 'ray-asha' needs Ray: pip install 'tianfeng[ray]', or leave it out of "
+                     "--methods")
+        if args.parallel < 1:
+            sys.exit(f"time_to_target: --parallel must be 1 or more; got {args.parallel}")
         seeds = [int(s) for s in args.seeds.split(",")]
         budget_s = parse_duration(args.budget)
         with tempfile.TemporaryDirectory() as scratch:
             root = args.keep or Path(scratch)
             root.mkdir(parents=True, exist_ok=True)
             # seeds outermost: a drift of the machine over the hours touches every method alike
-            results = [run_one(m, s, root, budget_s, args.data, args.caches == "own") for s in seeds for m in methods]
+            jobs = [(m, s) for s in seeds for m in methods]
+            results = run_all(jobs, root, budget_s, args.data, args.caches == "own", args.parallel)
     budget = results[0]["budget_s"]
     headers = ("method", "seeds", *(f"time to {t:g}" for t in targets),
                *(f"best at {f * budget / 60:.1f} min" for f in FRACTIONS), "core-hours")

@@ -65,11 +65,15 @@ def test_async_promotion_takes_the_best_unpromoted_trial_of_the_top_third_of_com
     assert next_promotion(trials, {1}, eta=2).number == 4 and next_promotion(trials, {1, 4}, eta=2).number == 2
 
 
-def test_report_warns_when_results_come_from_several_machines() -> None:
+def test_report_warns_when_results_come_from_several_machines_or_settings() -> None:
     one = [{"method": "a", "seed": 0, "machine": "vm-1"}, {"method": "b", "seed": 0, "machine": "vm-1"}]
     assert mixed_machines(one) is None
     warning = mixed_machines([*one, {"method": "a", "seed": 1}, {"method": "a", "seed": 2, "machine": "vm-2"}])
-    assert "3 machines (unrecorded, vm-1, vm-2)" in warning and "\n" not in warning
+    assert "3 settings (unrecorded (cpu, 1 at once), vm-1 (cpu, 1 at once), vm-2 (cpu, 1 at once))" in warning
+    assert "\n" not in warning
+    # one host, but a GPU run of 16 at once does not pool with the CPU's one at a time
+    gpu = {"method": "a", "seed": 3, "machine": "vm-1", "device": "NVIDIA H200", "parallel": 16}
+    assert "vm-1 (NVIDIA H200, 16 at once)" in mixed_machines([*one, gpu])
 
 
 @pytest.mark.alone
@@ -94,4 +98,24 @@ def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -
     again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--report", str(tmp_path),
                             "--targets", "50"], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and again.stdout.splitlines()[-3:] == out.stdout.splitlines()[-5:-2], again.stdout
-    assert "machines" not in again.stderr  # one machine measured them all
+    assert "settings" not in again.stderr  # one machine measured them all
+
+
+@pytest.mark.alone
+@pytest.mark.slow
+def test_parallel_runs_method_seeds_at_once_each_on_its_own_cores(tmp_path: Path) -> None:
+    import optuna
+
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--data", "digits",
+                          "--budget", "20s", "--seeds", "0", "--methods", "one-epoch,optuna-tpe", "--targets", "50",
+                          "--parallel", "2", "--keep", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, second = (json.loads((tmp_path / f"{m}-s0.json").read_text()) for m in ("one-epoch", "optuna-tpe"))
+    assert abs(first["started"] - second["started"]) < 10  # at once, not one after the other's 20 s
+    assert first["parallel"] == second["parallel"] == 2 and first["cores"] == second["cores"] == 1
+    # each method's process saw one core (its affinity) and trained at one thread
+    assert first["process"] == second["process"] == {"cores": 1, "threads": 1}
+    # one-epoch trains in its own process: its trials ran at the one thread of its one core
+    trials = optuna.load_study(study_name="one-epoch",
+                               storage=f"sqlite:///{tmp_path}/one-epoch-s0/one-epoch.db").get_trials()
+    assert trials and {t.user_attrs.get("cores") for t in trials if t.datetime_complete} == {1}
