@@ -58,6 +58,7 @@ import math
 import os
 import platform
 import queue
+import shutil
 import signal
 import statistics
 import subprocess
@@ -137,7 +138,34 @@ def core_sets(parallel: int) -> list[set[int]]:
 def run_all(jobs: list[tuple[str, int]], root: Path, budget_s: float, data: str, own_caches: bool,
             parallel: int) -> list[dict]:
     """Every (method, seed) of `jobs`, started in order, `parallel` at a time, each on cores of
-    its own; one Ctrl-C stops them all, the results finished so far kept."""
+    its own; one Ctrl-C stops them all, the results finished so far kept. A method-seed whose
+    result is already in `root` (a run cut short earlier) is read back, not run again."""
+    done = {job: kept for job in jobs if (kept := kept_result(root, *job, budget_s)) is not None}
+    if done:
+        print(f"time_to_target: {len(done)} of {len(jobs)} method-seeds already in {root}; running the other "
+              f"{len(jobs) - len(done)}", file=sys.stderr)
+    todo = [job for job in jobs if job not in done]
+    for method, seed in todo:  # a run cut before its result was written starts again from nothing
+        shutil.rmtree(root / f"{method}-s{seed}", ignore_errors=True)
+    ran = dict(zip(todo, _run_jobs(todo, root, budget_s, data, own_caches, parallel), strict=True))
+    return [done.get(job) or ran[job] for job in jobs]
+
+
+def kept_result(root: Path, method: str, seed: int, budget_s: float) -> dict | None:
+    """The result of `method` and `seed` kept in `root`, if any; one of another budget is an
+    error, since the summary's budget fractions would mix."""
+    path = root / f"{method}-s{seed}.json"
+    if not path.exists():
+        return None
+    result = json.loads(path.read_text())
+    if result["budget_s"] != budget_s:
+        sys.exit(f"time_to_target: {path} was measured with a {result['budget_s']:g}-s budget, this run asks "
+                 f"{budget_s:g} s: keep it in another folder (--keep)")
+    return result
+
+
+def _run_jobs(jobs: list[tuple[str, int]], root: Path, budget_s: float, data: str, own_caches: bool,
+              parallel: int) -> list[dict]:
     if parallel == 1:
         return [run_one(m, s, root, budget_s, data, own_caches) for m, s in jobs]
     free: queue.Queue[set[int]] = queue.Queue()
@@ -283,7 +311,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1, metavar="K",
                         help="run K method-seeds at once, each on its own 1/K of the cores, all sharing the GPU "
                         "(default 1: one at a time, for CPU figures)")
-    parser.add_argument("--keep", type=Path, help="keep every run's database, runs and result here")
+    parser.add_argument("--keep", type=Path, help="keep every run's database, runs and result here; a method-seed "
+                        "whose result is already there is read back, not run again (a cut benchmark resumes)")
     parser.add_argument("--report", type=Path, metavar="DIR", help="run nothing: summarise the runs kept in DIR")
     parser.add_argument("--plot", type=Path, help="write the any-time curves to this HTML file")
     args = parser.parse_args()

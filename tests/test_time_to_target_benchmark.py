@@ -18,7 +18,7 @@ import optuna  # noqa: E402
 from optuna.distributions import FloatDistribution  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 from search_methods import next_promotion  # noqa: E402
-from time_to_target import best_by, mixed_machines, spread, summarise, time_spread, time_to  # noqa: E402
+from time_to_target import best_by, mixed_machines, run_all, spread, summarise, time_spread, time_to  # noqa: E402
 
 
 def test_time_to_a_target_and_best_so_far_read_the_events_in_time_order() -> None:
@@ -74,6 +74,20 @@ def test_report_warns_when_results_come_from_several_machines_or_settings() -> N
     # one host, but a GPU run of 16 at once does not pool with the CPU's one at a time
     gpu = {"method": "a", "seed": 3, "machine": "vm-1", "device": "NVIDIA H200", "parallel": 16}
     assert "vm-1 (NVIDIA H200, 16 at once)" in mixed_machines([*one, gpu])
+
+
+def test_a_kept_method_seed_is_read_back_not_run_again(tmp_path: Path) -> None:
+    kept = {"method": "optuna-tpe", "seed": 4, "budget_s": 20.0, "events": [[3.0, 61.0]], "core_s": 9.0}
+    (tmp_path / "optuna-tpe-s4.json").write_text(json.dumps(kept))
+    # nothing is started: a run would leave its folder, and digits would take its 20 s
+    assert run_all([("optuna-tpe", 4)], tmp_path, 20.0, "digits", True, parallel=1) == [kept]
+    assert not (tmp_path / "optuna-tpe-s4").exists()
+
+
+def test_a_kept_result_of_another_budget_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "optuna-tpe-s4.json").write_text(json.dumps({"budget_s": 720.0}))
+    with pytest.raises(SystemExit, match=r"optuna-tpe-s4.json was measured with a 720-s budget, this run asks 20 s"):
+        run_all([("optuna-tpe", 4)], tmp_path, 20.0, "digits", True, parallel=1)
 
 
 @pytest.mark.alone
