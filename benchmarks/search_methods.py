@@ -270,8 +270,9 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         raise SystemExit(f"unknown method {method!r}; one of {', '.join(METHODS)}")
 
 
-def _utc(text: str) -> float:
-    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+def utc_seconds(text: str) -> float:
+    """A run record's UTC time (`YYYY-MM-DD HH:MM:SS`, with milliseconds or without) as epoch seconds."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
 
 def read_back(method: str, directory: Path, t0: float) -> dict:
@@ -286,11 +287,11 @@ def read_back(method: str, directory: Path, t0: float) -> dict:
                  for t in ended)
     if method in RUN_CORES:
         ended_runs = [r for r in RunStore(storage).runs(method) if r["status"] != RunRecordStatus.RUNNING]
-        events = [(_utc(r["updated"]) - t0, r["final_score"]) for r in ended_runs
+        events = [(utc_seconds(r["updated"]) - t0, r["final_score"]) for r in ended_runs
                   if r["status"] == RunRecordStatus.COMPLETED]
         # a run that diverged, collapsed or failed spent its compute all the same
         cores = RUN_CORES[method] or (_process(directory) or {}).get("cores") or usable_cores()
-        core_s += sum((_utc(r["updated"]) - _utc(r["created"])) * cores for r in ended_runs)
+        core_s += sum((utc_seconds(r["updated"]) - utc_seconds(r["created"])) * cores for r in ended_runs)
     else:
         events = [(t.datetime_complete.timestamp() - t0, t.value) for t in ended
                   if t.state == TrialState.COMPLETE and t.value is not None]

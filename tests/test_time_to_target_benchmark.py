@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import optuna  # noqa: E402
 from optuna.distributions import FloatDistribution  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
-from search_methods import next_promotion  # noqa: E402
+from search_methods import next_promotion, utc_seconds  # noqa: E402
 from time_to_target import best_by, mixed_machines, run_all, spread, summarise, time_spread, time_to  # noqa: E402
 
 
@@ -74,6 +75,14 @@ def test_report_warns_when_results_come_from_several_machines_or_settings() -> N
     # one host, but a GPU run of 16 at once does not pool with the CPU's one at a time
     gpu = {"method": "a", "seed": 3, "machine": "vm-1", "device": "NVIDIA H200", "parallel": 16}
     assert "vm-1 (NVIDIA H200, 16 at once)" in mixed_machines([*one, gpu])
+
+
+def test_run_records_times_are_read_as_the_run_store_writes_them() -> None:
+    from tianfeng.storage.runs import _now
+
+    written = _now()
+    assert abs(utc_seconds(written) - time.time()) < 5  # to the millisecond, as the run store writes it
+    assert utc_seconds("2026-11-26 10:00:01.250") - utc_seconds("2026-11-26 10:00:00") == pytest.approx(1.25)
 
 
 def test_a_kept_method_seed_is_read_back_not_run_again(tmp_path: Path) -> None:
