@@ -279,8 +279,9 @@ def read_back(method: str, directory: Path, t0: float) -> dict:
     """The run's full-fidelity scores as (seconds since `t0`, score), in time order, and its
     compute in core-seconds (trials' wall time x the cores each had, promoted runs' x their threads)."""
     storage = f"sqlite:///{directory}/{method}.db"
+    process = _process(directory)
     if method not in optuna.get_all_study_names(storage):
-        return {"events": [], "core_s": 0.0, "trials": 0, "process": _process(directory)}
+        return {"events": [], "core_s": 0.0, "trials": 0, "process": process}
     trials = optuna.load_study(study_name=method, storage=storage).get_trials(deepcopy=False)
     ended = [t for t in trials if t.datetime_start and t.datetime_complete]
     core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get(TrialKey.CORES, 1))
@@ -290,12 +291,12 @@ def read_back(method: str, directory: Path, t0: float) -> dict:
         events = [(utc_seconds(r["updated"]) - t0, r["final_score"]) for r in ended_runs
                   if r["status"] == RunRecordStatus.COMPLETED]
         # a run that diverged, collapsed or failed spent its compute all the same
-        cores = RUN_CORES[method] or (_process(directory) or {}).get("cores") or usable_cores()
+        cores = RUN_CORES[method] or (process or {}).get("cores") or usable_cores()
         core_s += sum((utc_seconds(r["updated"]) - utc_seconds(r["created"])) * cores for r in ended_runs)
     else:
         events = [(t.datetime_complete.timestamp() - t0, t.value) for t in ended
                   if t.state == TrialState.COMPLETE and t.value is not None]
-    return {"events": sorted(events), "core_s": core_s, "trials": len(trials), "process": _process(directory)}
+    return {"events": sorted(events), "core_s": core_s, "trials": len(trials), "process": process}
 
 
 def _process(directory: Path) -> dict | None:
