@@ -1,6 +1,6 @@
 """The predicted wall time of a two-node run, every term computed here by hand from the figures
 the model cites or states as its assumptions (V100 throughput and its half-peak batch, memory
-bandwidth, NVLink and InfiniBand links, DALI's CPU rate, start-up and checkpoint figures) and
+bandwidth, NVLink and InfiniBand links, DALI's CPU time, start-up and checkpoint figures) and
 the model's counted FLOPs, layers and parameters: start-up, compute with its fixed part, the
 optimizer's extra passes, the noise-scale steps, the exchange bucket by bucket (NCCL's ring or
 tree, whichever is faster) with what overlaps the backward pass, SyncBN's collectives, data-bound
@@ -14,9 +14,10 @@ import math
 import pytest
 
 from tests.conftest import make_config
-from tianfeng.cost.cluster import ClusterSpec
+from tianfeng.cost.cluster import ClusterSpec, checked
 from tianfeng.cost.step_time import reference_cost, step_cost
-from tianfeng.cost.walltime import predict_wall_time
+from tianfeng.cost.walltime import loader_images_per_s, predict_wall_time
+from tianfeng.trainers.config import ConfigError
 
 MIB = 2**20
 
@@ -46,7 +47,7 @@ def test_a_two_node_prediction_equals_the_hand_calculation(tmp_path, bucket_mb: 
                       optimizer={"name": "lars", "lr": 0.4}, data={"val_batch_size": 50},
                       checkpoint={"every_epochs": 1, "every_steps": 20}, noise_scale_every=8)
     spec = ClusterSpec(gpus=16, gpus_per_node=8, device="v100", exchange="flat", overlap=2 / 3,
-                       cpu_cores_per_gpu=12)
+                       cpu_cores_per_gpu=8)
     got = predict_wall_time(cfg, spec, train_images=10_000, val_images=2_000, classes=10)
 
     # one V100, mixed precision: 1,200 img/s at 256 per GPU, half the peak at 45 per GPU
@@ -84,8 +85,9 @@ def test_a_two_node_prediction_equals_the_hand_calculation(tmp_path, bucket_mb: 
         compute = fixed[r] + per_gpu * per_image[r]
         exposed = max(comm - 2 / 3 * compute, one_bucket)  # all but the last bucket can hide
         busy = compute + optimizer + sync_bn + exposed
-        # DALI's CPU part: 400 img/s per core, 12 cores per GPU here
-        data = per_gpu / (12 * 400)
+        # DALI's CPU part on a V100 (no hardware JPEG decoder): reading and decoding, 6 / 3,293.2 s
+        # an image and core (NVIDIA's 6 DALI threads a GPU kept up with 3,293 img/s), 8 cores here
+        data = per_gpu * (6 / 3293.2) / 8
         wait = max(0.0, data - busy)
         data_bound += wait > 0
         # every 8th step of each epoch runs in two halves: a second fixed part, two gradient
@@ -148,3 +150,37 @@ def test_a_batchnorm_group_pays_small_allreduces_inside_its_node_only(tmp_path) 
     assert got.parts["sync_bn"] == pytest.approx(steps * per_step, rel=1e-9)
     world = sum(_allreduce(4 * (2 * c + 1), 16, 8, 2) + _allreduce(4 * 2 * c, 16, 8, 2) for c in channels)
     assert world > 3 * per_step  # what a group saves over the world's statistics
+
+
+def test_dali_leaves_the_cpu_what_the_hardware_jpeg_decoder_does_not_take(tmp_path) -> None:
+    """DALI's CPU time per image and core: reading, plus the share of the decoding the GPU's
+    hardware decoder does not take. Both parts from NVIDIA's one-node MLPerf runs at 6 DALI
+    threads a GPU: 3,293.2 img/s a GPU with the decoder off (A100), 7,054.7 with 99% on it
+    (H100). Bugs caught: the share ignored (H100's MLPerf runs priced as data-bound), DALI's
+    default share not applied on a device with a decoder, or applied on one without."""
+    decode = (6 / 3293.2 - 6 / 7054.7) / 0.99  # the part a hardware decoder can take
+    read = 6 / 7054.7 - 0.01 * decode
+
+    def rate(**kw) -> float:
+        return loader_images_per_s(checked(ClusterSpec(gpus=8, cpu_cores_per_gpu=4, **kw), "space.yaml"), 224)
+
+    assert rate(device="v100") == pytest.approx(4 / (read + decode), rel=1e-12)  # no decoder: all on the CPU
+    assert rate(device="a100") == pytest.approx(4 / (read + 0.35 * decode), rel=1e-12)  # DALI's default 0.65
+    assert rate(device="a100", hw_decoder_load=0.0) == pytest.approx(4 * 3293.2 / 6, rel=1e-12)
+    assert rate(device="h100", hw_decoder_load=0.99) == pytest.approx(4 * 7054.7 / 6, rel=1e-12)
+
+    # an 8-GPU H100 run on 6 loader cores a GPU, as NVIDIA's: data-bound with the decoder off
+    # (3,293 img/s for the GPU's ~4,900), not at 0.99 (7,055)
+    cfg = make_config(tmp_path, phases=[{"epochs": 1, "resolution": 224, "batch_size": 3200}], model={"name": "resnet50"},
+                      precision={"mode": "bf16"}, data={"val_batch_size": 250})
+    waits = [predict_wall_time(cfg, checked(ClusterSpec(gpus=8, device="h100", cpu_cores_per_gpu=6,
+                                                        hw_decoder_load=h), "space.yaml"),
+                               train_images=64_000, val_images=1_000, classes=1000).parts["data_wait"]
+             for h in (0.0, 0.99)]
+    assert waits[0] > 0 and waits[1] == 0
+
+    for bad, says in ((dict(device="v100", hw_decoder_load=0.5), "v100 has no hardware JPEG decoder"),
+                      (dict(device="a100", hw_decoder_load=1.5), "must be a number >= 0 and <= 1")):
+        with pytest.raises(ConfigError) as err:
+            checked(ClusterSpec(**bad), "space.yaml")
+        assert err.value.key_path == "cluster.hw_decoder_load" and says in err.value.message

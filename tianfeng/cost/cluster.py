@@ -16,7 +16,7 @@ from tianfeng.trainers.yaml_input import MAX_BYTES
 KEYS = ("gpus", "gpus_per_node", "device", "throughput", "images_per_s", "half_batch", "exchange", "overlap",
         "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us", "adapters_per_node",
         "train_images", "memory_gib", "cpu_cores_per_gpu", "loader", "min_per_gpu_batch", "stack",
-        "in_network_reduction")
+        "in_network_reduction", "hw_decoder_load")
 LOADERS = ("dali", "cache", "torch")
 # Half the smallest per-GPU batch among the published GPU records (Goyal et al. 2017: 32 per
 # GPU), above the range where BatchNorm over a GPU's own images loses accuracy fast (Wu & He,
@@ -47,12 +47,25 @@ class ClusterSpec:
     min_per_gpu_batch: int = MIN_PER_GPU_BATCH  # what the shipped spaces sample from (min_per_gpu)
     stack: str = "pytorch"  # the software the full run trains with: a key of step_time.STACKS
     in_network_reduction: bool = False  # the network's switches sum gradients (InfiniBand SHARP)
+    hw_decoder_load: float | None = None  # with loader dali: the share of JPEG decoding the GPU's
+    # hardware decoder takes; None: DALI's default where the device has one (A100, H100), else 0
 
     @property
     def device_memory_gib(self) -> float | None:
         if self.memory_gib is not None:
             return self.memory_gib
         return DEVICES[self.device].memory_gib if self.device in DEVICES else None
+
+    @property
+    def decoder_load(self) -> float:
+        """What DALI gives the hardware JPEG decoder: the key, else DALI's default where the
+        device has a decoder (a measured device is assumed to, as DALI would use it)."""
+        if self.hw_decoder_load is not None:
+            return self.hw_decoder_load
+        from tianfeng.cost.walltime import DALI_HW_DECODER_LOAD
+
+        has = DEVICES[self.device].jpeg_decoder if self.device in DEVICES else True
+        return DALI_HW_DECODER_LOAD if has else 0.0
 
     @property
     def loader_cores(self) -> float:
@@ -198,6 +211,10 @@ def checked(spec: ClusterSpec, source: str, prefix: str = "cluster.") -> Cluster
     if spec.loader not in LOADERS:
         raise fail("loader", f"must be one of {', '.join(LOADERS)}; got {spec.loader!r}")
     integer("min_per_gpu_batch", 1)
+    number("hw_decoder_load", high=1.0, strict=False)
+    if spec.hw_decoder_load and spec.device in DEVICES and not DEVICES[spec.device].jpeg_decoder:
+        raise fail("hw_decoder_load", f"{spec.device} has no hardware JPEG decoder (A100 and H100 do): allowed 0 "
+                                      f"or leave it out; got {spec.hw_decoder_load!r}")
     if spec.stack not in STACKS:
         raise fail("stack", f"must be one of {', '.join(STACKS)}; got {spec.stack!r}")
     if not isinstance(spec.in_network_reduction, bool):

@@ -35,6 +35,7 @@ class DeviceThroughput:
     memory_gb_s: float  # device memory bandwidth, GB/s: what an optimizer step's passes cost
     cpu_cores_per_gpu: float  # the node's CPU cores over its GPUs: the data loaders' share
     node_source: str = ""
+    jpeg_decoder: bool = False  # a hardware JPEG decoder (NVJPG) that DALI's mixed decoder can use
 
 
 # half_batch: A100's and H100's are fitted to MLPerf's logged per-GPU rates at per-GPU batches
@@ -53,7 +54,8 @@ DEVICES: dict[str, DeviceThroughput] = {
                              f"DGX A100 (8x A100 80GB), 1 GPU: 2,470 img/s mixed, 938 img/s TF32; {DLE}",
                              80.0, 2039.0, 16.0,
                              "A100 SXM4 80 GB, 2,039 GB/s HBM2e (NVIDIA A100 datasheet); DGX A100: two 64-core "
-                             "AMD EPYC 7742 for 8 GPUs (NVIDIA DGX A100 datasheet)"),
+                             "AMD EPYC 7742 for 8 GPUs (NVIDIA DGX A100 datasheet); a 5-core hardware JPEG "
+                             "decoder (NVIDIA A100 Tensor Core GPU architecture white paper)", True),
     # no NVIDIA table covers the P100 in this form: its FP32 figure is the V100's scaled by the
     # two datasheets' FP32 peaks (10.6 / 15.7 TFLOPS, SXM2); the P100 has no tensor cores, so
     # mixed precision is taken to buy memory, not speed (an assumption)
@@ -73,7 +75,8 @@ DEVICES: dict[str, DeviceThroughput] = {
                              "performance-analysis, and MLPerf's logs (2.14x on one stack)",
                              80.0, 3350.0, 14.0,
                              "H100 SXM5 80 GB, 3.35 TB/s HBM3 (NVIDIA H100 datasheet); DGX H100: two 56-core "
-                             "Xeon Platinum 8480C for 8 GPUs (NVIDIA DGX H100 datasheet)"),
+                             "Xeon Platinum 8480C for 8 GPUs (NVIDIA DGX H100 datasheet); 7 NVJPG hardware JPEG "
+                             "decoders (NVIDIA H100 Tensor Core GPU datasheet)", True),
 }
 
 
