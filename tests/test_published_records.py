@@ -39,3 +39,34 @@ def test_leaving_a_records_rate_out_changes_only_its_own_fit() -> None:
     assert published_records.predict(small, True)["ratio"] != published_records.predict(small)["ratio"]
     goyal = by_name["Goyal et al. 2017"]
     assert published_records.predict(goyal, True)["ratio"] == published_records.predict(goyal)["ratio"]
+
+
+def _mllog(key: str, t: float, **meta) -> str:
+    import json
+
+    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": int(t * 1000), "event_type": "POINT_IN_TIME",
+                                     "key": key, "value": None, "metadata": meta})
+
+
+def test_the_log_reader_takes_rates_and_boundary_costs_from_an_mllog_file() -> None:
+    """A made-up result file: a 3-s first epoch, then four epochs of 1 s except the block's last
+    (1.5 s), 0.2 s before the second evaluation. Bugs caught: the first epoch in the median, the
+    evaluations counted as training time, the boundary's wait left out, a failed run used."""
+    import mlperf_logs
+
+    epochs = [(0.0, 3.0), (3.2, 4.2), (4.2, 5.2), (5.2, 6.2), (6.2, 7.7)]
+    lines = [_mllog("run_start", 0.0), "noise that is not a log line", ":::MLLOG {broken"]
+    for n, (start, stop) in enumerate(epochs, 1):
+        lines += [_mllog("epoch_start", start, epoch_num=n), _mllog("epoch_stop", stop, epoch_num=n)]
+        if n == 1:
+            lines += [_mllog("eval_start", 3.1), _mllog("eval_stop", 3.2)]
+    lines += [_mllog("eval_start", 7.9), _mllog("eval_stop", 8.0), _mllog("run_stop", 8.0, status="success")]
+    got = mlperf_logs.run_figures("\n".join(lines))
+    images = mlperf_logs.IMAGENET_TRAIN
+    assert got.run_s == 8.0 and got.epochs == 5 and got.evaluations == 2
+    assert got.median_epoch_rate == images / 1.0
+    assert abs(got.span_rate - 4 * images / (7.7 - 3.0 - 0.1)) < 1e-6
+    assert abs(got.first_epoch_extra_s - 2.0) < 1e-9
+    assert abs(got.boundary_extra_s - (0.5 + 0.2)) < 1e-9
+    failed = "\n".join(lines).replace('"status": "success"', '"status": "aborted"')
+    assert mlperf_logs.run_figures(failed) is None

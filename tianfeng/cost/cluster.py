@@ -22,6 +22,7 @@ LOADERS = ("dali", "cache", "torch")
 # GPU), above the range where BatchNorm over a GPU's own images loses accuracy fast (Wu & He,
 # Group Normalization, 2018: ResNet-50 error 23.6% at 32 images per GPU, 34.7% at 2).
 MIN_PER_GPU_BATCH = 16
+DALI_HW_DECODER_LOAD = 0.65  # fn.decoders.image's default share (what tianfeng's DALI loader runs)
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,6 @@ class ClusterSpec:
         device has a decoder (a measured device is assumed to, as DALI would use it)."""
         if self.hw_decoder_load is not None:
             return self.hw_decoder_load
-        from tianfeng.cost.walltime import DALI_HW_DECODER_LOAD
-
         has = DEVICES[self.device].jpeg_decoder if self.device in DEVICES else True
         return DALI_HW_DECODER_LOAD if has else 0.0
 

@@ -86,7 +86,6 @@ DALI_UPPER_S = 6 / 3293.2  # reading + decoding on the CPU
 DALI_HW_UPPER_S = 6 / 7054.7  # reading + 1% of the decoding, at DALI_HW_DECODER_LOAD 0.99
 DALI_DECODE_S = (DALI_UPPER_S - DALI_HW_UPPER_S) / 0.99  # the decoding a hardware decoder can take
 DALI_READ_S = DALI_UPPER_S - DALI_DECODE_S
-DALI_HW_DECODER_LOAD = 0.65  # fn.decoders.image's default share (what tianfeng's DALI loader runs)
 
 PARTS = ("startup", "compute", "optimizer", "noise_scale", "exchange", "sync_bn", "data_wait", "evaluation",
          "checkpoints")
