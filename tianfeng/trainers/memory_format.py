@@ -64,13 +64,21 @@ def choose(setting: str, model: nn.Module, *, device: torch.device, channels: in
     return name, f"measured now: channels_last {speedup:.2f}x the speed of contiguous on this CPU"
 
 
+SAFE_SHORTCUT_CHANNELS = 16  # the fewest input channels of a strided 1x1 convolution seen to train safely
+
+
 def unsafe_channels_last_conv(model: nn.Module) -> str:
-    """Why channels_last must not train `model` on a CPU, or "". oneDNN's AVX2 weight-gradient
-    kernel for a strided 1x1 convolution of 2 to 6 input channels in channels_last corrupts the
-    heap ("double free or corruption", then SIGABRT): seen with torch 2.13.0 and 2.14.1 on an
-    AMD EPYC (Zen 3, AVX2) at one thread, e.g. a ResNet of width 4's first downsampling shortcut."""
+    """Why channels_last must not train `model` on a CPU, or "". oneDNN's weight-gradient kernel
+    for a strided 1x1 convolution of few input channels in channels_last corrupts the heap
+    ("double free or corruption", then SIGABRT), e.g. a narrow ResNet's first downsampling
+    shortcut. Seen with torch 2.13.0 and 2.14.1: on an AMD EPYC with AVX2 (Zen 3) at one thread
+    for 2 to 6 channels; on one with AVX512 at two threads for 2, 6, 8, 12 and 15 channels with an
+    odd batch (77 or 231 images at 16 or 32 px), 3 and 4 passing by chance. 16 to 64 channels
+    passed at batches of 17 to 231 and 8 to 32 px, so every such convolution of fewer than 16
+    is kept contiguous."""
     for name, m in model.named_modules():
-        if isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and max(m.stride) > 1 and 2 <= m.in_channels <= 6:
+        if (isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and max(m.stride) > 1
+                and m.in_channels < SAFE_SHORTCUT_CHANNELS):
             return (f"{name or 'the model'} is a strided 1x1 convolution of {m.in_channels} input channels, which "
                     "oneDNN's CPU kernel cannot train in channels_last without corrupting memory")
     return ""
