@@ -2,9 +2,9 @@
 protocol stops it at the wall-clock budget (Ctrl-C), and read back afterwards from the database
 it leaves: when each full-fidelity score appeared, and the compute every trial and run used.
 
-    python benchmarks/search_methods.py METHOD --seed S --dir D --budget-s B [--data cifar5]
+    python benchmarks/search_methods.py METHOD --seed S --dir D --budget-s B [--data cifar5] [--space FILE]
 
-Every method searches `large_batch.yaml` for accuracy; full fidelity is the space's `target`
+Every method searches `--space` (default `large_batch.yaml`) for accuracy; full fidelity is the space's `target`
 rung. Searching methods run two trials at a time on this 2-core machine, where they can.
 """
 
@@ -46,8 +46,8 @@ RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-
              **dict.fromkeys(SCREENS, None)}
 
 
-def _plan(directory: Path, name: str, seed: int, data: str | None, **changes) -> SearchPlan:
-    plan = SearchPlan.of(objective="accuracy", space_path=str(SPACE), data=data, storage=f"sqlite:///{directory}/{name}.db",
+def _plan(directory: Path, name: str, seed: int, data: str | None, space: Path, **changes) -> SearchPlan:
+    plan = SearchPlan.of(objective="accuracy", space_path=str(space), data=data, storage=f"sqlite:///{directory}/{name}.db",
                       study=name, sampler="tpe", pruner="asha", seed=seed, trials=UNLIMITED_TRIALS, timeout_s=None,
                       runs_dir=str(directory / "runs"), rung="proxy")
     return plan.changed(**changes)
@@ -179,20 +179,20 @@ def _screen_and_finish_leaders(study: optuna.Study, screen_objective, objective,
         study.optimize(objective, n_trials=1, catch=(Exception,))
 
 
-def _random_target_study(directory: Path, method: str, seed: int, data: str | None,
+def _random_target_study(directory: Path, method: str, seed: int, data: str | None, space_path: Path,
                          heartbeat: bool = True) -> tuple[SearchPlan, SearchSpace, optuna.Study]:
     """A study of random recipes at the space's target rung, no priors (ask and tell need no
     heartbeat)."""
     from tianfeng.hpo.run.study import open_study
 
-    plan = _plan(directory, method, seed, data, rung="target", priors=False, sampler="random")
+    plan = _plan(directory, method, seed, data, space_path, rung="target", priors=False, sampler="random")
     space = plan_space(plan)
     study = open_study(plan, space, resume=False, heartbeat=heartbeat)
     study.sampler = optuna.samplers.RandomSampler(seed=seed)
     return plan, space, study
 
 
-def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: str | None):
+def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: str | None, space_path: Path):
     """The one-epoch methods' study (random recipes at the space's target rung, no priors), the
     objective that screens its trials (the engine told they stop after the first epoch, as a
     screening rung tells it, so its compile choice weighs that epoch only; the pruner stops them)
@@ -201,7 +201,7 @@ def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: s
     from tianfeng.hpo.space.materialize import stopping_after
     from tianfeng.trainers.engine import train
 
-    plan, space, study = _random_target_study(directory, method, seed, data)
+    plan, space, study = _random_target_study(directory, method, seed, data, space_path)
     screen = ProxyObjective(space, plan.study, Path(plan.runs_root), "target",
                             trainer=lambda cfg, report: train(stopping_after(cfg, 1), report))
     return study, screen, ProxyObjective(space, plan.study, Path(plan.runs_root), "target")
@@ -221,51 +221,51 @@ def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
         study.optimize(objective, n_trials=1, catch=(Exception,))
 
 
-def run(method: str, seed: int, directory: Path, budget_s: float, data: str | None) -> None:
+def run(method: str, seed: int, directory: Path, budget_s: float, data: str | None, space: Path = SPACE) -> None:
     started = time.monotonic()
     if method == "tianfeng":  # its defaults: TPE, ASHA and priors on proxies, then promote the best
-        plan = _plan(directory, method, seed, data, timeout_s=budget_s * SEARCH_SHARE)
+        plan = _plan(directory, method, seed, data, space, timeout_s=budget_s * SEARCH_SHARE)
         run_search(plan, "auto", resume=False, progress=False)
         _promote_best(plan.options.storage, plan.study, directory)
     elif method in ("tianfeng-async", "tianfeng-pause"):  # full-fidelity runs as trials qualify
-        _search_and_promote(_plan(directory, method, seed, data), directory, pause=method == "tianfeng-pause")
+        _search_and_promote(_plan(directory, method, seed, data, space), directory, pause=method == "tianfeng-pause")
     elif method == "tianfeng-leader":  # the product's own: tianfeng search --promote leader
         import tianfeng
 
-        plan = _plan(directory, method, seed, data)
-        tianfeng.search(SPACE, storage=plan.options.storage, study=method, data=data, objective="accuracy", seed=seed,
+        plan = _plan(directory, method, seed, data, space)
+        tianfeng.search(space, storage=plan.options.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", promote="leader", progress=False)
     elif method in SCREENS:  # tianfeng search --fidelity screen --promote leader
         import tianfeng
 
-        plan = _plan(directory, method, seed, data)
-        tianfeng.search(SPACE, storage=plan.options.storage, study=method, data=data, seed=seed, trials=UNLIMITED_TRIALS,
+        plan = _plan(directory, method, seed, data, space)
+        tianfeng.search(space, storage=plan.options.storage, study=method, data=data, seed=seed, trials=UNLIMITED_TRIALS,
                         runs_dir=directory / "runs", fidelity="screen", promote="leader", progress=False,
                         **{"objective": "accuracy", "sampler": "auto", **SCREENS[method]})
     elif method in ("optuna-tpe", "tpe-hyperband"):
         pruner = "none" if method == "optuna-tpe" else "hyperband"
-        run_search(_plan(directory, method, seed, data, rung="target", priors=False, pruner=pruner), 2, resume=False,
+        run_search(_plan(directory, method, seed, data, space, rung="target", priors=False, pruner=pruner), 2, resume=False,
                    progress=False)
     elif method == "ray-asha":
         from tianfeng.hpo.run.ray_backend import RayOptions, run_ray_search
 
-        run_ray_search(_plan(directory, method, seed, data, rung="target", priors=False, sampler="random"),
+        run_ray_search(_plan(directory, method, seed, data, space, rung="target", priors=False, sampler="random"),
                        RayOptions(cpus_per_trial=1), resume=False)
     elif method == "one-epoch":  # random recipes for one epoch each, then the best finished
-        study, screen_objective, objective = _full_fidelity_random_study(directory, method, seed, data)
+        study, screen_objective, objective = _full_fidelity_random_study(directory, method, seed, data, space)
         study.pruner = AfterFirstEpoch()
         left = budget_s * SEARCH_SHARE - (time.monotonic() - started)
         study.optimize(screen_objective, timeout=max(1.0, left), catch=(Exception,))
         _finish_best_first_epochs(study, objective)
     elif method == "one-epoch-leader":  # one-epoch's screening, --promote leader's timing
-        _screen_and_finish_leaders(*_full_fidelity_random_study(directory, method, seed, data))
+        _screen_and_finish_leaders(*_full_fidelity_random_study(directory, method, seed, data, space))
     elif method == "pbt":  # Population Based Training, one member at a time with every core
         import torch
         from pbt import run_pbt
 
-        plan, space, study = _random_target_study(directory, method, seed, data, heartbeat=False)
+        plan, searched, study = _random_target_study(directory, method, seed, data, space, heartbeat=False)
         torch.set_num_threads(usable_cores())
-        run_pbt(study, space, Path(plan.runs_root), seed=seed)
+        run_pbt(study, searched, Path(plan.runs_root), seed=seed)
     else:
         raise SystemExit(f"unknown method {method!r}; one of {', '.join(METHODS)}")
 
@@ -312,6 +312,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--budget-s", type=float, required=True)
     parser.add_argument("--data", default="cifar5")
+    parser.add_argument("--space", type=Path, default=SPACE, help="the space searched (default large_batch.yaml)")
     args = parser.parse_args()
     quiet_optuna()  # a trial cut by the budget's Ctrl-C is not a traceback
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.method} s{args.seed} %(message)s",
@@ -323,7 +324,7 @@ def main() -> None:
     # what this process was given to train with, read back with its scores
     (args.dir / "process.json").write_text(json.dumps({"cores": usable_cores(), "threads": torch.get_num_threads()}))
     with contextlib.suppress(KeyboardInterrupt):  # the protocol's budget is up
-        run(args.method, args.seed, args.dir, args.budget_s, data_source(args.data))
+        run(args.method, args.seed, args.dir, args.budget_s, data_source(args.data), args.space)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,14 @@ also drawn to an HTML file), and the compute used.
     python benchmarks/time_to_target.py --budget 12m --seeds 0,1,2 --keep /tmp/ttt --plot ttt.html
     python benchmarks/time_to_target.py --report /tmp/ttt --targets 70,75,80   # the kept runs again
 
+`--setting costly` runs the same protocol where whole runs cost what they cost at scale
+against their proxies (benchmarks/ttt_settings.py: the space's target at 32 px, 30-40 epochs, a
+wider net; its space file is written into the run's folder); give it a budget of about six
+whole runs. Each result records its setting, and a kept result of another setting is refused.
+
+    python benchmarks/time_to_target.py --setting costly --budget 45m --seeds 0 \
+        --methods tianfeng,tianfeng-screen,optuna-tpe --targets 80,82 --keep runs/ttt-costly
+
 Each result records the machine's host name, what trained (the GPU's name or `cpu`) and how
 many method-seeds ran at once; `--report` over results of several such settings warns on stderr,
 since two VMs of the same kind can train the same recipe at very different speeds.
@@ -71,6 +79,7 @@ from pathlib import Path
 
 from common import ROOT, data_source, own_cache, print_table
 from search_methods import METHODS, read_back
+from ttt_settings import SETTINGS, space_for
 
 from tianfeng.hpo.options import parse_duration
 from tianfeng.trainers.cores import usable_cores
@@ -80,12 +89,14 @@ FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
 
 def run_one(method: str, seed: int, root: Path, budget_s: float, data: str, own_caches: bool = True,
-            cores: set[int] | None = None, stopping: threading.Event | None = None, parallel: int = 1) -> dict:
+            cores: set[int] | None = None, stopping: threading.Event | None = None, parallel: int = 1,
+            setting: str = "near-best") -> dict:
     """One method and seed in its own process, stopped at the budget; its scores read back. With
     `own_caches` the process starts with empty compile and layout caches of its own (the data set
     decoded once and shared), so what it pays does not depend on the runs before it. With `cores`
     it runs on those cores alone, its threads and workers sized to them; `stopping` set stops it
-    as Ctrl-C does; `parallel` (how many ran at once) is recorded with the result."""
+    as Ctrl-C does; `parallel` (how many ran at once) and `setting` (ttt_settings: the space
+    searched) are recorded with the result."""
     directory = root / f"{method}-s{seed}"
     env = dict(os.environ)
     if own_caches:
@@ -95,7 +106,8 @@ def run_one(method: str, seed: int, root: Path, budget_s: float, data: str, own_
     if cores:
         env["OMP_NUM_THREADS"] = str(len(cores))
     command = [sys.executable, str(ROOT / "benchmarks" / "search_methods.py"), method, "--seed", str(seed),
-               "--dir", str(directory), "--budget-s", str(budget_s), "--data", data]
+               "--dir", str(directory), "--budget-s", str(budget_s), "--data", data,
+               "--space", str(space_for(setting, root))]
     t0 = time.time()
     child = subprocess.Popen(command, start_new_session=True, env=env,
                              preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
@@ -110,7 +122,8 @@ def run_one(method: str, seed: int, root: Path, budget_s: float, data: str, own_
         raise
     if child.poll() is None:
         _stop(child)
-    result = {"method": method, "seed": seed, "budget_s": budget_s, "started": t0, "machine": platform.node(),
+    result = {"method": method, "seed": seed, "budget_s": budget_s, "setting": setting, "started": t0,
+              "machine": platform.node(),
               "device": device_name(), "parallel": parallel, "cores": len(cores) if cores else usable_cores(),
               **read_back(method, directory, t0)}
     result["events"] = [(t, v) for t, v in result["events"] if t <= budget_s]  # nothing after the budget counts
@@ -136,24 +149,25 @@ def core_sets(parallel: int) -> list[set[int]]:
 
 
 def run_all(jobs: list[tuple[str, int]], root: Path, budget_s: float, data: str, own_caches: bool,
-            parallel: int) -> list[dict]:
+            parallel: int, setting: str = "near-best") -> list[dict]:
     """Every (method, seed) of `jobs`, started in order, `parallel` at a time, each on cores of
     its own; one Ctrl-C stops them all, the results finished so far kept. A method-seed whose
     result is already in `root` (a run cut short earlier) is read back, not run again."""
-    done = {job: kept for job in jobs if (kept := kept_result(root, *job, budget_s)) is not None}
+    done = {job: kept for job in jobs if (kept := kept_result(root, *job, budget_s, setting)) is not None}
     if done:
         print(f"time_to_target: {len(done)} of {len(jobs)} method-seeds already in {root}; running the other "
               f"{len(jobs) - len(done)}", file=sys.stderr)
     todo = [job for job in jobs if job not in done]
     for method, seed in todo:  # a run cut before its result was written starts again from nothing
         shutil.rmtree(root / f"{method}-s{seed}", ignore_errors=True)
-    ran = dict(zip(todo, _run_jobs(todo, root, budget_s, data, own_caches, parallel), strict=True))
+    ran = dict(zip(todo, _run_jobs(todo, root, budget_s, data, own_caches, parallel, setting), strict=True))
     return [done.get(job) or ran[job] for job in jobs]
 
 
-def kept_result(root: Path, method: str, seed: int, budget_s: float) -> dict | None:
-    """The result of `method` and `seed` kept in `root`, if any; one of another budget is an
-    error, since the summary's budget fractions would mix."""
+def kept_result(root: Path, method: str, seed: int, budget_s: float, setting: str = "near-best") -> dict | None:
+    """The result of `method` and `seed` kept in `root`, if any; one of another budget or setting
+    is an error, since the summary's budget fractions or spaces would mix (results kept before
+    settings were recorded are of near-best)."""
     path = root / f"{method}-s{seed}.json"
     if not path.exists():
         return None
@@ -161,13 +175,16 @@ def kept_result(root: Path, method: str, seed: int, budget_s: float) -> dict | N
     if result["budget_s"] != budget_s:
         sys.exit(f"time_to_target: {path} was measured with a {result['budget_s']:g}-s budget, this run asks "
                  f"{budget_s:g} s: keep it in another folder (--keep)")
+    if result.get("setting", "near-best") != setting:
+        sys.exit(f"time_to_target: {path} was measured in setting {result.get('setting', 'near-best')!r}, this run "
+                 f"asks {setting!r}: keep it in another folder (--keep)")
     return result
 
 
 def _run_jobs(jobs: list[tuple[str, int]], root: Path, budget_s: float, data: str, own_caches: bool,
-              parallel: int) -> list[dict]:
+              parallel: int, setting: str) -> list[dict]:
     if parallel == 1:
-        return [run_one(m, s, root, budget_s, data, own_caches) for m, s in jobs]
+        return [run_one(m, s, root, budget_s, data, own_caches, setting=setting) for m, s in jobs]
     free: queue.Queue[set[int]] = queue.Queue()
     for cores in core_sets(parallel):
         free.put(cores)
@@ -178,7 +195,8 @@ def _run_jobs(jobs: list[tuple[str, int]], root: Path, budget_s: float, data: st
         try:
             if stopping.is_set():
                 raise KeyboardInterrupt
-            return run_one(*job, root, budget_s, data, own_caches, cores=cores, stopping=stopping, parallel=parallel)
+            return run_one(*job, root, budget_s, data, own_caches, cores=cores, stopping=stopping, parallel=parallel,
+                           setting=setting)
         finally:
             free.put(cores)
 
@@ -305,6 +323,9 @@ def main() -> None:
                         "(default 12m: on a 2-core CPU one full-fidelity run takes 2-5 min)")
     parser.add_argument("--targets", default="70,75,80", help="full-fidelity val top-1 levels to time")
     parser.add_argument("--data", default="cifar5", help="cifar5 (default) or digits (a quick smoke run)")
+    parser.add_argument("--setting", choices=SETTINGS, default="near-best",
+                        help="near-best (default): large_batch.yaml as shipped; costly: its whole runs at 32 px, "
+                        "30-40 epochs, a wider net, far dearer than its proxies (benchmarks/ttt_settings.py)")
     parser.add_argument("--caches", choices=("own", "shared"), default="own",
                         help="own (default): every method and seed starts with empty compile and layout caches, "
                         "the data set shared; shared: all use the user's cache, so earlier runs' compiles help later ones")
@@ -338,12 +359,16 @@ def main() -> None:
             root.mkdir(parents=True, exist_ok=True)
             # seeds outermost: a drift of the machine over the hours touches every method alike
             jobs = [(m, s) for s in seeds for m in methods]
-            results = run_all(jobs, root, budget_s, args.data, args.caches == "own", args.parallel)
+            results = run_all(jobs, root, budget_s, args.data, args.caches == "own", args.parallel, args.setting)
     budget = results[0]["budget_s"]
     headers = ("method", "seeds", *(f"time to {t:g}" for t in targets),
                *(f"best at {f * budget / 60:.1f} min" for f in FRACTIONS), "core-hours")
     data = "cifar5-dev" if args.data == "cifar5" else args.data
-    print_table(f"{data}, full fidelity = large_batch.yaml's target; budget {budget / 60:.1f} min per method "
+    spaces = sorted({r.get("setting", "near-best") for r in results})
+    if len(spaces) > 1:
+        print(f"time_to_target: these results come from {len(spaces)} settings ({', '.join(spaces)}), each its own "
+              "space: report each setting's folder alone", file=sys.stderr)
+    print_table(f"{data}, setting {' + '.join(spaces)} (full fidelity = its space's target); budget {budget / 60:.1f} min per method "
                 f"and seed; median [min, max] over seeds", summarise(results, targets), headers=headers)
     if args.plot:
         plot(results, args.plot)

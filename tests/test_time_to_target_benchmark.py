@@ -142,3 +142,46 @@ def test_parallel_runs_method_seeds_at_once_each_on_its_own_cores(tmp_path: Path
     trials = optuna.load_study(study_name="one-epoch",
                                storage=f"sqlite:///{tmp_path}/one-epoch-s0/one-epoch.db").get_trials()
     assert trials and {t.user_attrs.get("cores") for t in trials if t.datetime_complete} == {1}
+
+
+def test_a_kept_result_of_another_setting_is_refused_in_one_line(tmp_path: Path) -> None:
+    # a result kept before settings were recorded is of the shipped space's setting
+    (tmp_path / "optuna-tpe-s4.json").write_text(json.dumps({"budget_s": 20.0}))
+    with pytest.raises(SystemExit, match=r"optuna-tpe-s4.json was measured in setting 'near-best', this run asks "
+                                         r"'costly': keep it in another folder \(--keep\)$"):
+        run_all([("optuna-tpe", 4)], tmp_path, 20.0, "digits", True, parallel=1, setting="costly")
+
+
+def _compute(space, values: dict, rung: str) -> float:
+    """A rung's training FLOPs over the whole data set (epochs x its data share x FLOPs an image)."""
+    from tianfeng.cost.step_time import step_cost
+    from tianfeng.hpo.space.materialize import build_config
+
+    cfg = build_config(space, values, rung)
+    return sum(p.epochs * cfg.data.fraction * step_cost(cfg.model, p.resolution, 3, 10).flops for p in cfg.phases)
+
+
+def test_the_costly_setting_is_the_shipped_space_with_whole_runs_far_dearer_than_its_proxies(tmp_path: Path) -> None:
+    from ttt_settings import SHIPPED, space_for
+
+    from tianfeng.hpo.space.read import load_space
+
+    assert space_for("near-best", tmp_path) == SHIPPED and not list(tmp_path.iterdir())
+    path = space_for("costly", tmp_path)
+    written = path.read_bytes()
+    assert space_for("costly", tmp_path).read_bytes() == written  # the same space every time: results pool
+    shipped, costly = load_space(SHIPPED), load_space(path)
+    # what the methods search and the rungs they run are the shipped space's: only costs move
+    assert [p.name for p in costly.parameters] == [p.name for p in shipped.parameters]
+    assert set(costly.fidelities) == set(shipped.fidelities) and costly.search_fidelity == shipped.search_fidelity
+    assert [p.name for p in costly.priors] == [p.name for p in shipped.priors]
+    epochs = next(p for p in costly.parameters if p.name == "epochs")
+    assert (epochs.low, epochs.high) == (30, 40)
+    prior = costly.priors[0].params
+    whole = _compute(costly, prior, "target")
+    assert whole >= 30 * _compute(costly, prior, "lowres_half")  # the cheapest useful proxy
+    # a whole run of the same recipe costs 22x the shipped space's: 2.5x the epochs, 4x the pixels and
+    # 2.25x the width's FLOPs (dropping any one of the three falls below 20x)
+    assert whole >= 20 * _compute(shipped, shipped.priors[0].params, "target")
+    with pytest.raises(SystemExit, match="unknown setting 'cheap'; one of near-best, costly"):
+        space_for("cheap", tmp_path)
