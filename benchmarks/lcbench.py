@@ -13,7 +13,10 @@ method's finds; 0 is the best known, 1 the median random configuration.
 
 The surrogate runs in an environment of its own (yahpo-gym 1.0.2 pins numpy<2 and
 ConfigSpace<=0.6.1), made on first use in $TIANFENG_CACHE/yahpo-gym-1.0.2 with pip; DEHB, the
-model-based multi-fidelity peer, runs there too (dehb 0.1.2 works with that ConfigSpace).
+model-based multi-fidelity peer, runs there too (dehb 0.1.2 works with that ConfigSpace). SMAC3's
+multi-fidelity facade (Hyperband with a random forest, `smac-hyperband`) runs in a third
+environment, $TIANFENG_CACHE/smac-2.4.1 (it needs ConfigSpace >= 1.0), asked and told through a
+pipe (lcbench_smac.py). PriorBand (NePS) and ifBO need torch and downloaded weights: not run here.
 
     python benchmarks/lcbench.py --tasks 6 --seeds 10                    # ~10 min
     python benchmarks/lcbench.py --methods tianfeng,optuna-tpe --tasks 2 --seeds 2
@@ -63,6 +66,40 @@ def surrogate_python() -> Path:
                        check=True)
         (venv / "dehb-0.1.2").touch()
     return python
+
+
+def smac_python() -> Path:
+    """The Python of SMAC3's own environment, made on first use."""
+    cache = Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng"))
+    venv = cache / "smac-2.4.1"
+    python = venv / "bin" / "python"
+    if not (venv / "installed").exists():
+        print(f"lcbench: making SMAC3's environment in {venv} (smac 2.4.1, ~1 min)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "smac==2.4.1"], check=True)
+        (venv / "installed").touch()
+    return python
+
+
+class AskTell:
+    """An optimizer in a process of its own, asked for a configuration and a number of epochs and
+    told the accuracy and seconds they cost (lcbench_smac.py's pipe)."""
+
+    def __init__(self, python: Path, script: str) -> None:
+        self._proc = subprocess.Popen([str(python), str(Path(__file__).with_name(script))], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def request(self, message: dict) -> dict:
+        self._proc.stdin.write(json.dumps(message) + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            sys.exit(f"lcbench: the optimizer process ended on {message['op']!r} (exit {self._proc.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self._proc.stdin.close()
+        self._proc.wait()
 
 
 class Surrogate:
@@ -246,6 +283,32 @@ def dehb(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
     return Run(trace["spent"], trace["best"])
 
 
+_smac: list[AskTell] = []  # one SMAC process for the whole benchmark, started on first use
+
+
+def smac_hyperband(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
+    """SMAC3's multi-fidelity facade, charged as DEHB is: each configuration it asks for trains
+    from scratch for the epochs of its rung and costs their time; best is the best 52-epoch
+    accuracy so far."""
+    if not _smac:
+        _smac.append(AskTell(smac_python(), "lcbench_smac.py"))
+    smac = _smac[0]
+    smac.request({"op": "start", "space": surrogate.space, "seed": seed, "epochs": EPOCHS})
+    run, spent, best = Run([], []), 0.0, float("-inf")
+    while spent < budget:
+        job = smac.request({"op": "ask"})
+        curve = surrogate.curves(task, [job["config"]])[0]
+        epochs = min(EPOCHS, job["epochs"])
+        accuracy, seconds = curve["val_accuracy"][epochs - 1], curve["time"][epochs - 1]
+        smac.request({"op": "tell", "accuracy": accuracy, "seconds": seconds})
+        spent += seconds
+        if epochs == EPOCHS:
+            best = max(best, accuracy)
+        run.spent.append(spent)
+        run.best.append(best)
+    return run
+
+
 METHODS: dict[str, Callable] = {
     "tianfeng": optuna_method(lambda seed: (optuna.create_study(
         direction="maximize", sampler=make_sampler("tpe", _space("accuracy"), seed),
@@ -262,6 +325,7 @@ METHODS: dict[str, Callable] = {
     "tianfeng-screen-tpe": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed)),
     "tianfeng-screen-qmc": screen_and_finish_leaders(lambda seed: make_sampler("qmc", _space("accuracy"), seed)),
     "dehb": dehb,
+    "smac-hyperband": smac_hyperband,
     # the pareto search (accuracy against the full run's time): how high its front reaches
     "tianfeng-pareto": optuna_method(lambda seed: (_study(make_sampler("tpe", _space("pareto"), seed), pareto=True),
                                                    "pareto", "tianfeng")),
@@ -319,6 +383,8 @@ def main() -> None:
             print(f"task {task} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     finally:
         surrogate.close()
+        for optimizer in _smac:
+            optimizer.close()
     best_known = {t: max([refs[t][0]] + [max(r.best) for m in runs for task, r, _ in runs[m] if task == t])
                   for t in refs}
 
