@@ -224,7 +224,8 @@ def whole_run_share_table() -> str:
 
 LCBENCH_NAMES = {"tianfeng": "tianfeng's search (TPE, its ASHA rungs and the peer rule)",
                  "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner", "dehb": "DEHB",
-                 "optuna-tpe": "Optuna TPE at full fidelity", "random": "random search at full fidelity"}
+                 "optuna-tpe": "Optuna TPE at full fidelity", "random": "random search at full fidelity",
+                 "smac-hyperband": "SMAC3's multi-fidelity facade (Hyperband, random forest)"}
 
 
 def lcbench_table() -> str:
