@@ -37,7 +37,7 @@ against their proxies (benchmarks/ttt_settings.py: the space's target at 32 px, 
 wider net; its space file is written into the run's folder); give it a budget of about six
 whole runs. Each result records its setting, and a kept result of another setting is refused.
 
-    python benchmarks/time_to_target.py --setting costly --budget 45m --seeds 0 \
+    python benchmarks/time_to_target.py --setting costly --budget 60m --seeds 0 \
         --methods tianfeng,tianfeng-screen,optuna-tpe --targets 80,82 --keep runs/ttt-costly
 
 Each result records the machine's host name, what trained (the GPU's name or `cpu`) and how
