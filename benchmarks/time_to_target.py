@@ -38,7 +38,7 @@ wider net; its space file is written into the run's folder); give it a budget of
 whole runs. Each result records its setting, and a kept result of another setting is refused.
 
     python benchmarks/time_to_target.py --setting costly --budget 60m --seeds 0 \
-        --methods tianfeng,tianfeng-screen,optuna-tpe --targets 80,82 --keep runs/ttt-costly
+        --methods tianfeng,tianfeng-screen,optuna-tpe --targets 84,86 --keep runs/ttt-costly
 
 Each result records the machine's host name, what trained (the GPU's name or `cpu`) and how
 many method-seeds ran at once; `--report` over results of several such settings warns on stderr,
