@@ -343,8 +343,10 @@ def test_the_default_floor_rises_with_the_best_and_keeps_near_chance_recipes_off
     monkeypatch.chdir(tmp_path)
     path = write_space(tmp_path, _space(tiny_space, cluster={"gpus": 8, "gpus_per_node": 8}))
     db = f"sqlite:///{tmp_path}/s.db"
+    # seeded: five unseeded random recipes of this tiny space all ended near chance now and then,
+    # leaving the front empty for a reason this test is not about
     assert main(["search", "--space", str(path), "--storage", db, "--trials", "5", "--objective", "pareto",
-                 "--sampler", "random", "--study", "d"]) == 0
+                 "--sampler", "random", "--study", "d", "--seed", "0"]) == 0
     study = optuna.load_study(study_name="d", storage=db)
     # digits has 10 classes: chance 10%, the default floor 20%, recorded for every worker
     assert study.user_attrs["chance"] == 10.0 and study.user_attrs["min_accuracy"] == 20.0
