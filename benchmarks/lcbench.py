@@ -82,12 +82,13 @@ def smac_python() -> Path:
 
 
 class AskTell:
-    """An optimizer in a process of its own, asked for a configuration and a number of epochs and
-    told the accuracy and seconds they cost (lcbench_smac.py's pipe)."""
+    """A process of another environment behind a pipe: one JSON request a line in, one answer a
+    line out (the surrogate, lcbench_surrogate.py, and SMAC3, lcbench_smac.py)."""
 
-    def __init__(self, python: Path, script: str) -> None:
-        self._proc = subprocess.Popen([str(python), str(Path(__file__).with_name(script))], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    def __init__(self, python: Path, script: str, *args: str) -> None:
+        self._proc = subprocess.Popen([str(python), str(Path(__file__).with_name(script)), *args],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True)
 
     def request(self, message: dict) -> dict:
         self._proc.stdin.write(json.dumps(message) + "\n")
@@ -110,17 +111,13 @@ class Surrogate:
             sys.exit(f"lcbench: needs the LCBench surrogate files in {data} (config_space.json, encoding.json, model.onnx)")
         self._dir = tempfile.TemporaryDirectory()
         (Path(self._dir.name) / "lcbench").symlink_to(data.resolve())
-        self._proc = subprocess.Popen([str(surrogate_python()), str(Path(__file__).with_name("lcbench_surrogate.py")),
-                                       self._dir.name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True)
+        self._pipe = AskTell(surrogate_python(), "lcbench_surrogate.py", self._dir.name)
         described = self._ask({"op": "describe"})
         self.tasks: list[str] = described["tasks"]
         self.space: dict[str, dict] = described["space"]
 
     def _ask(self, request: dict) -> dict:
-        self._proc.stdin.write(json.dumps(request) + "\n")
-        self._proc.stdin.flush()
-        return json.loads(self._proc.stdout.readline())
+        return self._pipe.request(request)
 
     def curves(self, task: str, configs: list[dict]) -> list[dict]:
         return self._ask({"op": "curves", "task": task, "configs": configs})["curves"]
@@ -129,8 +126,7 @@ class Surrogate:
         return self._ask({"op": "dehb", "task": task, "seed": seed, "budget": budget})
 
     def close(self) -> None:
-        self._proc.stdin.close()
-        self._proc.wait()
+        self._pipe.close()
         self._dir.cleanup()
 
 

@@ -20,8 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import optuna
-from common import ROOT, data_source
+from common import data_source
 from optuna.trial import TrialState
+from ttt_settings import SHIPPED
 
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space
 from tianfeng.hpo.run.runner import run_search
@@ -31,7 +32,7 @@ from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.terminal.logs import quiet_optuna
 from tianfeng.trainers.cores import usable_cores
 
-SPACE = ROOT / "search_spaces" / "large_batch.yaml"
+SPACE = SHIPPED  # the near-best setting's space, as shipped
 # `tianfeng search --fidelity screen --promote leader` and the options each variant adds
 TO_75 = {"objective": "time-to-target", "target": 75.0}
 SCREENS = {"tianfeng-screen": {}, "tianfeng-screen-tpe": {"sampler": "tpe"}, "tianfeng-screen-qmc": {"sampler": "qmc"},
