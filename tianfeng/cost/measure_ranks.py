@@ -68,4 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tianfeng.trainers.distributed import exit_rank
+
+    # without the interpreter's teardown: gloo's threads can abort a finished rank there
+    exit_rank(main())
