@@ -39,6 +39,8 @@ whole runs. Each result records its setting, and a kept result of another settin
 
     python benchmarks/time_to_target.py --setting costly --budget 60m --seeds 0 \
         --methods tianfeng,tianfeng-screen,optuna-tpe --targets 84,86 --keep runs/ttt-costly
+    python benchmarks/time_to_target.py --report docs/results/time_to_target_costly --targets 84,86 \
+        --against optuna-tpe   # the kept results, with each method's per-seed ratios over plain TPE's
 
 Each result records the machine's host name, what trained (the GPU's name or `cpu`) and how
 many method-seeds ran at once; `--report` over results of several such settings warns on stderr,
@@ -290,6 +292,43 @@ def summarise(results: list[dict], targets: list[float]) -> list[tuple[str, ...]
     return rows
 
 
+def seed_ratios(results: list[dict], method: str, against: str, target: float) -> list[tuple[int, float, str]]:
+    """Per seed that both ran: `method`'s time to `target` over `against`'s, as (seed, ratio, mark).
+    A side that missed within the budget counts as the budget, so the ratio is a bound: mark `<`
+    where only `against` missed (the true ratio is lower), `>` where only `method` did; a seed
+    where neither reached the target has no ratio."""
+    mine = {r["seed"]: r for r in results if r["method"] == method}
+    theirs = {r["seed"]: r for r in results if r["method"] == against}
+    out = []
+    for seed in sorted(mine.keys() & theirs.keys()):
+        a, b = time_to(mine[seed]["events"], target), time_to(theirs[seed]["events"], target)
+        if a is None and b is None:
+            continue
+        mark = "" if a is not None and b is not None else ("<" if b is None else ">")
+        mine_s = a if a is not None else mine[seed]["budget_s"]
+        theirs_s = b if b is not None else theirs[seed]["budget_s"]
+        out.append((seed, mine_s / theirs_s, mark))
+    return out
+
+
+def ratio_rows(results: list[dict], targets: list[float], against: str) -> list[tuple[str, ...]]:
+    """Every other method against `against`, target by target: the median of the per-seed ratios
+    of times to the target (bounds counted at their bound) and each seed's ratio."""
+    rows = []
+    for method in _methods(results):
+        if method == against:
+            continue
+        for target in targets:
+            ratios = seed_ratios(results, method, against, target)
+            if not ratios:
+                rows.append((method, f"{target:g}", "-", "neither reached it in any seed"))
+                continue
+            median = statistics.median(r for _, r, _ in ratios)
+            rows.append((method, f"{target:g}", f"{median:.2f}",
+                         ", ".join(f"s{seed} {mark}{ratio:.2f}" for seed, ratio, mark in ratios)))
+    return rows
+
+
 def plot(results: list[dict], path: Path) -> None:
     """The any-time curves: each method's median best score so far against time, with the
     range over seeds as a band."""
@@ -336,6 +375,8 @@ def main() -> None:
                         "whose result is already there is read back, not run again (a cut benchmark resumes)")
     parser.add_argument("--report", type=Path, metavar="DIR", help="run nothing: summarise the runs kept in DIR")
     parser.add_argument("--plot", type=Path, help="write the any-time curves to this HTML file")
+    parser.add_argument("--against", metavar="METHOD", help="also print every other method's per-seed ratios of "
+                        "time to each target over this method's (e.g. optuna-tpe)")
     args = parser.parse_args()
     targets = [float(t) for t in args.targets.split(",")]
     if args.report:
@@ -370,6 +411,12 @@ def main() -> None:
               "space: report each setting's folder alone", file=sys.stderr)
     print_table(f"{data}, setting {' + '.join(spaces)} (full fidelity = its space's target); budget {budget / 60:.1f} min per method "
                 f"and seed; median [min, max] over seeds", summarise(results, targets), headers=headers)
+    if args.against:
+        if args.against not in {r["method"] for r in results}:
+            sys.exit(f"time_to_target: --against {args.against}: no results of that method here")
+        print_table(f"time to each target over {args.against}'s in the same seed (below 1: sooner); a side that "
+                    "missed counts as the budget (< or >: a bound)", ratio_rows(results, targets, args.against),
+                    headers=("method", "target", "median ratio", "per seed"))
     if args.plot:
         plot(results, args.plot)
         print(f"\nany-time curves: {args.plot}")

@@ -19,7 +19,17 @@ import optuna  # noqa: E402
 from optuna.distributions import FloatDistribution  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 from search_methods import next_promotion, utc_seconds  # noqa: E402
-from time_to_target import best_by, mixed_machines, run_all, spread, summarise, time_spread, time_to  # noqa: E402
+from time_to_target import (  # noqa: E402
+    best_by,
+    mixed_machines,
+    ratio_rows,
+    run_all,
+    seed_ratios,
+    spread,
+    summarise,
+    time_spread,
+    time_to,
+)
 
 
 def test_time_to_a_target_and_best_so_far_read_the_events_in_time_order() -> None:
@@ -43,6 +53,22 @@ def test_the_summary_gives_median_and_range_over_seeds_and_says_when_a_seed_miss
     assert row[-1] == "2.00 [1.00, 3.00]"
     assert row[3:7] == ("71.00 (1/3 seeds)", "71.50 [71.00, 72.00] (2/3 seeds)", "72.00 [71.00, 73.00]",
                        "72.00 [71.00, 73.00]")
+
+
+def test_per_seed_ratios_divide_each_seeds_time_by_the_baselines_and_mark_a_miss_as_a_bound() -> None:
+    def run(method: str, seed: int, reached_at: float | None) -> dict:
+        return {"method": method, "seed": seed, "budget_s": 100.0,
+                "events": [(5.0, 50.0)] + ([(reached_at, 85.0)] if reached_at is not None else [])}
+
+    results = [run("a", 0, 20.0), run("tpe", 0, 80.0),   # 20 / 80
+               run("a", 1, 50.0), run("tpe", 1, None),   # tpe missed: 50 / 100 at most
+               run("a", 2, None), run("tpe", 2, 40.0),   # a missed: 100 / 40 at least
+               run("a", 3, None), run("tpe", 3, None),   # neither: no ratio
+               run("a", 4, 30.0)]                        # the baseline did not run this seed
+    assert seed_ratios(results, "a", "tpe", 84) == [(0, 0.25, ""), (1, 0.5, "<"), (2, 2.5, ">")]
+    [row] = ratio_rows(results, [84], "tpe")
+    assert row == ("a", "84", "0.50", "s0 0.25, s1 <0.50, s2 >2.50")
+    assert ratio_rows(results, [90], "tpe") == [("a", "90", "-", "neither reached it in any seed")]
 
 
 def _trials(values: list[float | None]) -> list[optuna.trial.FrozenTrial]:
