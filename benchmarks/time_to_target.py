@@ -391,6 +391,8 @@ def main() -> None:
         if "ray-asha" in methods and importlib.util.find_spec("ray") is None:
             sys.exit("time_to_target: method 'ray-asha' needs Ray: pip install 'tianfeng[ray]', or leave it out of "
                      "--methods")
+        if args.against and args.against not in methods:
+            sys.exit(f"time_to_target: --against {args.against}: not one of the methods run ({', '.join(methods)})")
         if args.parallel < 1:
             sys.exit(f"time_to_target: --parallel must be 1 or more; got {args.parallel}")
         seeds = [int(s) for s in args.seeds.split(",")]

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from tianfeng.cost.measure import Grid, fitted_links, measure_rank, profile, write_throughput
 from tianfeng.trainers.config import config_from_dict
+from tianfeng.trainers.distributed import exit_rank
 
 
 def write_request(path: Path, grid: Grid, *, device: str, threads: int, output: Path) -> Path:
@@ -68,7 +69,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from tianfeng.trainers.distributed import exit_rank
-
     # without the interpreter's teardown: gloo's threads can abort a finished rank there
     exit_rank(main())
