@@ -27,7 +27,8 @@ starts with empty compile and layout caches of its own (`--caches own`, the data
 once and shared), as on a fresh machine, so what a run pays does not depend on the runs before it. Reported per
 method, median [min, max] over seeds: the time until a full-fidelity score first reaches each
 target, the best full-fidelity score found by each fraction of the budget (the any-time curve,
-also drawn to an HTML file), and the compute used.
+also drawn to an HTML file), and the compute used. The targets are the setting's near-best ones
+(80 and 82 here) unless `--targets` names others.
 
     python benchmarks/time_to_target.py --budget 12m --seeds 0,1,2 --keep /tmp/ttt --plot ttt.html
     python benchmarks/time_to_target.py --report /tmp/ttt --targets 70,75,80   # the kept runs again
@@ -35,14 +36,15 @@ also drawn to an HTML file), and the compute used.
 `--setting costly` runs the same protocol where whole runs cost what they cost at scale
 against their proxies (benchmarks/ttt_settings.py: the space's target at 32 px, 30-40 epochs, a
 wider net; its space file is written into the run's folder); give it a budget of about six
-whole runs. Each result records its setting, and a kept result of another setting is refused.
+whole runs; its targets are 84 and 86. Each result records its setting, and a kept result of
+another setting is refused.
 
     python benchmarks/time_to_target.py --setting costly --budget 60m --seeds 0 \
-        --methods tianfeng,tianfeng-screen,optuna-tpe --targets 84,86 --keep runs/ttt-costly
-    python benchmarks/time_to_target.py --report docs/results/time_to_target_costly --targets 84,86 \
+        --methods tianfeng,tianfeng-screen,optuna-tpe --keep runs/ttt-costly
+    python benchmarks/time_to_target.py --report docs/results/time_to_target_costly \
         --against optuna-tpe   # the kept results, with each method's per-seed ratios over plain TPE's
 
-Each result records the machine's host name, what trained (the GPU's name or `cpu`) and how
+Each result records the commit, the CPU, the machine's host name, what trained (the GPU's name or `cpu`) and how
 many method-seeds ran at once; `--report` over results of several such settings warns on stderr,
 since two VMs of the same kind can train the same recipe at very different speeds.
 
@@ -79,9 +81,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import ROOT, data_source, own_cache, print_table
+from common import ROOT, data_source, own_cache, print_table, provenance
 from search_methods import METHODS, read_back
-from ttt_settings import SETTINGS, space_for
+from ttt_settings import SETTINGS, TARGETS, space_for
 
 from tianfeng.hpo.options import parse_duration
 from tianfeng.trainers.cores import usable_cores
@@ -124,8 +126,9 @@ def run_one(method: str, seed: int, root: Path, budget_s: float, data: str, own_
         raise
     if child.poll() is None:
         _stop(child)
+    made = provenance()  # the host name stays `machine`, as in results kept before these were recorded
     result = {"method": method, "seed": seed, "budget_s": budget_s, "setting": setting, "started": t0,
-              "machine": platform.node(),
+              "commit": made["commit"], "hardware": made["machine"], "machine": platform.node(),
               "device": device_name(), "parallel": parallel, "cores": len(cores) if cores else usable_cores(),
               **read_back(method, directory, t0)}
     result["events"] = [(t, v) for t, v in result["events"] if t <= budget_s]  # nothing after the budget counts
@@ -360,7 +363,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2", help="seeds, each a different random stream (default 0,1,2)")
     parser.add_argument("--budget", default="12m", help="wall-clock budget of each method and seed: 90s, 12m, 1h "
                         "(default 12m: on a 2-core CPU one full-fidelity run takes 2-5 min)")
-    parser.add_argument("--targets", default="70,75,80", help="full-fidelity val top-1 levels to time")
+    parser.add_argument("--targets", help="full-fidelity val top-1 levels to time (default: the setting's "
+                        f"near-best targets, {'; '.join(f'{k} {a:g},{b:g}' for k, (a, b) in TARGETS.items())})")
     parser.add_argument("--data", default="cifar5", help="cifar5 (default) or digits (a quick smoke run)")
     parser.add_argument("--setting", choices=SETTINGS, default="near-best",
                         help="near-best (default): large_batch.yaml as shipped; costly: its whole runs at 32 px, "
@@ -378,7 +382,6 @@ def main() -> None:
     parser.add_argument("--against", metavar="METHOD", help="also print every other method's per-seed ratios of "
                         "time to each target over this method's (e.g. optuna-tpe)")
     args = parser.parse_args()
-    targets = [float(t) for t in args.targets.split(",")]
     if args.report:
         results = [json.loads(p.read_text()) for p in sorted(args.report.glob("*-s*.json"))]
         if warning := mixed_machines(results):
@@ -403,11 +406,15 @@ def main() -> None:
             # seeds outermost: a drift of the machine over the hours touches every method alike
             jobs = [(m, s) for s in seeds for m in methods]
             results = run_all(jobs, root, budget_s, args.data, args.caches == "own", args.parallel, args.setting)
+    spaces = sorted({r.get("setting", "near-best") for r in results})
+    if args.targets:
+        targets = [float(t) for t in args.targets.split(",")]
+    else:  # a report's results say their setting
+        targets = list(TARGETS[spaces[0] if len(spaces) == 1 else args.setting])
     budget = results[0]["budget_s"]
     headers = ("method", "seeds", *(f"time to {t:g}" for t in targets),
                *(f"best at {f * budget / 60:.1f} min" for f in FRACTIONS), "core-hours")
     data = "cifar5-dev" if args.data == "cifar5" else args.data
-    spaces = sorted({r.get("setting", "near-best") for r in results})
     if len(spaces) > 1:
         print(f"time_to_target: these results come from {len(spaces)} settings ({', '.join(spaces)}), each its own "
               "space: report each setting's folder alone", file=sys.stderr)

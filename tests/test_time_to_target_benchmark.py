@@ -138,6 +138,7 @@ def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -
             result = json.loads((tmp_path / f"{method}-s{seed}.json").read_text())
             times = [t for t, _ in result["events"]]
             assert result["trials"] >= 1 and result["core_s"] > 0 and result["machine"]
+            assert result["commit"] not in ("", "unknown") and "cores" in result["hardware"]  # where it came from
             assert times == sorted(times) and all(0 < t <= 20 for t in times)
             # each run measured compiles and layouts in a cache of its own, the data set's folders shared
             own = tmp_path / f"{method}-s{seed}" / "cache"
@@ -176,6 +177,21 @@ def test_a_kept_result_of_another_setting_is_refused_in_one_line(tmp_path: Path)
     with pytest.raises(SystemExit, match=r"optuna-tpe-s4.json was measured in setting 'near-best', this run asks "
                                          r"'costly': keep it in another folder \(--keep\)$"):
         run_all([("optuna-tpe", 4)], tmp_path, 20.0, "digits", True, parallel=1, setting="costly")
+
+
+def test_a_report_without_targets_times_its_settings_near_best_targets(tmp_path: Path) -> None:
+    from ttt_settings import TARGETS
+
+    for method, events in (("optuna-tpe", [[600.0, 85.0], [900.0, 86.5]]), ("tianfeng-screen", [[300.0, 84.2]])):
+        (tmp_path / f"{method}-s0.json").write_text(json.dumps(
+            {"method": method, "seed": 0, "budget_s": 1200.0, "setting": "costly", "events": events, "core_s": 2400.0}))
+    # the results say their setting: no --setting needed
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--report", str(tmp_path),
+                          "--against", "optuna-tpe"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert TARGETS["costly"] == (84.0, 86.0) and "time to 84" in out.stdout and "time to 86" in out.stdout
+    # screened reached 84 at 300 s against TPE's 600 s; it missed 86, so its ratio is the bound 1200/900
+    assert "s0 0.50" in out.stdout and "s0 >1.33" in out.stdout, out.stdout
 
 
 def _compute(space, values: dict, rung: str) -> float:
