@@ -16,7 +16,10 @@ ConfigSpace<=0.6.1), made on first use in $TIANFENG_CACHE/yahpo-gym-1.0.2 with p
 model-based multi-fidelity peer, runs there too (dehb 0.1.2 works with that ConfigSpace). SMAC3's
 multi-fidelity facade (Hyperband with a random forest, `smac-hyperband`) runs in a third
 environment, $TIANFENG_CACHE/smac-2.4.1 (it needs ConfigSpace >= 1.0), asked and told through a
-pipe (lcbench_smac.py). PriorBand (NePS) and ifBO need torch and downloaded weights: not run here.
+pipe (lcbench_smac.py); Syne Tune's MOBSTER and DyHPO (`mobster`, `dyhpo`: Gaussian processes
+over the learning curves) in a fourth, $TIANFENG_CACHE/syne-tune-0.13.0 (the last release that
+ships them pins numpy < 1.27), through lcbench_synetune.py. PriorBand (NePS) needs a second torch
+build, ifBO and LC-PFN weights downloaded at run time: not run here.
 
     python benchmarks/lcbench.py --tasks 6 --seeds 10                    # ~10 min
     python benchmarks/lcbench.py --methods tianfeng,optuna-tpe --tasks 2 --seeds 2
@@ -68,22 +71,32 @@ def surrogate_python() -> Path:
     return python
 
 
-def smac_python() -> Path:
-    """The Python of SMAC3's own environment, made on first use."""
+def own_python(folder: str, packages: list[str], what: str) -> Path:
+    """The Python of an optimizer's own environment in the cache, made with pip on first use."""
     cache = Path(os.environ.get("TIANFENG_CACHE", Path.home() / ".cache" / "tianfeng"))
-    venv = cache / "smac-2.4.1"
+    venv = cache / folder
     python = venv / "bin" / "python"
     if not (venv / "installed").exists():
-        print(f"lcbench: making SMAC3's environment in {venv} (smac 2.4.1, ~1 min)", file=sys.stderr)
+        print(f"lcbench: making {what} environment in {venv} ({', '.join(packages)}, ~1 min)", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "smac==2.4.1"], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True)
         (venv / "installed").touch()
     return python
 
 
+def smac_python() -> Path:
+    return own_python("smac-2.4.1", ["smac==2.4.1"], "SMAC3's")
+
+
+def synetune_python() -> Path:
+    # 0.13.0: the last release with MOBSTER and DyHPO; its Gaussian processes need scipy and autograd
+    return own_python("syne-tune-0.13.0", ["syne-tune[gpsearchers]==0.13.0", "numpy<1.27"], "Syne Tune's")
+
+
 class AskTell:
     """A process of another environment behind a pipe: one JSON request a line in, one answer a
-    line out (the surrogate, lcbench_surrogate.py, and SMAC3, lcbench_smac.py)."""
+    line out (the surrogate, lcbench_surrogate.py; SMAC3, lcbench_smac.py; Syne Tune,
+    lcbench_synetune.py)."""
 
     def __init__(self, python: Path, script: str, *args: str) -> None:
         self._proc = subprocess.Popen([str(python), str(Path(__file__).with_name(script)), *args],
@@ -305,6 +318,35 @@ def smac_hyperband(surrogate: Surrogate, task: str, seed: int, budget: float) ->
     return run
 
 
+_synetune: list[AskTell] = []  # one Syne Tune process for the whole benchmark, started on first use
+
+
+def synetune(method: str) -> Callable[[Surrogate, str, int, float], Run]:
+    """Syne Tune's scheduler `method` (mobster or dyhpo), one trial at a time: each trial it starts
+    or resumes is reported epoch by epoch until the scheduler stops or pauses it, and costs the
+    time of the epochs it trained (a resumed trial continues from its checkpoint, as Syne Tune's own
+    simulator charges it); best is the best 52-epoch accuracy so far."""
+    def run(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
+        if not _synetune:
+            _synetune.append(AskTell(synetune_python(), "lcbench_synetune.py"))
+        scheduler = _synetune[0]
+        scheduler.request({"op": "start", "method": method, "space": surrogate.space, "seed": seed, "epochs": EPOCHS})
+        out, spent, best, curves = Run([], []), 0.0, float("-inf"), {}
+        while spent < budget:
+            job = scheduler.request({"op": "ask"})
+            if job["new"]:
+                curves[job["trial"]] = surrogate.curves(task, [job["config"]])[0]
+            curve = curves[job["trial"]]
+            trained = scheduler.request({"op": "train", "accuracy": curve["val_accuracy"], "time": curve["time"]})
+            spent += trained["seconds"]
+            if trained["epoch"] == EPOCHS:
+                best = max(best, curve["val_accuracy"][-1])
+            out.spent.append(spent)
+            out.best.append(best)
+        return out
+    return run
+
+
 METHODS: dict[str, Callable] = {
     "tianfeng": optuna_method(lambda seed: (optuna.create_study(
         direction="maximize", sampler=make_sampler("tpe", _space("accuracy"), seed),
@@ -322,6 +364,8 @@ METHODS: dict[str, Callable] = {
     "tianfeng-screen-qmc": screen_and_finish_leaders(lambda seed: make_sampler("qmc", _space("accuracy"), seed)),
     "dehb": dehb,
     "smac-hyperband": smac_hyperband,
+    "mobster": synetune("mobster"),
+    "dyhpo": synetune("dyhpo"),
     # the pareto search (accuracy against the full run's time): how high its front reaches
     "tianfeng-pareto": optuna_method(lambda seed: (_study(make_sampler("tpe", _space("pareto"), seed), pareto=True),
                                                    "pareto", "tianfeng")),
@@ -379,7 +423,7 @@ def main() -> None:
             print(f"task {task} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     finally:
         surrogate.close()
-        for optimizer in _smac:
+        for optimizer in _smac + _synetune:
             optimizer.close()
     best_known = {t: max([refs[t][0]] + [max(r.best) for m in runs for task, r, _ in runs[m] if task == t])
                   for t in refs}
