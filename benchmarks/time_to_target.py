@@ -186,6 +186,11 @@ def kept_result(root: Path, method: str, seed: int, budget_s: float, setting: st
     return result
 
 
+def kept_results(folder: Path) -> list[dict]:
+    """Every method-seed result kept in `folder`."""
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*-s*.json"))]
+
+
 def _run_jobs(jobs: list[tuple[str, int]], root: Path, budget_s: float, data: str, own_caches: bool,
               parallel: int, setting: str) -> list[dict]:
     if parallel == 1:
@@ -383,7 +388,7 @@ def main() -> None:
                         "time to each target over this method's (e.g. optuna-tpe)")
     args = parser.parse_args()
     if args.report:
-        results = [json.loads(p.read_text()) for p in sorted(args.report.glob("*-s*.json"))]
+        results = kept_results(args.report)
         if warning := mixed_machines(results):
             print(warning, file=sys.stderr)
     else:
