@@ -23,6 +23,12 @@ build, ifBO and LC-PFN weights downloaded at run time: not run here.
 
     python benchmarks/lcbench.py --tasks 6 --seeds 10                    # ~10 min
     python benchmarks/lcbench.py --methods tianfeng,optuna-tpe --tasks 2 --seeds 2
+
+`--keep DIR` keeps each method's run on each task and seed as it ends (DIR/<method>/<task>-s<seed>.json)
+and reads it back instead of running it again, so a long comparison stopped part way resumes where
+it stood; the regret is normalised when the table is printed, over every run kept and new.
+
+    python benchmarks/lcbench.py --tasks 12 --seeds 20 --keep runs/lcbench-12x20 --results
 """
 
 from __future__ import annotations
@@ -37,12 +43,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import optuna
-from common import ROOT, add_results_argument, print_table, write_results
+from common import ROOT, add_results_argument, print_table, provenance, write_results
 
 from tianfeng.hpo.judge.past_warmup import PastWarmup
 from tianfeng.hpo.judge.peers import PeerPruner
@@ -386,6 +393,47 @@ def reference(surrogate: Surrogate, task: str, n: int = 400) -> tuple[float, flo
 RESULTS = ROOT / "docs" / "results" / "lcbench.json"
 
 
+class KeptRuns:
+    """Each method's run on a task and seed, kept in `folder` as it ends and read back on a rerun
+    (None: nothing kept). A kept run of another budget is refused: its regret would not compare."""
+
+    def __init__(self, folder: Path | None, budget: float) -> None:
+        self.folder, self.budget = folder, budget
+        self.commit = provenance()["commit"] if folder else ""
+        self.commits: set[str] = set()
+        self.reused = 0
+
+    def path(self, method: str, task: str, seed: int) -> Path:
+        return self.folder / method / f"{task}-s{seed}.json"
+
+    def run(self, method: str, task: str, seed: int, make: Callable[[], Run]) -> Run:
+        if self.folder is None:
+            return make()
+        path = self.path(method, task, seed)
+        if path.exists():
+            kept = json.loads(path.read_text())
+            if kept["budget"] != self.budget:
+                sys.exit(f"lcbench: {path}: budget {kept['budget']:g} median full runs, not --budget {self.budget:g}; "
+                         "give --keep another folder")
+            self.reused += 1
+            self.commits.add(kept["commit"])
+            return Run(kept["spent"], kept["best"])
+        run = make()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".part")  # a run cut while written is not kept
+        partial.write_text(json.dumps({"method": method, "task": task, "seed": seed, "budget": self.budget,
+                                       "commit": self.commit, "spent": run.spent, "best": run.best}))
+        partial.replace(path)
+        self.commits.add(self.commit)
+        return run
+
+    def mixed(self) -> str | None:
+        """A warning when the runs come from more than one commit."""
+        if len(self.commits) > 1:
+            return f"lcbench: the kept runs in {self.folder} come from commits {', '.join(sorted(self.commits))}"
+        return None
+
+
 def summary(table: dict[str, dict[float, list[float]]]) -> dict[str, dict[str, list[float]]]:
     """Per method and budget fraction: the 25th, 50th and 75th percentile of the normalised regret,
     rounded as the docs quote them."""
@@ -402,6 +450,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=float, default=20.0, help="in full runs of a median configuration")
     parser.add_argument("--json", type=Path, default=None, help="also write every run's numbers here")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="keep each run in DIR as it ends and read kept runs back instead of running them again")
     add_results_argument(parser, RESULTS, "each method's median and quartiles")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -410,6 +460,7 @@ def main() -> None:
     if unknown:
         sys.exit(f"lcbench: --methods: unknown {', '.join(unknown)}; allowed: {', '.join(METHODS)}")
     surrogate = Surrogate(DATA)
+    kept = KeptRuns(args.keep, args.budget)
     started = time.perf_counter()
     runs: dict[str, list[tuple[str, Run, float]]] = {m: [] for m in methods}
     refs: dict[str, tuple[float, float, float]] = {}
@@ -419,12 +470,16 @@ def main() -> None:
             budget = args.budget * refs[task][2]
             for seed in range(args.seeds):
                 for method in methods:
-                    runs[method].append((task, METHODS[method](surrogate, task, seed, budget), budget))
-            print(f"task {task} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+                    run = kept.run(method, task, seed, partial(METHODS[method], surrogate, task, seed, budget))
+                    runs[method].append((task, run, budget))
+            print(f"task {task} done ({time.perf_counter() - started:.0f} s"
+                  + (f", {kept.reused} runs read back from {args.keep}" if kept.reused else "") + ")", file=sys.stderr)
     finally:
         surrogate.close()
         for optimizer in _smac + _synetune:
             optimizer.close()
+    if kept.mixed():
+        print(kept.mixed(), file=sys.stderr)
     best_known = {t: max([refs[t][0]] + [max(r.best) for m in runs for task, r, _ in runs[m] if task == t])
                   for t in refs}
 

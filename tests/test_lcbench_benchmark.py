@@ -70,3 +70,36 @@ def test_syne_tune_schedulers_charge_a_resumed_trial_only_the_epochs_it_trains_a
             assert max(at.values()) > 1  # someone was trained past the first rung
     finally:
         pipe.close()
+
+
+@pytest.mark.slow
+def test_lcbench_keeps_each_run_and_reads_kept_runs_back_instead_of_running_them(tmp_path: Path) -> None:
+    keep = tmp_path / "kept"
+
+    def lcbench(*extra: str, budget: str = "4") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(REPO / "benchmarks" / "lcbench.py"), "--tasks", "1", "--seeds", "2",
+                               "--budget", budget, "--methods", "random,tianfeng-screen", "--keep", str(keep), *extra],
+                              capture_output=True, text=True, timeout=600)
+
+    first = lcbench("--json", str(tmp_path / "first.json"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    files = sorted(keep.glob("*/*.json"))
+    assert [(f.parent.name, f.name.rsplit("-s", 1)[1]) for f in files] == [
+        ("random", "0.json"), ("random", "1.json"), ("tianfeng-screen", "0.json"), ("tianfeng-screen", "1.json")]
+    screen_s0 = next(f for f in files if f.parent.name == "tianfeng-screen" and f.name.endswith("-s0.json"))
+    random_s0 = next(f for f in files if f.parent.name == "random" and f.name.endswith("-s0.json"))
+    ran = screen_s0.read_text()
+    screen_s0.unlink()  # as if the benchmark had been stopped before this run ended
+    altered = json.loads(random_s0.read_text())
+    altered.update(best=[float("-inf")] * len(altered["best"]), commit="0000000")  # found nothing, elsewhere
+    random_s0.write_text(json.dumps(altered))
+
+    second = lcbench("--json", str(tmp_path / "second.json"))
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "3 runs read back" in second.stderr and "come from commits 0000000" in second.stderr
+    assert screen_s0.read_text() == ran  # the missing run ran again, as it ran before
+    before, after = (json.loads((tmp_path / name).read_text()) for name in ("first.json", "second.json"))
+    assert before["random"]["1.0"][0] != 1.0 and after["random"]["1.0"][0] == 1.0  # the kept run was read, not rerun
+
+    other = lcbench(budget="5")
+    assert other.returncode != 0 and str(random_s0) in other.stderr and "--budget 5" in other.stderr
