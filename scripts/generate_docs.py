@@ -270,9 +270,13 @@ def time_to_target_costly_table() -> str:
            + " | ".join(f"best at {f * budget / 60:g} min" for f in ttt.FRACTIONS) + " | core-hours |",
            "| --- " * (3 + len(targets) + len(ttt.FRACTIONS)) + "|"]
     out += ["| " + " | ".join([TTT_NAMES.get(row[0], row[0]), *row[1:]]) + " |" for row in ttt.summarise(results, targets)]
-    ratios = ttt.ratio_rows(results, targets, "optuna-tpe")
-    out += [""] + [f"- {TTT_NAMES.get(method, method)} over plain TPE, to {target}: median {median} ({seeds})"
-                   for method, target, median, seeds in ratios]
+    out.append("")
+    present = {r["method"] for r in results}
+    for against in (a for a in ("optuna-tpe", "one-epoch") if a in present):  # plain TPE, then the best peer
+        against_name = "plain TPE" if against == "optuna-tpe" else f"the best peer ({TTT_NAMES[against]})"
+        out += [f"- {TTT_NAMES.get(method, method)} over {against_name}, to {target}: median {median} ({seeds})"
+                for method, target, median, seeds in ttt.ratio_rows(results, targets, against)
+                if against == "optuna-tpe" or method.startswith("tianfeng")]
     runs = sorted({(datetime.datetime.fromtimestamp(r["started"], datetime.UTC).date().isoformat(),
                     r.get("commit", "unrecorded"), f"{r.get('hardware') or str(r['cores']) + ' cores'} (host {r['machine']})")
                    for r in results})
