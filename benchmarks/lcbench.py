@@ -420,10 +420,10 @@ class KeptRuns:
             return Run(kept["spent"], kept["best"])
         run = make()
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".part")  # a run cut while written is not kept
-        partial.write_text(json.dumps({"method": method, "task": task, "seed": seed, "budget": self.budget,
+        part = path.with_suffix(".part")  # a run cut while written is not kept
+        part.write_text(json.dumps({"method": method, "task": task, "seed": seed, "budget": self.budget,
                                        "commit": self.commit, "spent": run.spent, "best": run.best}))
-        partial.replace(path)
+        part.replace(path)
         self.commits.add(self.commit)
         return run
 
