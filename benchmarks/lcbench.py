@@ -478,8 +478,8 @@ def main() -> None:
         surrogate.close()
         for optimizer in _smac + _synetune:
             optimizer.close()
-    if kept.mixed():
-        print(kept.mixed(), file=sys.stderr)
+    if warning := kept.mixed():
+        print(warning, file=sys.stderr)
     best_known = {t: max([refs[t][0]] + [max(r.best) for m in runs for task, r, _ in runs[m] if task == t])
                   for t in refs}
 
