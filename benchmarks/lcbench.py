@@ -259,17 +259,20 @@ def one_epoch_then_best(surrogate: Surrogate, task: str, seed: int, budget: floa
 
 
 def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.BaseSampler],
-                              checked: bool = True) -> Callable:
+                              checked: bool = True, balanced: bool = False) -> Callable:
     """Each configuration scored by its first epochs (the sampler learns from that score); once
     three are scored, each new leader by it is trained whole, continuing from its screen (charged
     the rest of its time), as `tianfeng search --fidelity screen --promote leader` trains it. `checked`: the screen
     lengthens when the whole runs' own curves rank their best unlike it, by the search's own
-    rule (screen_check); unchecked, it stays at one epoch."""
+    rule (screen_check); unchecked, it stays at one epoch. `balanced` (`--promote balanced`): a
+    leader is trained only once the screening so far is at least the whole runs' time with its
+    own (the last whole run's, or before the first its screen's time per epoch times the epochs)."""
     def run(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
         study = optuna.create_study(direction="maximize", sampler=make_sampler_for(seed))
         out, spent, best, length = Run([], []), 0.0, float("-inf"), 1
         promoted: dict[int, list[float]] = {}
         scored: list[tuple[float, int, dict]] = []
+        full_s, last_took = 0.0, None
         while spent < budget:
             trial = study.ask()
             curve = surrogate.curves(task, [suggest(trial, surrogate.space)])[0]
@@ -279,9 +282,11 @@ def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.
             out.spent.append(spent)
             out.best.append(best)
             _, number, leader = max(scored, key=lambda s: (s[0], -s[1]))
-            if len(scored) >= 3 and number not in promoted:
+            expected = last_took if last_took is not None else leader["time"][length - 1] / length * EPOCHS
+            if len(scored) >= 3 and number not in promoted and (not balanced or spent - full_s >= full_s + expected):
                 promoted[number] = leader["val_accuracy"]
-                spent += leader["time"][-1] - leader["time"][length - 1]  # its screen's epochs are done
+                last_took = leader["time"][-1] - leader["time"][length - 1]  # its screen's epochs are done
+                spent, full_s = spent + last_took, full_s + last_took
                 best = max(best, leader["val_accuracy"][-1])
                 out.spent.append(spent)
                 out.best.append(best)
@@ -369,6 +374,8 @@ METHODS: dict[str, Callable] = {
     "tianfeng-screen": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed)),
     "tianfeng-screen-tpe": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed)),
     "tianfeng-screen-qmc": screen_and_finish_leaders(lambda seed: make_sampler("qmc", _space("accuracy"), seed)),
+    "tianfeng-screen-balanced": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed),
+                                                          balanced=True),
     "dehb": dehb,
     "smac-hyperband": smac_hyperband,
     "mobster": synetune("mobster"),

@@ -36,7 +36,8 @@ SPACE = SHIPPED  # the near-best setting's space, as shipped
 # `tianfeng search --fidelity screen --promote leader` and the options each variant adds
 TO_75 = {"objective": "time-to-target", "target": 75.0}
 SCREENS = {"tianfeng-screen": {}, "tianfeng-screen-tpe": {"sampler": "tpe"}, "tianfeng-screen-qmc": {"sampler": "qmc"},
-           "tianfeng-screen-to75": TO_75, "tianfeng-screen-tpe-to75": {"sampler": "tpe", **TO_75}}
+           "tianfeng-screen-to75": TO_75, "tianfeng-screen-tpe-to75": {"sampler": "tpe", **TO_75},
+           "tianfeng-screen-balanced": {"promote": "balanced"}}
 METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe", "tpe-hyperband", "ray-asha",
            "one-epoch", "one-epoch-leader", *SCREENS, "pbt")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
@@ -236,13 +237,13 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         plan = _plan(directory, method, seed, data, space)
         tianfeng.search(space, storage=plan.options.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", promote="leader", progress=False)
-    elif method in SCREENS:  # tianfeng search --fidelity screen --promote leader
+    elif method in SCREENS:  # tianfeng search --fidelity screen --promote leader (or balanced)
         import tianfeng
 
         plan = _plan(directory, method, seed, data, space)
         tianfeng.search(space, storage=plan.options.storage, study=method, data=data, seed=seed, trials=UNLIMITED_TRIALS,
-                        runs_dir=directory / "runs", fidelity="screen", promote="leader", progress=False,
-                        **{"objective": "accuracy", "sampler": "auto", **SCREENS[method]})
+                        runs_dir=directory / "runs", fidelity="screen", progress=False,
+                        **{"objective": "accuracy", "sampler": "auto", "promote": "leader", **SCREENS[method]})
     elif method in ("optuna-tpe", "tpe-hyperband"):
         pruner = "none" if method == "optuna-tpe" else "hyperband"
         run_search(_plan(directory, method, seed, data, space, rung="target", priors=False, pruner=pruner), 2, resume=False,

@@ -16,7 +16,9 @@ rung), scored by the full run's first epoch, each new leader trained whole; tian
 and tianfeng-screen-qmc the same with `--sampler tpe` or `--sampler qmc`, the priors still
 first; tianfeng-screen-to75 the same told its target, `--objective time-to-target --target 75`:
 each full run is the recipe with the least predicted time forecast to reach 75;
-tianfeng-screen-tpe-to75 that with `--sampler tpe`); and pbt (Population Based Training: populations of four random 12-epoch recipes, the
+tianfeng-screen-tpe-to75 that with `--sampler tpe`; tianfeng-screen-balanced with `--promote balanced`: a
+leader's full run waits until the search has screened as long as its full runs will have trained);
+and pbt (Population Based Training: populations of four random 12-epoch recipes, the
 worst member taking over the best's checkpoint and moving its LR, weight decay and trust
 coefficient every 2 epochs, benchmarks/pbt.py). Full fidelity is
 `large_batch.yaml`'s `target` rung.

@@ -244,6 +244,7 @@ def lcbench_table() -> str:
 
 TTT_NAMES = {"tianfeng": "tianfeng's default (proxies, then its best promoted)",
              "tianfeng-screen": "screened search (`--fidelity screen --promote leader`)",
+             "tianfeng-screen-balanced": "screened search, full runs at most half the time (`--promote balanced`)",
              "optuna-tpe": "plain Optuna TPE at full fidelity", "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner",
              "ray-asha": "Ray Tune ASHA", "one-epoch": "one epoch of random recipes, then the best"}
 

@@ -103,3 +103,50 @@ def test_lcbench_keeps_each_run_and_reads_kept_runs_back_instead_of_running_them
 
     other = lcbench(budget="5")
     assert other.returncode != 0 and str(random_s0) in other.stderr and "--budget 5" in other.stderr
+
+
+class _ImprovingCurves:
+    """Learning curves for the benchmark's search loops, each configuration asked better than every
+    one before (so each screen takes the lead); an epoch takes 1.5 s, as in `_curve`."""
+    space = {"lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True}}
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def curves(self, task: str, configs: list[dict]) -> list[dict]:
+        self.asked += len(configs)
+        quality = 1.0 - 1.0 / (self.asked + 1)
+        return [{"val_accuracy": [quality * (1.0 - math.exp(-e / 8)) for e in range(1, 53)],
+                 "time": [1.5 * e for e in range(1, 53)]} for _ in configs]
+
+
+def _balanced_at_every_whole_run(spent: list[float]) -> bool:
+    """Whether, as each whole run was charged, the screening before it was at least the whole
+    runs' time with it (a screen is at most 9 epochs, 13.5 s; a whole run's rest at least 58.5 s)."""
+    screened = full = before = 0.0
+    for at in spent:
+        step, before = at - before, at
+        if step > 20.0:
+            full += step
+            if screened < full:
+                return False
+        else:
+            screened += step
+    return True
+
+
+def test_the_balanced_screen_trains_a_leader_whole_once_the_screening_is_as_long_as_the_whole_runs() -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from lcbench import METHODS
+
+    whole = 52 * 1.5  # a whole run's seconds; a one-epoch screen takes 1.5 and the rest of its run 76.5
+    runs = {method: METHODS[method](_ImprovingCurves(), "task", 0, 8 * whole)
+            for method in ("tianfeng-screen", "tianfeng-screen-balanced")}
+    firsts = {method: next(at for at, best in zip(run.spent, run.best, strict=True) if best > -math.inf)
+              for method, run in runs.items()}
+    assert firsts["tianfeng-screen"] == pytest.approx(3 * 1.5 + whole - 1.5)  # the leader of the first three screens
+    assert firsts["tianfeng-screen-balanced"] == pytest.approx(whole + whole - 1.5)  # 52 screens, then its whole run
+    assert _balanced_at_every_whole_run(runs["tianfeng-screen-balanced"].spent)
+    assert not _balanced_at_every_whole_run(runs["tianfeng-screen"].spent)
+    assert sum(b - a > 20.0 for a, b in zip(runs["tianfeng-screen-balanced"].spent[:-1],
+                                             runs["tianfeng-screen-balanced"].spent[1:], strict=True)) >= 2

@@ -62,7 +62,7 @@ from tianfeng.trainers.yaml_input import read_yaml
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tianfeng.hpo.run.runner import ExclusiveWork
+    from tianfeng.promotion.leaders import LeaderPromotion
 
 
 def search(space: str | Path, options: SearchOptions | None = None, **changes: Any) -> optuna.Study:
@@ -109,8 +109,11 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
         run_ray_search(plan, RayOptions(address=o.ray_address, cpus_per_trial=cpus, gpus_per_trial=o.gpus_per_trial),
                        resume=o.resume)
     else:
-        run_search(plan, o.workers, resume=o.resume, space=loaded, progress=o.progress,
-                   between_trials=_leader_promotion(plan, loaded))
+        promotion = _leader_promotion(plan, loaded)
+        study_obj = run_search(plan, o.workers, resume=o.resume, space=loaded, progress=o.progress,
+                               between_trials=promotion)
+        if promotion is not None:
+            promotion.finish(study_obj)
     study_obj = optuna.load_study(study_name=plan.study, storage=o.storage)
     publish_curves_for(study_obj)  # for optuna-dashboard, when installed
     if o.mlflow:
@@ -120,14 +123,15 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
     return study_obj
 
 
-def _leader_promotion(plan: SearchPlan, space: SearchSpace) -> ExclusiveWork | None:
-    """`--promote leader`'s work between trials, or None."""
+def _leader_promotion(plan: SearchPlan, space: SearchSpace) -> LeaderPromotion | None:
+    """`--promote leader` or `balanced`: the work between trials, or None."""
     if plan.options.promote == "none":
         return None
     from tianfeng.promotion.leaders import LeaderPromotion
 
     return LeaderPromotion(plan.options.storage, plan.study, plan.runs_root,
-                           screen_epochs=space.fidelities[plan.rung].stop_after_epochs, metric=space.objective.metric)
+                           screen_epochs=space.fidelities[plan.rung].stop_after_epochs, metric=space.objective.metric,
+                           balanced=plan.options.promote == "balanced")
 
 
 def promote(trial: int | None = None, options: PromoteOptions | None = None, **changes: Any) -> dict:

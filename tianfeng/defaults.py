@@ -6,7 +6,8 @@ from enum import StrEnum
 # auto: random when the rung screens (see registry.resolve_sampler), else tpe
 SAMPLER_NAMES = ("auto", "tpe", "cmaes", "random", "grid", "qmc")
 PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
-PROMOTION_MODES = ("none", "leader")  # search --promote: none, or each new proxy leader at full fidelity
+# search --promote: none, each new proxy leader at full fidelity, or so with full runs at most half the time
+PROMOTION_MODES = ("none", "leader", "balanced")
 DEFAULT_STORAGE = "sqlite:///tianfeng.db"
 STORAGE_HELP = (f"the study database: a SQLAlchemy URL or a SQLite file path (default {DEFAULT_STORAGE}); "
                 "postgresql://... for many workers or machines")

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import optuna
@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 import tianfeng
 from tests.search.conftest import write_space
 from tianfeng.hpo.run.locked_storage import worker_id
-from tianfeng.promotion.leaders import FIRST_AFTER, LeaderPromotion, proxy_leader
+from tianfeng.promotion.leaders import FIRST_AFTER, LeaderPromotion, full_run_estimate, proxy_leader
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 
 
@@ -115,6 +115,82 @@ def test_a_screen_left_running_holds_the_untrained_best_for_half_a_full_run_at_m
     assert promotion(study) is not None and promotion.promoted == {0, 2}
 
 
+def _screen_took(study: optuna.Study, screen: float, took_s: float, epochs: int = 20, cores: int = 1) -> None:
+    """An accuracy screen of one epoch of a recipe of `epochs` epochs that took `took_s` seconds on `cores` threads."""
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    trial = optuna.create_trial(value=screen, params={"x": 0.5}, distributions=dist,
+                                user_attrs={"score": screen, "cores": cores,
+                                            "config": {"phases": [{"epochs": epochs - 5}, {"epochs": 5}]}},
+                                intermediate_values={1: screen})
+    trial.datetime_start = trial.datetime_complete - timedelta(seconds=took_s)
+    study.add_trial(trial)
+
+
+def test_a_screens_whole_run_is_estimated_from_its_time_per_epoch_scaled_to_the_full_runs_cores() -> None:
+    study = optuna.create_study(direction="maximize")
+    _screen_took(study, 50.0, took_s=10.0, epochs=20, cores=1)
+    _screen_took(study, 50.0, took_s=10.0, epochs=20, cores=2)
+    one_thread, two_threads = study.get_trials()
+    assert full_run_estimate(one_thread, cores=2) == pytest.approx(100.0)  # 10 s x 20 epochs, on twice the threads
+    assert full_run_estimate(two_threads, cores=2) == pytest.approx(200.0)
+    assert full_run_estimate(one_thread, cores=1) == pytest.approx(200.0)
+    assert full_run_estimate(_trial(TrialState.COMPLETE, 50.0), cores=2) is None  # no curve, no config
+
+
+def _balanced(tmp_path: Path, balanced: bool = True) -> tuple[optuna.Study, LeaderPromotion, list[float], list[int]]:
+    """An accuracy screen of three recipes (trial 0 leads, its whole run estimated at 100 s on the
+    2 cores), its clock at the search's start, its full runs taking 100 s of that clock."""
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    study.set_user_attr("objective_mode", "accuracy")
+    for screen in (50.0, 45.0, 48.0):
+        _screen_took(study, screen, took_s=10.0)
+    now, trained = [1000.0], []
+    promotion = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0],
+                                balanced=balanced, cores=2)
+
+    def full_run(number: int) -> None:  # what a promotion leaves: its run record, 100 s later
+        now[0] += 100.0
+        trained.append(number)
+        _full_run(promotion.store, tmp_path, number, [50.0, 60.0, 70.0, 75.0], took_s=100.0)
+
+    promotion._promote = full_run
+    return study, promotion, now, trained
+
+
+def test_balanced_a_leaders_full_run_waits_until_the_search_has_screened_as_long_as_its_full_runs_will_train(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    study, promotion, now, trained = _balanced(tmp_path)
+    now[0] += 99.0  # screened 99 s; trial 0's whole run is estimated at 100 s
+    with caplog.at_level("INFO", logger="tianfeng.promote"):
+        assert promotion(study) is None and promotion(study) is None and promotion.promoted == set()
+    assert sum("trial 0 leads; its full run waits" in r.message for r in caplog.records) == 1  # logged once
+    now[0] += 1.0
+    work = promotion(study)
+    assert work is not None and promotion.promoted == {0}
+    work()
+    assert trained == [0]
+    _screen_took(study, 60.0, took_s=10.0)  # trial 3 takes the lead
+    now[0] += 99.0  # screened 199 s in all: full runs took 100 s and the next one is to take 100 s more
+    assert promotion(study) is None
+    now[0] += 1.0
+    assert promotion(study) is not None and promotion.promoted == {0, 3}
+
+
+def test_unbalanced_the_leader_is_trained_at_once(tmp_path: Path) -> None:
+    study, promotion, _, _ = _balanced(tmp_path, balanced=False)
+    assert promotion(study) is not None and promotion.promoted == {0}
+
+
+def test_balanced_the_leader_still_waiting_when_the_search_ends_is_trained_then(tmp_path: Path) -> None:
+    study, promotion, now, trained = _balanced(tmp_path)
+    assert promotion(study) is None
+    promotion.finish(study)
+    assert trained == [0] and promotion.promoted == {0}
+    promotion.finish(study)  # nothing left to train
+    assert trained == [0]
+
+
 def _leaders_in_order(trials: list[optuna.trial.FrozenTrial]) -> list[int]:
     """Each trial that took the lead, in the order the trials ended, once three were complete."""
     leaders, complete = [], []
@@ -175,6 +251,25 @@ def test_other_workers_start_no_trial_while_a_promoted_run_trains(tmp_path: Path
     for run in runs:
         start, end = _utc(run["created"]), _utc(run["updated"])
         assert not [t.number for t in trials if start < _second(t.datetime_start) < end]
+
+
+@pytest.mark.slow
+def test_a_balanced_screening_search_holds_its_first_full_run_back_and_ends_with_its_leaders_full_run(
+        tmp_path: Path, tiny_space: dict, caplog: pytest.LogCaptureFixture) -> None:
+    tiny_space["base"]["phases"][0]["epochs"] = 60  # a whole run as long as 60 screens: longer than the search
+    tiny_space["fidelities"]["screen"] = {"stop_after_epochs": 1}
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    with caplog.at_level("INFO", logger="tianfeng.promote"):
+        study = tianfeng.search(write_space(tmp_path, tiny_space), storage=storage, study="balanced", fidelity="screen",
+                                trials=6, workers=1, seed=2, runs_dir=tmp_path / "runs", promote="balanced",
+                                progress=False)
+    assert "leads; its full run waits until the search has screened" in caplog.text
+    runs = RunStore(storage).runs("balanced")
+    assert runs and all(r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED for r in runs)
+    first_run = _utc(runs[0]["created"])  # the first leader (after 3 screens) waited for more screens
+    assert sum(_second(t.datetime_complete) <= first_run for t in study.get_trials()) > FIRST_AFTER
+    # the leader still waiting when the trials ran out was trained then: nothing is left to promote
+    assert LeaderPromotion(storage, "balanced", tmp_path / "runs", screen_epochs=1)(study) is None
 
 
 def _cli(*args: str) -> list[str]:

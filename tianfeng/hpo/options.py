@@ -99,7 +99,9 @@ class SearchOptions(SubmitOptions):
     promote: str = option("none", f"leader: once {LEADER_AFTER} trials are complete, train each new leader at full "
                           "fidelity (as tianfeng promote does) while the other workers wait, so the search ends "
                           "with its best trial's full run (with --fidelity screen: the trial whose full run is "
-                          "forecast to end best); none: proxy trials only", choices=PROMOTION_MODES)
+                          "forecast to end best); balanced: the same, but a leader's full run waits until the "
+                          "search has screened at least as long as its full runs will have trained, so they take at "
+                          "most half its time; none: proxy trials only", choices=PROMOTION_MODES)
     resume: bool = option(False, "continue an existing study")
     seed: int = option(0, "the sampler's seed (with --workers 1 a search repeats exactly)")
     runs_dir: str | Path = option("runs", "where trial run directories go")

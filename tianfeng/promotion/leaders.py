@@ -12,7 +12,14 @@ least predicted time whose forecast reaches the target (screen_target); until a 
 the target, the best untrained forecast is trained too whenever the search has screened as long as
 its last full run took without a new leader, so full runs keep at least half the time. That choice
 first waits for the screens already running when the wait ran out: they are paid for, end within
-a screen's time, and one of them may be the leader."""
+a screen's time, and one of them may be the leader.
+
+`--promote balanced` keeps that timing but gives full runs at most half of the search's time: a
+new leader's full run waits until the search has screened at least as long as its full runs will
+have trained once this one ends (the last full run's time, or before the first one, the leader's
+screen scaled to its whole run: `full_run_estimate`). The leader may change while it waits, and
+the search screens many recipes before its first full run rather than training the best of the
+first few."""
 
 from __future__ import annotations
 
@@ -29,8 +36,10 @@ from tianfeng.hpo.judge.scores import best_among, completed, maximizing, mode_of
 from tianfeng.hpo.judge.screen_check import check_screen, screen_length, screened_alike
 from tianfeng.hpo.judge.screen_forecast import forecast, gain_slope
 from tianfeng.hpo.judge.screen_target import fastest_to_target, untrained_best
+from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.promotion.run import promote
 from tianfeng.storage.runs import RunRecordStatus, RunStore
+from tianfeng.trainers.cores import usable_cores
 
 log = logging.getLogger("tianfeng.promote")
 FIRST_AFTER = LEADER_AFTER
@@ -55,6 +64,19 @@ def _last_took(runs: list[dict]) -> float | None:
     """The training time of the last completed full run in `runs` (its last epoch's elapsed_s)."""
     timed = [r for r in _completed_full_runs(runs) if r["epochs"] and r["epochs"][-1].get("elapsed_s") is not None]
     return max(timed, key=lambda r: (r["updated"], r["id"]))["epochs"][-1]["elapsed_s"] if timed else None
+
+
+def full_run_estimate(trial: FrozenTrial, cores: int) -> float | None:
+    """Seconds a screened trial's whole run would take on `cores` threads: its screen's time per
+    epoch screened, times its run's epochs, scaled from the threads it screened on (the screen's
+    start-up counts as training, so this errs long; a proxy trial's figures are its proxy's, so
+    there it errs short); None without the figures."""
+    epochs = [p.get("epochs") for p in (trial.user_attrs.get(TrialKey.CONFIG) or {}).get("phases", [])]
+    screened = len(trial.intermediate_values)  # the epochs it reported
+    if trial.duration is None or not screened or not epochs or not all(isinstance(e, int) for e in epochs):
+        return None
+    threads = trial.user_attrs.get(TrialKey.CORES) or cores
+    return trial.duration.total_seconds() / screened * sum(epochs) * min(1.0, threads / max(1, cores))
 
 
 def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER, screen_epochs: int | None = None,
@@ -102,10 +124,15 @@ class LeaderPromotion:
     the full runs' curves (`metric`), see screen_check. A time-to-target screening study none of
     whose full runs has reached the target yet also trains its best untrained forecast once the
     screening since the last full run (`clock`'s seconds) has lasted as long as that run took, and
-    the screens running then have ended (waiting for them at most half that run's time)."""
+    the screens running then have ended (waiting for them at most half that run's time). With
+    `balanced` (`--promote balanced`) a leader's full run waits until the search's screening so
+    far (`clock`'s seconds since it began, less its full runs) is at least as long as its full runs
+    will have taken with this one (the last full run's time, or `full_run_estimate` on `cores`
+    threads, by default every usable core)."""
 
     def __init__(self, storage: str, study_name: str, runs_dir: Path, screen_epochs: int | None = None,
-                 metric: str = "val_top1", clock: Callable[[], float] = time.monotonic) -> None:
+                 metric: str = "val_top1", clock: Callable[[], float] = time.monotonic, balanced: bool = False,
+                 cores: int | None = None) -> None:
         self.storage, self.study_name, self.runs_dir = storage, study_name, runs_dir
         self.screen_epochs, self.metric = screen_epochs, metric  # screen_epochs: a screening rung's
         self.store = RunStore(storage)
@@ -120,6 +147,9 @@ class LeaderPromotion:
         self.clock, self.last_end, self.last_took = clock, clock(), _last_took(runs)
         self.awaited: set[int] | None = None  # the trials running when the wait ran out
         self.awaited_since = 0.0
+        self.balanced, self.cores = balanced, cores or usable_cores()
+        self.began, self.full_s = self.last_end, 0.0  # this search's start and its full runs' seconds
+        self.waiting: int | None = None  # the leader last logged as waiting for screening time
         if screen_epochs is not None:
             self._keep_full_runs(runs)
 
@@ -128,7 +158,7 @@ class LeaderPromotion:
         leader = proxy_leader(study, screen_epochs=self.screen_epochs, full_curves=self.curves, full_ends=full_ends)
         if leader is None or leader.number in self.promoted:
             leader = self._overdue(study, full_ends)
-        if leader is None:
+        if leader is None or (self.balanced and not self._screened_enough(leader)):
             return None
         self.promoted.add(leader.number)
         self.last_end = self.clock()  # no overdue run while this one is pending
@@ -148,6 +178,38 @@ class LeaderPromotion:
                      "untrained forecast, trial %d", self.clock() - self.last_end, chosen.number)
         return chosen
 
+    def finish(self, study: optuna.Study) -> None:
+        """After the search's last trial (`balanced`): train the leader still waiting for screening
+        time, with every core, so that the search ends with its leader's full run as
+        `--promote leader`'s does."""
+        if not self.balanced:
+            return
+        import torch
+
+        self.balanced = False
+        work, threads = self(study), torch.get_num_threads()
+        if work is None:
+            return
+        torch.set_num_threads(self.cores)
+        try:
+            work()
+        finally:
+            torch.set_num_threads(threads)
+
+    def _screened_enough(self, leader: FrozenTrial) -> bool:
+        """Whether the search has screened at least as long as its full runs will have trained
+        once `leader`'s ends (`--promote balanced`); logs a leader that waits, once."""
+        screened = self.clock() - self.began - self.full_s
+        expected = self.last_took if self.last_took is not None else full_run_estimate(leader, self.cores)
+        needed = self.full_s + (expected or 0.0)
+        if screened >= needed:
+            return True
+        if self.waiting != leader.number:
+            self.waiting = leader.number
+            log.info("trial %d leads; its full run waits until the search has screened %.0f s more, so that full "
+                     "runs take at most half the search's time (--promote balanced)", leader.number, needed - screened)
+        return False
+
     def _screens_in_flight(self, study: optuna.Study) -> bool:
         """Whether a trial that was running when the wait was first found over still runs (for at
         most half the last full run's time: a trial left running by a dead worker does not hold
@@ -162,6 +224,7 @@ class LeaderPromotion:
         self._promote(number)
         self.last_end = self.clock()
         self.last_took = self.last_end - began
+        self.full_s += self.last_took
         if self.screen_epochs is not None:
             self._keep_full_runs(self.store.runs(self.study_name))
             check_screen(study, self.curves, self.screen_epochs)
