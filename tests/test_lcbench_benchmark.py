@@ -120,18 +120,25 @@ class _ImprovingCurves:
                  "time": [1.5 * e for e in range(1, 53)]} for _ in configs]
 
 
+WHOLE_RUN_S = 20.0  # a charge above this is a whole run's rest (at least 58.5 s), below it a screen (at most 13.5 s)
+
+
+def _charges(spent: list[float]) -> list[float]:
+    """What each step of a run's budget trace charged, in order."""
+    return [at - before for before, at in zip([0.0, *spent[:-1]], spent, strict=True)]
+
+
 def _balanced_at_every_whole_run(spent: list[float]) -> bool:
     """Whether, as each whole run was charged, the screening before it was at least the whole
-    runs' time with it (a screen is at most 9 epochs, 13.5 s; a whole run's rest at least 58.5 s)."""
-    screened = full = before = 0.0
-    for at in spent:
-        step, before = at - before, at
-        if step > 20.0:
-            full += step
+    runs' time with it."""
+    screened = full = 0.0
+    for charge in _charges(spent):
+        if charge > WHOLE_RUN_S:
+            full += charge
             if screened < full:
                 return False
         else:
-            screened += step
+            screened += charge
     return True
 
 
@@ -148,5 +155,4 @@ def test_the_balanced_screen_trains_a_leader_whole_once_the_screening_is_as_long
     assert firsts["tianfeng-screen-balanced"] == pytest.approx(whole + whole - 1.5)  # 52 screens, then its whole run
     assert _balanced_at_every_whole_run(runs["tianfeng-screen-balanced"].spent)
     assert not _balanced_at_every_whole_run(runs["tianfeng-screen"].spent)
-    assert sum(b - a > 20.0 for a, b in zip(runs["tianfeng-screen-balanced"].spent[:-1],
-                                             runs["tianfeng-screen-balanced"].spent[1:], strict=True)) >= 2
+    assert sum(charge > WHOLE_RUN_S for charge in _charges(runs["tianfeng-screen-balanced"].spent)) >= 2
