@@ -24,7 +24,8 @@ coefficient every 2 epochs, benchmarks/pbt.py). Full fidelity is
 `large_batch.yaml`'s `target` rung.
 
 Each method and seed runs in a fresh process that is stopped (Ctrl-C) when its budget is up;
-the time counts from that process's start, so start-up is paid by every method. Each process
+the time counts from that process's start, so start-up is paid by every method. Ctrl-C or a
+`kill` of the benchmark stops every method's process and the workers it started. Each process
 starts with empty compile and layout caches of its own (`--caches own`, the data set decoded
 once and shared), as on a fresh machine, so what a run pays does not depend on the runs before it. Reported per
 method, median [min, max] over seeds: the time until a full-fidelity score first reaches each
@@ -363,8 +364,13 @@ def plot(results: list[dict], path: Path) -> None:
     fig.write_html(path, include_plotlyjs=True)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # a `kill` stops the methods' process groups as Ctrl-C does
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # started in the background, Ctrl-C still stops it
+    signal.signal(signal.SIGTERM, _terminated)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default=",".join(METHODS), help=f"some of {', '.join(METHODS)}")
     parser.add_argument("--seeds", default="0,1,2", help="seeds, each a different random stream (default 0,1,2)")

@@ -5,6 +5,8 @@ spawning) whose every method process is stopped at the budget and read back."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -169,6 +171,58 @@ def test_parallel_runs_method_seeds_at_once_each_on_its_own_cores(tmp_path: Path
     trials = optuna.load_study(study_name="one-epoch",
                                storage=f"sqlite:///{tmp_path}/one-epoch-s0/one-epoch.db").get_trials()
     assert trials and {t.user_attrs.get("cores") for t in trials if t.datetime_complete} == {1}
+
+
+def _sessions() -> dict[int, tuple[int, str]]:
+    """Every process here: pid -> (its session, its command line)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # it ended while being read
+            continue
+        found[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[3]), command)
+    return found
+
+
+@pytest.mark.alone
+@pytest.mark.slow
+def test_a_killed_benchmark_stops_every_process_its_method_started(tmp_path: Path) -> None:
+    log = tmp_path / "stderr.txt"  # not a pipe: processes left behind would hold it open
+    with log.open("w") as err:
+        bench = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--data", "digits",
+                                  "--budget", "10m", "--seeds", "0", "--methods", "optuna-tpe", "--targets", "50",
+                                  "--keep", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=err)
+    session = None
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline:  # the method's process, in a session of its own, and its search workers
+            seen = _sessions()
+            method = [pid for pid, (_, command) in seen.items()
+                      if "search_methods.py" in command and str(tmp_path) in command]
+            if method and sum(sid == method[0] for sid, _ in seen.values()) >= 3:
+                session = method[0]
+                break
+            time.sleep(0.5)
+        assert session is not None, "the method's search workers never started"
+        bench.terminate()  # as `kill` does
+        bench.wait(timeout=300)
+        said = log.read_text()
+        assert bench.returncode == 130 and "interrupted" in said, said[-2000:]
+        left = ["started"]
+        deadline = time.time() + 60
+        while left and time.time() < deadline:  # the workers end on their own Ctrl-C, after the method's process
+            left = [command for sid, command in _sessions().values() if sid == session]
+            time.sleep(0.5)
+        assert left == []
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+        if session is not None and any(sid == session for sid, _ in _sessions().values()):
+            os.killpg(session, signal.SIGKILL)  # nothing left behind for the tests after it
 
 
 def test_a_kept_result_of_another_setting_is_refused_in_one_line(tmp_path: Path) -> None:
