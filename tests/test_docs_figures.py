@@ -84,3 +84,24 @@ def test_the_defaults_page_says_what_the_code_does() -> None:
     floors = {classes: default_floor("val_top1", classes) for classes in (5, 10, 1000, 2)}
     assert floors == {5: 40.0, 10: 20.0, 1000: 10.1, 2: 75.0}
     assert "40 for 5 classes, 20 for 10, 10.1 for 1000, 75 for 2" in _prose(REPO / "docs" / "reference" / "defaults.md")
+
+
+def test_the_readme_gives_the_default_searchs_edge_over_the_best_lcbench_peer_and_the_costly_settings_winner() -> None:
+    import statistics
+
+    import time_to_target
+    from ttt_settings import TARGETS
+
+    saved = json.loads((REPO / "docs" / "results" / "lcbench.json").read_text())
+    final = {method: fractions[max(fractions, key=float)][1] for method, fractions in saved["methods"].items()}
+    best_peer = min(v for m, v in final.items() if m != "tianfeng")
+    costly = time_to_target.kept_results(REPO / "docs" / "results" / "time_to_target_costly")
+    target = min(TARGETS["costly"])
+    ratios = [r for _, r, _ in time_to_target.seed_ratios(costly, "tianfeng-screen-balanced", "optuna-tpe", target)]
+    text = _prose(REPO / "README.md")
+    first_command = text.index("tianfeng search --space large_batch.yaml")
+    for quote in (f"a median normalised regret of {final['tianfeng']:.3f}, the lowest, against {best_peer:.3f} for the "
+                  "best peer", f"--promote balanced` reached the near-best target {target:g} sooner: in "
+                  f"{statistics.median(ratios):.2f} of plain TPE's time (median of {len(ratios)} seeds"):
+        assert quote in text[first_command:first_command + 3000], f"the README's first command is not followed by {quote!r}"
+    assert final["tianfeng"] < best_peer  # the edge the sentence claims
