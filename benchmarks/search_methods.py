@@ -38,7 +38,8 @@ TO_75 = {"objective": "time-to-target", "target": 75.0}
 SCREENS = {"tianfeng-screen": {}, "tianfeng-screen-tpe": {"sampler": "tpe"}, "tianfeng-screen-qmc": {"sampler": "qmc"},
            "tianfeng-screen-to75": TO_75, "tianfeng-screen-tpe-to75": {"sampler": "tpe", **TO_75},
            "tianfeng-screen-balanced": {"promote": "balanced"}}
-METHODS = ("tianfeng", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe", "tpe-hyperband", "ray-asha",
+METHODS = ("tianfeng", "tianfeng-target", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe",
+           "tpe-hyperband", "ray-asha",
            "one-epoch", "one-epoch-leader", *SCREENS, "pbt")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
 PROMOTE_ETA = 3  # the tianfeng-* methods that promote as trials qualify: ASHA's factor, as in the default pruner
@@ -229,6 +230,12 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         plan = _plan(directory, method, seed, data, space, timeout_s=budget_s * SEARCH_SHARE)
         run_search(plan, "auto", resume=False, progress=False)
         _promote_best(plan.options.storage, plan.study, directory)
+    elif method == "tianfeng-target":  # tianfeng search --fidelity target: its ASHA rungs over the whole run's epochs
+        import tianfeng
+
+        plan = _plan(directory, method, seed, data, space)
+        tianfeng.search(space, storage=plan.options.storage, study=method, data=data, objective="accuracy", seed=seed,
+                        trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", fidelity="target", progress=False)
     elif method in ("tianfeng-async", "tianfeng-pause"):  # full-fidelity runs as trials qualify
         _search_and_promote(_plan(directory, method, seed, data, space), directory, pause=method == "tianfeng-pause")
     elif method == "tianfeng-leader":  # the product's own: tianfeng search --promote leader
