@@ -1,7 +1,9 @@
 """Search methods x seeds on cifar5-dev, each method given the same wall-clock budget, so that no
 single lucky or unlucky draw decides the comparison. Methods (benchmarks/search_methods.py):
 tianfeng's default (proxies with TPE, ASHA and priors for half the budget, then its best trials
-promoted to full fidelity one after another); tianfeng-async (the same search with full fidelity
+promoted to full fidelity one after another); tianfeng-target (`tianfeng search --fidelity
+target`: the same search at the space's target rung, its ASHA rungs over the whole run's own
+epochs, so every trial that ends is a full-fidelity score); tianfeng-async (the same search with full fidelity
 as the top rung of ASHA's ladder: from the start, a proxy trial in the top third of the complete
 ones is promoted by one of the two workers, at one thread, while the other searches);
 tianfeng-pause (the same, but the search pauses while a promoted run trains on both cores);

@@ -224,7 +224,8 @@ def whole_run_share_table() -> str:
 
 
 LCBENCH_NAMES = {"tianfeng": "tianfeng's search (TPE, its ASHA rungs and the peer rule)",
-                 "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner", "dehb": "DEHB",
+                 "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner",
+             "tpe-hyperband": "Optuna TPE + HyperbandPruner at full fidelity", "dehb": "DEHB",
                  "optuna-tpe": "Optuna TPE at full fidelity", "random": "random search at full fidelity",
                  "smac-hyperband": "SMAC3's multi-fidelity facade (Hyperband, random forest)"}
 
@@ -243,9 +244,11 @@ def lcbench_table() -> str:
 
 
 TTT_NAMES = {"tianfeng": "tianfeng's default proxy search by accuracy (`--objective accuracy`; then its best promoted)",
+             "tianfeng-target": "tianfeng's search over the whole run's own epochs (`--fidelity target`, TPE and ASHA)",
              "tianfeng-screen": "screened search (`--fidelity screen --promote leader`)",
              "tianfeng-screen-balanced": "screened search, full runs at most half the time (`--promote balanced`)",
              "optuna-tpe": "plain Optuna TPE at full fidelity", "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner",
+             "tpe-hyperband": "Optuna TPE + HyperbandPruner at full fidelity",
              "ray-asha": "Ray Tune ASHA", "one-epoch": "one epoch of random recipes, then the best"}
 
 
@@ -328,18 +331,20 @@ def default_edge() -> str:
     costly = ttt.kept_results(RESULTS / "time_to_target_costly")
     target = min(TARGETS["costly"])
     ratios = [r for _, r, _ in ttt.seed_ratios(costly, "tianfeng-screen-balanced", "optuna-tpe", target)]
-    dates = sorted({datetime.datetime.fromtimestamp(r["started"], datetime.UTC).date().isoformat() for r in costly
-                    if r["method"] in ("tianfeng-screen-balanced", "optuna-tpe")})
+    compared = [r for r in costly if r["method"] in ("tianfeng-screen-balanced", "optuna-tpe")]
+    dates = sorted({datetime.datetime.fromtimestamp(r["started"], datetime.UTC).date().isoformat() for r in compared})
+    commits = sorted({r.get("commit", "unrecorded") for r in compared})
+    machines = sorted({r.get("hardware") or f"{r['cores']} cores" for r in compared})
     return (f"With no mode flags the search works on proxies, with TPE, ASHA and the space's published recipes. "
             f"Scored by accuracy alone (`--objective accuracy`; `large_batch.yaml` weighs the predicted time too), "
             f"that search ended on the LCBench surrogate with a median normalised regret of {final['tianfeng']:.3f}, "
-            f"the lowest, "
-            f"against {final[peer]:.3f} for the best peer ({LCBENCH_NAMES.get(peer, peer).split(' (')[0]}; "
-            f"{lcbench['tasks']} tasks x {lcbench['seeds']} seeds, {_measured(lcbench)}). Where a whole run costs "
-            f"22-42 times its cheapest proxy (cifar5-dev's costly setting), `--fidelity screen --promote balanced` "
-            f"reached the near-best target {target:g} sooner: in {statistics.median(ratios):.2f} of plain TPE's time (median of "
-            f"{len(ratios)} seeds, measured {' and '.join(dates)} on 2 cores, AMD EPYC; [when each mode pays](docs/how-to/run-searches.md"
-            f"#full-runs-during-the-search)).")
+            f"the lowest, against {final[peer]:.3f} for the best peer "
+            f"({LCBENCH_NAMES.get(peer, peer).split(' (')[0]}; {lcbench['tasks']} tasks x {lcbench['seeds']} seeds, "
+            f"{_measured(lcbench)}). Where a whole run costs 22-42 times its cheapest proxy (cifar5-dev's costly "
+            f"setting), `--fidelity screen --promote balanced` reached the near-best target {target:g} sooner: in "
+            f"{statistics.median(ratios):.2f} of plain TPE's time (median of {len(ratios)} seeds, measured "
+            f"{' and '.join(dates)} at commits {', '.join(commits)} on {' and '.join(machines)}; "
+            "[when each mode pays](docs/how-to/run-searches.md#full-runs-during-the-search)).")
 
 
 def test_suite_sentence() -> str:

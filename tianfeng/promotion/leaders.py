@@ -68,9 +68,10 @@ def _last_took(runs: list[dict]) -> float | None:
 
 def full_run_estimate(trial: FrozenTrial, cores: int) -> float | None:
     """Seconds a screened trial's whole run would take on `cores` threads: its screen's time per
-    epoch screened, times its run's epochs, scaled from the threads it screened on (the screen's
-    start-up counts as training, so this errs long; a proxy trial's figures are its proxy's, so
-    there it errs short); None without the figures."""
+    epoch screened, times its run's epochs, scaled from the threads it screened on; None without
+    the figures. It errs long by the screen's start-up, which counts as training, and short where
+    a multi-stage recipe screens at its start resolution, where more threads are not
+    proportionally faster, and for a proxy trial, whose figures are its proxy's."""
     epochs = [p.get("epochs") for p in (trial.user_attrs.get(TrialKey.CONFIG) or {}).get("phases", [])]
     screened = len(trial.intermediate_values)  # the epochs it reported
     if trial.duration is None or not screened or not epochs or not all(isinstance(e, int) for e in epochs):
