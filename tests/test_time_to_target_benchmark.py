@@ -281,3 +281,20 @@ def test_the_costly_setting_is_the_shipped_space_with_whole_runs_far_dearer_than
     assert whole >= 20 * _compute(shipped, shipped.priors[0].params, "target")
     with pytest.raises(SystemExit, match="unknown setting 'cheap'; one of near-best, costly"):
         space_for("cheap", tmp_path)
+
+
+@pytest.mark.slow
+def test_tianfeng_target_searches_the_target_rung_so_every_trial_that_ends_is_a_full_fidelity_score(
+        tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--data", "digits",
+                          "--budget", "30s", "--seeds", "0", "--methods", "tianfeng-target", "--targets", "50",
+                          "--keep", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "tianfeng-target-s0.json").read_text())
+    trials = optuna.load_study(study_name="tianfeng-target",
+                               storage=f"sqlite:///{tmp_path}/tianfeng-target-s0/tianfeng-target.db").get_trials()
+    assert {t.user_attrs.get("fidelity") for t in trials} == {"target"}
+    assert any(t.user_attrs.get("prior") for t in trials)  # the published recipes first, as tianfeng search queues them
+    complete = sorted(t.value for t in trials if t.state == TrialState.COMPLETE and t.datetime_complete.timestamp()
+                      - result["started"] <= 30)
+    assert complete and sorted(v for _, v in result["events"]) == complete
