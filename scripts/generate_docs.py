@@ -224,8 +224,7 @@ def whole_run_share_table() -> str:
 
 
 LCBENCH_NAMES = {"tianfeng": "tianfeng's search (TPE, its ASHA rungs and the peer rule)",
-                 "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner",
-             "tpe-hyperband": "Optuna TPE + HyperbandPruner at full fidelity", "dehb": "DEHB",
+                 "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner", "dehb": "DEHB",
                  "optuna-tpe": "Optuna TPE at full fidelity", "random": "random search at full fidelity",
                  "smac-hyperband": "SMAC3's multi-fidelity facade (Hyperband, random forest)"}
 
@@ -260,10 +259,8 @@ def _at_once(results: list[dict]) -> str:
 def time_to_target_costly_table() -> str:
     """The costly setting's kept method-seeds, pooled: the benchmark's own summary and its
     per-seed ratios over plain TPE, with where and when each seed ran."""
-    import datetime
 
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
+    _import_benchmarks()
     import time_to_target as ttt
     from ttt_settings import TARGETS
 
@@ -281,14 +278,26 @@ def time_to_target_costly_table() -> str:
         out += [f"- {TTT_NAMES.get(method, method)} over {against_name}, to {target}: median {median} ({seeds})"
                 for method, target, median, seeds in ttt.ratio_rows(results, targets, against)
                 if against == "optuna-tpe" or method.startswith("tianfeng")]
-    runs = sorted({(datetime.datetime.fromtimestamp(r["started"], datetime.UTC).date().isoformat(),
-                    r.get("commit", "unrecorded"), f"{r.get('hardware') or str(r['cores']) + ' cores'} (host {r['machine']})")
-                   for r in results})
     seeds = sorted({r["seed"] for r in results})
     out += ["", f"Median [min, max] over seeds {', '.join(map(str, seeds))}, a {budget / 60:g}-min budget per method "
                 f"and seed, {_at_once(results)}; a seed that missed a target counts as later than the budget. "
-                "Measured " + "; ".join(f"{date} at commit {commit} on {where}" for date, commit, where in runs) + "."]
+                f"Measured {_where_and_when(results)}."]
     return "\n".join(out)
+
+
+def _where_and_when(results: list[dict]) -> str:
+    """When, at which commit and on which machine time_to_target's `results` ran, one clause each."""
+    import datetime
+
+    runs = sorted({(datetime.datetime.fromtimestamp(r["started"], datetime.UTC).date().isoformat(),
+                    r.get("commit", "unrecorded"), f"{r.get('hardware') or str(r['cores']) + ' cores'} (host {r['machine']})")
+                   for r in results})
+    return "; ".join(f"{date} at commit {commit} on {where}" for date, commit, where in runs)
+
+
+def _import_benchmarks() -> None:
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def readme_claims() -> str:
@@ -317,11 +326,9 @@ def readme_claims() -> str:
 def default_edge() -> str:
     """The README's sentence under its first command: what the default search is, its measured
     edge on the LCBench surrogate, and the mode that wins where whole runs are dear."""
-    import datetime
     import statistics
 
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
+    _import_benchmarks()
     import time_to_target as ttt
     from ttt_settings import TARGETS
 
@@ -332,9 +339,6 @@ def default_edge() -> str:
     target = min(TARGETS["costly"])
     ratios = [r for _, r, _ in ttt.seed_ratios(costly, "tianfeng-screen-balanced", "optuna-tpe", target)]
     compared = [r for r in costly if r["method"] in ("tianfeng-screen-balanced", "optuna-tpe")]
-    dates = sorted({datetime.datetime.fromtimestamp(r["started"], datetime.UTC).date().isoformat() for r in compared})
-    commits = sorted({r.get("commit", "unrecorded") for r in compared})
-    machines = sorted({r.get("hardware") or f"{r['cores']} cores" for r in compared})
     return (f"With no mode flags the search works on proxies, with TPE, ASHA and the space's published recipes. "
             f"Scored by accuracy alone (`--objective accuracy`; `large_batch.yaml` weighs the predicted time too), "
             f"that search ended on the LCBench surrogate with a median normalised regret of {final['tianfeng']:.3f}, "
@@ -343,7 +347,7 @@ def default_edge() -> str:
             f"{_measured(lcbench)}). Where a whole run costs 22-42 times its cheapest proxy (cifar5-dev's costly "
             f"setting), `--fidelity screen --promote balanced` reached the near-best target {target:g} sooner: in "
             f"{statistics.median(ratios):.2f} of plain TPE's time (median of {len(ratios)} seeds, measured "
-            f"{' and '.join(dates)} at commits {', '.join(commits)} on {' and '.join(machines)}; "
+            f"{_where_and_when(compared)}; "
             "[when each mode pays](docs/how-to/run-searches.md#full-runs-during-the-search)).")
 
 
