@@ -293,7 +293,10 @@ def test_tianfeng_target_searches_the_target_rung_so_every_trial_that_ends_is_a_
     result = json.loads((tmp_path / "tianfeng-target-s0.json").read_text())
     trials = optuna.load_study(study_name="tianfeng-target",
                                storage=f"sqlite:///{tmp_path}/tianfeng-target-s0/tianfeng-target.db").get_trials()
-    assert {t.user_attrs.get("fidelity") for t in trials} == {"target"}
+    # a trial the budget cut before it was prepared records no rung; every trial that trained did so at the target
+    trained = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or t.intermediate_values]
+    assert trained and {t.user_attrs.get("fidelity") for t in trained} == {"target"}
+    assert {t.user_attrs.get("fidelity") for t in trials} <= {"target", None}
     assert any(t.user_attrs.get("prior") for t in trials)  # the published recipes first, as tianfeng search queues them
     complete = sorted(t.value for t in trials if t.state == TrialState.COMPLETE and t.datetime_complete.timestamp()
                       - result["started"] <= 30)
