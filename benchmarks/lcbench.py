@@ -106,21 +106,30 @@ class AskTell:
     lcbench_synetune.py)."""
 
     def __init__(self, python: Path, script: str, *args: str) -> None:
-        self._proc = subprocess.Popen([str(python), str(Path(__file__).with_name(script)), *args],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                      text=True)
+        # the process's stderr is kept aside, so that when it dies its last line says why
+        self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed by close()
+        self._proc = subprocess.Popen([str(python), str(Path(__file__).parent / script), *args],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
 
     def request(self, message: dict) -> dict:
-        self._proc.stdin.write(json.dumps(message) + "\n")
-        self._proc.stdin.flush()
-        line = self._proc.stdout.readline()
+        try:
+            self._proc.stdin.write(json.dumps(message) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
         if not line:
-            sys.exit(f"lcbench: the optimizer process ended on {message['op']!r} (exit {self._proc.wait()})")
+            code = self._proc.wait()
+            self._stderr.seek(0)
+            said = [text.strip() for text in self._stderr.read().splitlines() if text.strip()]
+            sys.exit(f"lcbench: the optimizer process ended on {message['op']!r} (exit {code})"
+                     + (f": {said[-1]}" if said else ""))
         return json.loads(line)
 
     def close(self) -> None:
         self._proc.stdin.close()
         self._proc.wait()
+        self._stderr.close()
 
 
 class Surrogate:

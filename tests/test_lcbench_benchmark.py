@@ -156,3 +156,16 @@ def test_the_balanced_screen_trains_a_leader_whole_once_the_screening_is_as_long
     assert _balanced_at_every_whole_run(runs["tianfeng-screen-balanced"].spent)
     assert not _balanced_at_every_whole_run(runs["tianfeng-screen"].spent)
     assert sum(charge > WHOLE_RUN_S for charge in _charges(runs["tianfeng-screen-balanced"].spent)) >= 2
+
+
+def test_an_optimizer_process_that_dies_is_one_line_saying_its_last_words(tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from lcbench import AskTell
+
+    script = tmp_path / "dies.py"
+    script.write_text("import sys\nsys.stdin.readline()\nprint('loading the surrogate', file=sys.stderr)\n"
+                      "raise SystemExit('model.onnx: no such file')\n")
+    pipe = AskTell(Path(sys.executable), str(script))
+    with pytest.raises(SystemExit) as ended:
+        pipe.request({"op": "describe"})
+    assert str(ended.value) == "lcbench: the optimizer process ended on 'describe' (exit 1): model.onnx: no such file"
