@@ -329,7 +329,8 @@ def _seed_counts(first: int, second: int) -> str:
 
 def default_edge() -> str:
     """The README's sentence under its first command: what the default search is, its measured
-    edge on the LCBench surrogate, and the mode that wins where whole runs are dear."""
+    edge on the LCBench surrogate, and the mode that wins where whole runs are dear, beside the
+    default's own time there."""
     import statistics
 
     _import_benchmarks()

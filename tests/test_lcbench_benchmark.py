@@ -168,4 +168,5 @@ def test_an_optimizer_process_that_dies_is_one_line_saying_its_last_words(tmp_pa
     pipe = AskTell(Path(sys.executable), str(script))
     with pytest.raises(SystemExit) as ended:
         pipe.request({"op": "describe"})
+    pipe.close()
     assert str(ended.value) == "lcbench: the optimizer process ended on 'describe' (exit 1): model.onnx: no such file"
