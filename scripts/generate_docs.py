@@ -246,7 +246,7 @@ TTT_NAMES = {"tianfeng": "tianfeng's default proxy search by accuracy (`--object
              "tianfeng-target": "tianfeng's search over the whole run's own epochs (`--fidelity target`, TPE and ASHA)",
              "tianfeng-screen": "screened search (`--fidelity screen --promote leader`)",
              "tianfeng-screen-balanced": "screened search, full runs at most half the time (`--promote balanced`)",
-             "optuna-tpe": "plain Optuna TPE at full fidelity", "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner",
+             "optuna-tpe": "plain Optuna TPE at full fidelity",
              "tpe-hyperband": "Optuna TPE + HyperbandPruner at full fidelity",
              "ray-asha": "Ray Tune ASHA", "one-epoch": "one epoch of random recipes, then the best"}
 

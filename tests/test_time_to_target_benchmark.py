@@ -33,6 +33,8 @@ from time_to_target import (  # noqa: E402
     time_to,
 )
 
+from tianfeng.hpo.trial_attrs import TrialKey  # noqa: E402
+
 
 def test_time_to_a_target_and_best_so_far_read_the_events_in_time_order() -> None:
     events = [(10.0, 60.0), (25.0, 72.5), (40.0, 70.0), (55.0, 81.0)]
@@ -295,9 +297,9 @@ def test_tianfeng_target_searches_the_target_rung_so_every_trial_that_ends_is_a_
                                storage=f"sqlite:///{tmp_path}/tianfeng-target-s0/tianfeng-target.db").get_trials()
     # a trial the budget cut before it was prepared records no rung; every trial that trained did so at the target
     trained = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or t.intermediate_values]
-    assert trained and {t.user_attrs.get("fidelity") for t in trained} == {"target"}
-    assert {t.user_attrs.get("fidelity") for t in trials} <= {"target", None}
-    assert any(t.user_attrs.get("prior") for t in trials)  # the published recipes first, as tianfeng search queues them
+    assert trained and {t.user_attrs.get(TrialKey.FIDELITY) for t in trained} == {"target"}
+    assert {t.user_attrs.get(TrialKey.FIDELITY) for t in trials} <= {"target", None}
+    assert any(t.user_attrs.get(TrialKey.PRIOR) for t in trials)  # the published recipes first, as tianfeng search queues them
     complete = sorted(t.value for t in trials if t.state == TrialState.COMPLETE and t.datetime_complete.timestamp()
                       - result["started"] <= 30)
     assert complete and sorted(v for _, v in result["events"]) == complete
