@@ -268,14 +268,17 @@ def one_epoch_then_best(surrogate: Surrogate, task: str, seed: int, budget: floa
 
 
 def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.BaseSampler],
-                              checked: bool = True, balanced: bool = False) -> Callable:
+                              checked: bool = True, balanced: bool = False, fall_back: bool = False) -> Callable:
     """Each configuration scored by its first epochs (the sampler learns from that score); once
     three are scored, each new leader by it is trained whole, continuing from its screen (charged
     the rest of its time), as `tianfeng search --fidelity screen --promote leader` trains it. `checked`: the screen
     lengthens when the whole runs' own curves rank their best unlike it, by the search's own
     rule (screen_check); unchecked, it stays at one epoch. `balanced` (`--promote balanced`): a
     leader is trained only once the screening so far is at least the whole runs' time with its
-    own (the last whole run's, or before the first its screen's time per epoch times the epochs)."""
+    own (the last whole run's, or before the first its screen's time per epoch times the epochs).
+    `fall_back`: the first time the check lengthens the screen (the whole runs say the short
+    screen misranks), screening ends and the rest of the budget goes to tianfeng's search over the
+    run's own epochs (TPE and ASHA, as the `tianfeng` arm), its TPE told the whole runs so far."""
     def run(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
         study = optuna.create_study(direction="maximize", sampler=make_sampler_for(seed))
         out, spent, best, length = Run([], []), 0.0, float("-inf"), 1
@@ -301,10 +304,39 @@ def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.
                 out.best.append(best)
                 if checked:
                     longer = next_length(list(promoted.values()), length, maximize=True)
+                    if longer > length and fall_back:
+                        return _search_the_rest(surrogate, task, seed, budget, out, study, promoted)
                     if longer > length:  # shorter screens' scores are not compared with longer ones
                         length, scored = longer, []
         return out
     return run
+
+
+def _tianfeng_study(seed: int) -> optuna.Study:
+    """tianfeng's search over a run's own epochs: its TPE, and ASHA past the warm-up."""
+    return optuna.create_study(direction="maximize", sampler=make_sampler("tpe", _space("accuracy"), seed),
+                               pruner=PastWarmup(PRUNERS["asha"](EPOCHS)))
+
+
+def told_search(seed: int, screened: optuna.Study, whole: dict[int, list[float]]) -> optuna.Study:
+    """tianfeng's search, told the ends of the screened study's trials numbered in `whole`."""
+    study = _tianfeng_study(seed)
+    for number, curve in whole.items():
+        trial = screened.trials[number]
+        study.add_trial(optuna.trial.create_trial(params=trial.params, distributions=trial.distributions,
+                                                  value=curve[-1]))
+    return study
+
+
+def _search_the_rest(surrogate: Surrogate, task: str, seed: int, budget: float, so_far: Run,
+                     screened: optuna.Study, whole: dict[int, list[float]]) -> Run:
+    """The budget left after `so_far`, spent by tianfeng's search, its TPE told the whole runs'
+    scores (already paid for, so not trained again)."""
+    study = told_search(seed, screened, whole)
+    replay = Replay(surrogate, task, budget, "accuracy", "tianfeng")
+    replay.run, replay.spent, replay.best = so_far, so_far.spent[-1], so_far.best[-1]
+    study.optimize(replay, callbacks=[replay.stop_when_spent], n_trials=10_000)
+    return replay.run
 
 
 def dehb(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
@@ -369,9 +401,7 @@ def synetune(method: str) -> Callable[[Surrogate, str, int, float], Run]:
 
 
 METHODS: dict[str, Callable] = {
-    "tianfeng": optuna_method(lambda seed: (optuna.create_study(
-        direction="maximize", sampler=make_sampler("tpe", _space("accuracy"), seed),
-        pruner=PastWarmup(PRUNERS["asha"](EPOCHS))), "accuracy", "tianfeng")),
+    "tianfeng": optuna_method(lambda seed: (_tianfeng_study(seed), "accuracy", "tianfeng")),
     "optuna-tpe": optuna_method(lambda seed: (_study(optuna.samplers.TPESampler(seed=seed)), "accuracy", "optuna")),
     "optuna-tpe+hyperband": optuna_method(lambda seed: (_study(
         optuna.samplers.TPESampler(seed=seed),
@@ -385,6 +415,9 @@ METHODS: dict[str, Callable] = {
     "tianfeng-screen-qmc": screen_and_finish_leaders(lambda seed: make_sampler("qmc", _space("accuracy"), seed)),
     "tianfeng-screen-balanced": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed),
                                                           balanced=True),
+    # screening with each new leader whole until the whole runs disagree with the screen, then the rest as `tianfeng`
+    "tianfeng-screen-fallback": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed),
+                                                          fall_back=True),
     "dehb": dehb,
     "smac-hyperband": smac_hyperband,
     "mobster": synetune("mobster"),

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -170,3 +171,46 @@ def test_an_optimizer_process_that_dies_is_one_line_saying_its_last_words(tmp_pa
         pipe.request({"op": "describe"})
     pipe.close()
     assert str(ended.value) == "lcbench: the optimizer process ended on 'describe' (exit 1): model.onnx: no such file"
+
+
+class _MisrankingCurves(_ImprovingCurves):
+    """Each configuration asked leads the one-epoch screen and ends below every one before it: the
+    whole runs of the screen's leaders disagree with it, and three epochs rank them as their ends."""
+
+    def curves(self, task: str, configs: list[dict]) -> list[dict]:
+        self.asked += len(configs)
+        first, rest = 0.1 + 0.01 * self.asked, 0.9 - 0.01 * self.asked
+        return [{"val_accuracy": [first] + [rest] * 51, "time": [1.5 * e for e in range(1, 53)]} for _ in configs]
+
+
+def test_the_fallback_screen_hands_the_budget_to_the_search_over_whole_runs_once_the_screen_misranks() -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from lcbench import METHODS
+
+    whole = 52 * 1.5
+    runs = {method: METHODS[method](_MisrankingCurves(), "task", 0, 8 * whole)
+            for method in ("tianfeng-screen", "tianfeng-screen-fallback")}
+    charges = {method: [round(c, 6) for c in _charges(run.spent)] for method, run in runs.items()}
+    assert 3 * 1.5 in charges["tianfeng-screen"]  # the check lengthened the screen to three epochs there
+    assert 3 * 1.5 not in charges["tianfeng-screen-fallback"]  # here screening ended instead
+    assert whole not in charges["tianfeng-screen"]  # a screened leader's whole run continues from its screen
+    assert whole in charges["tianfeng-screen-fallback"]  # the search trains its trials from the first epoch
+    best = runs["tianfeng-screen-fallback"].best
+    assert best == sorted(best) and best[-1] == pytest.approx(0.9 - 0.01 * 3)  # the first leader's end, kept
+    assert min(charges["tianfeng-screen-fallback"]) > 0  # the search goes on from the budget the screening spent
+    assert runs["tianfeng-screen-fallback"].spent[-1] >= 8 * whole
+
+
+def test_the_search_after_the_screen_is_told_the_whole_runs_it_need_not_train_again() -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from lcbench import told_search
+
+    screened = optuna.create_study(direction="maximize")
+    for lr in (0.1, 0.01, 0.001):
+        trial = screened.ask()
+        trial.suggest_float("lr", 1e-4, 1.0, log=True)
+        screened.tell(trial, lr)
+    study = told_search(0, screened, {0: [0.2, 0.7], 2: [0.1, 0.4]})
+    assert [(t.state, t.params, t.value) for t in study.trials] == [
+        (optuna.trial.TrialState.COMPLETE, screened.trials[0].params, 0.7),
+        (optuna.trial.TrialState.COMPLETE, screened.trials[2].params, 0.4)]
