@@ -418,6 +418,8 @@ METHODS: dict[str, Callable] = {
     # screening with each new leader whole until the whole runs disagree with the screen, then the rest as `tianfeng`
     "tianfeng-screen-fallback": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed),
                                                           fall_back=True),
+    "tianfeng-screen-balanced-fallback": screen_and_finish_leaders(
+        lambda seed: make_sampler("random", _space("accuracy"), seed), balanced=True, fall_back=True),
     "dehb": dehb,
     "smac-hyperband": smac_hyperband,
     "mobster": synetune("mobster"),

@@ -226,11 +226,13 @@ def whole_run_share_table() -> str:
 LCBENCH_NAMES = {"tianfeng": "tianfeng's search (TPE, its ASHA rungs and the peer rule)",
                  "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner", "dehb": "DEHB",
                  "optuna-tpe": "Optuna TPE at full fidelity", "random": "random search at full fidelity",
-                 "smac-hyperband": "SMAC3's multi-fidelity facade (Hyperband, random forest)"}
+                 "smac-hyperband": "SMAC3's multi-fidelity facade (Hyperband, random forest)",
+                 "mobster": "Syne Tune MOBSTER (asynchronous successive halving, a Gaussian process proposing)",
+                 "dyhpo": "Syne Tune DyHPO (a Gaussian process deciding each step: start a trial or resume one)"}
 
 
-def lcbench_table() -> str:
-    saved = _results("lcbench")
+def lcbench_table(name: str = "lcbench") -> str:
+    saved = _results(name)
     fractions = list(next(iter(saved["methods"].values())))
     out = ["| method | " + " | ".join(f"at {float(f):g} of the budget" for f in fractions) + " |",
            "| --- | " + " | ".join("---" for _ in fractions) + " |"]
@@ -371,7 +373,7 @@ def test_suite_sentence() -> str:
 GENERATORS = {"cli": cli_reference, "run-config": run_config_reference, "space": space_reference,
               "published-records": published_records_table, "whole-run-share": whole_run_share_table,
               "test-suite": test_suite_sentence, "readme-claims": readme_claims, "default-edge": default_edge,
-              "lcbench": lcbench_table,
+              "lcbench": lcbench_table, "lcbench-model-based": lambda: lcbench_table("lcbench_model_based"),
               "time-to-target-costly": time_to_target_costly_table}
 
 
