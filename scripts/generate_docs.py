@@ -373,7 +373,7 @@ def test_suite_sentence() -> str:
 GENERATORS = {"cli": cli_reference, "run-config": run_config_reference, "space": space_reference,
               "published-records": published_records_table, "whole-run-share": whole_run_share_table,
               "test-suite": test_suite_sentence, "readme-claims": readme_claims, "default-edge": default_edge,
-              "lcbench": lcbench_table,
+              "lcbench": lcbench_table, "lcbench-model-based": lambda: lcbench_table("lcbench_model_based"),
               "time-to-target-costly": time_to_target_costly_table}
 
 
