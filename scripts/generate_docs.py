@@ -311,10 +311,15 @@ def readme_claims() -> str:
     lcbench = _results("lcbench")
     median = {m: by[max(by, key=float)][1] for m, by in lcbench["methods"].items()}
     peers = ", ".join(f"{median[m]:.3f} for {LCBENCH_NAMES.get(m, m).split(' (')[0]}" for m in median if m != "tianfeng")
+    model_based = _results("lcbench_model_based")
+    with_gps = {m: by[max(by, key=float)][1] for m, by in model_based["methods"].items()}
+    gp_peers = " and ".join(f"{with_gps[m]:.3f} for {LCBENCH_NAMES[m].split(' (')[0]}" for m in ("mobster", "dyhpo"))
     return "\n".join([
         f"- Search methods on the LCBench surrogate ({lcbench['tasks']} tasks x {lcbench['seeds']} seeds): median "
         f"normalised regret {median['tianfeng']:.3f} for tianfeng's search against {peers} "
-        f"(`benchmarks/lcbench.py`, {_measured(lcbench)}).",
+        f"(`benchmarks/lcbench.py`, {_measured(lcbench)}). With the Gaussian-process schedulers on "
+        f"{model_based['tasks']} tasks x {model_based['seeds']} seeds: {with_gps['tianfeng']:.3f} against "
+        f"{gp_peers} ({_measured(model_based)}).",
         f"- The wall-time model on {f['records']} published ResNet-50 records ({min(gpus):,} to {max(gpus):,} GPUs), "
         f"each predicted without its own logged rate: a median {f['median']:.2f}x of their times, worst "
         f"{f['worst']:.2f}x; on {c['records']} records of MLPerf rounds kept out of the fit a median "
