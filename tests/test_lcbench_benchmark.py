@@ -206,10 +206,10 @@ def test_the_search_after_the_screen_is_told_the_whole_runs_it_need_not_train_ag
     from lcbench import told_search
 
     screened = optuna.create_study(direction="maximize")
-    for lr in (0.1, 0.01, 0.001):
+    for screen_score in (0.1, 0.3, 0.2):
         trial = screened.ask()
         trial.suggest_float("lr", 1e-4, 1.0, log=True)
-        screened.tell(trial, lr)
+        screened.tell(trial, screen_score)
     study = told_search(0, screened, {0: [0.2, 0.7], 2: [0.1, 0.4]})
     assert [(t.state, t.params, t.value) for t in study.trials] == [
         (optuna.trial.TrialState.COMPLETE, screened.trials[0].params, 0.7),
