@@ -78,6 +78,7 @@ def check_screen(study: optuna.Study, curves: list[list[float]], rung_epochs: in
     if longer == length:
         return length
     study.set_user_attr(StudyKey.SCREEN_EPOCHS, longer)
-    log.info("the full runs rank their best unlike their first %d epoch(s) do: screening %d epochs from now on",
+    log.info("the full runs rank their best unlike their first %d epoch(s) do: screening %d epochs from now on "
+             "(a screen that misranks early is where --fidelity target, searching the whole run, tends to pay)",
              length, longer)
     return longer
