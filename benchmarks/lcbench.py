@@ -184,13 +184,15 @@ def suggest(trial: optuna.Trial, space: dict[str, dict]) -> dict:
 class Replay:
     """An Optuna objective that trains a configuration by replaying its surrogate curve epoch by
     epoch, judged as a real search judges a trial (or by Optuna's own pruner for the Optuna arms),
-    until the budget is spent."""
+    until the budget is spent, going on from `so_far` (the budget and best score another search left)."""
 
-    def __init__(self, surrogate: Surrogate, task: str, budget: float, mode: str, judge: str) -> None:
+    def __init__(self, surrogate: Surrogate, task: str, budget: float, mode: str, judge: str,
+                 so_far: Run | None = None) -> None:
         self.surrogate, self.task, self.budget, self.judge = surrogate, task, budget, judge
         self.objective = SimpleNamespace(metric="val_accuracy", mode=mode, direction="maximize")
-        self.run = Run([], [])
-        self.spent, self.best = 0.0, float("-inf")
+        self.run = so_far if so_far is not None else Run([], [])
+        self.spent = self.run.spent[-1] if self.run.spent else 0.0
+        self.best = self.run.best[-1] if self.run.best else float("-inf")
 
     def _charge(self, seconds: float, full_score: float | None) -> None:
         self.spent += seconds
@@ -333,8 +335,7 @@ def _search_the_rest(surrogate: Surrogate, task: str, seed: int, budget: float, 
     """The budget left after `so_far`, spent by tianfeng's search, its TPE told the whole runs'
     scores (already paid for, so not trained again)."""
     study = told_search(seed, screened, whole)
-    replay = Replay(surrogate, task, budget, "accuracy", "tianfeng")
-    replay.run, replay.spent, replay.best = so_far, so_far.spent[-1], so_far.best[-1]
+    replay = Replay(surrogate, task, budget, "accuracy", "tianfeng", so_far)
     study.optimize(replay, callbacks=[replay.stop_when_spent], n_trials=10_000)
     return replay.run
 

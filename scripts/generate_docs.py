@@ -231,6 +231,11 @@ LCBENCH_NAMES = {"tianfeng": "tianfeng's search (TPE, its ASHA rungs and the pee
                  "dyhpo": "Syne Tune DyHPO (a Gaussian process deciding each step: start a trial or resume one)"}
 
 
+def _final_regrets(saved: dict) -> dict[str, float]:
+    """Each method's median regret at the whole budget, from an LCBench results file."""
+    return {m: by[max(by, key=float)][1] for m, by in saved["methods"].items()}
+
+
 def lcbench_table(name: str = "lcbench") -> str:
     saved = _results(name)
     fractions = list(next(iter(saved["methods"].values())))
@@ -309,10 +314,10 @@ def readme_claims() -> str:
     reached = {t: row["reached"] for t, row in share["targets"].items()}
     ladder = ", ".join(f"{n} {'reaches' if n == 1 else 'reach'} {t}" for t, n in reached.items())
     lcbench = _results("lcbench")
-    median = {m: by[max(by, key=float)][1] for m, by in lcbench["methods"].items()}
+    median = _final_regrets(lcbench)
     peers = ", ".join(f"{median[m]:.3f} for {LCBENCH_NAMES.get(m, m).split(' (')[0]}" for m in median if m != "tianfeng")
     model_based = _results("lcbench_model_based")
-    with_gps = {m: by[max(by, key=float)][1] for m, by in model_based["methods"].items()}
+    with_gps = _final_regrets(model_based)
     gp_peers = " and ".join(f"{with_gps[m]:.3f} for {LCBENCH_NAMES[m].split(' (')[0]}" for m in ("mobster", "dyhpo"))
     return "\n".join([
         f"- Search methods on the LCBench surrogate ({lcbench['tasks']} tasks x {lcbench['seeds']} seeds): median "
@@ -345,7 +350,7 @@ def default_edge() -> str:
     from ttt_settings import TARGETS
 
     lcbench = _results("lcbench")
-    final = {m: by[max(by, key=float)][1] for m, by in lcbench["methods"].items()}
+    final = _final_regrets(lcbench)
     peer = min((m for m in final if m != "tianfeng"), key=final.get)
     costly = ttt.kept_results(RESULTS / "time_to_target_costly")
     target = min(TARGETS["costly"])
