@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
-PART = re.compile(r"^<!-- generated: ([a-z-]+) -->\n(.*?)^<!-- end generated: \1 -->$", re.M | re.S)
+PART = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->\n(.*?)^<!-- end generated: \1 -->$", re.M | re.S)
 PAGES = ("README.md", "docs")
 
 
@@ -228,7 +228,11 @@ LCBENCH_NAMES = {"tianfeng": "tianfeng's search (TPE, its ASHA rungs and the pee
                  "optuna-tpe": "Optuna TPE at full fidelity", "random": "random search at full fidelity",
                  "smac-hyperband": "SMAC3's multi-fidelity facade (Hyperband, random forest)",
                  "mobster": "Syne Tune MOBSTER (asynchronous successive halving, a Gaussian process proposing)",
-                 "dyhpo": "Syne Tune DyHPO (a Gaussian process deciding each step: start a trial or resume one)"}
+                 "dyhpo": "Syne Tune DyHPO (a Gaussian process deciding each step: start a trial or resume one)",
+                 "tianfeng-screen": "screened search (`--fidelity screen --promote leader`)",
+                 "tianfeng-screen-balanced": "screened search, full runs at most half the time (`--promote balanced`)",
+                 "tianfeng-screen-fallback": "screened search that falls back to tianfeng's search (modelled only)",
+                 "one-epoch-leader": "one epoch of random recipes, each new leader trained whole (no screen check)"}
 
 
 def _final_regrets(saved: dict) -> dict[str, float]:
@@ -384,6 +388,8 @@ GENERATORS = {"cli": cli_reference, "run-config": run_config_reference, "space":
               "published-records": published_records_table, "whole-run-share": whole_run_share_table,
               "test-suite": test_suite_sentence, "readme-claims": readme_claims, "default-edge": default_edge,
               "lcbench": lcbench_table, "lcbench-model-based": lambda: lcbench_table("lcbench_model_based"),
+              "lcbench-budget-5": lambda: lcbench_table("lcbench_budget_5"),
+              "lcbench-budget-10": lambda: lcbench_table("lcbench_budget_10"),
               "time-to-target-costly": time_to_target_costly_table}
 
 
