@@ -33,6 +33,7 @@ import json
 import re
 import sys
 import typing
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -223,14 +224,15 @@ def whole_run_share_table() -> str:
     return "\n".join(out)
 
 
+SCREEN_NAMES = {"tianfeng-screen": "screened search (`--fidelity screen --promote leader`)",
+                "tianfeng-screen-balanced": "screened search, full runs at most half the time (`--promote balanced`)"}
 LCBENCH_NAMES = {"tianfeng": "tianfeng's search (TPE, its ASHA rungs and the peer rule)",
                  "optuna-tpe+hyperband": "Optuna TPE + HyperbandPruner", "dehb": "DEHB",
                  "optuna-tpe": "Optuna TPE at full fidelity", "random": "random search at full fidelity",
                  "smac-hyperband": "SMAC3's multi-fidelity facade (Hyperband, random forest)",
                  "mobster": "Syne Tune MOBSTER (asynchronous successive halving, a Gaussian process proposing)",
                  "dyhpo": "Syne Tune DyHPO (a Gaussian process deciding each step: start a trial or resume one)",
-                 "tianfeng-screen": "screened search (`--fidelity screen --promote leader`)",
-                 "tianfeng-screen-balanced": "screened search, full runs at most half the time (`--promote balanced`)",
+                 **SCREEN_NAMES,
                  "tianfeng-screen-fallback": "screened search that falls back to tianfeng's search (modelled only)",
                  "one-epoch-leader": "one epoch of random recipes, each new leader trained whole (no screen check)"}
 
@@ -255,8 +257,7 @@ def lcbench_table(name: str = "lcbench") -> str:
 
 TTT_NAMES = {"tianfeng": "tianfeng's default proxy search by accuracy (`--objective accuracy`; then its best promoted)",
              "tianfeng-target": "tianfeng's search over the whole run's own epochs (`--fidelity target`, TPE and ASHA)",
-             "tianfeng-screen": "screened search (`--fidelity screen --promote leader`)",
-             "tianfeng-screen-balanced": "screened search, full runs at most half the time (`--promote balanced`)",
+             **SCREEN_NAMES,
              "optuna-tpe": "plain Optuna TPE at full fidelity",
              "tpe-hyperband": "Optuna TPE + HyperbandPruner at full fidelity",
              "ray-asha": "Ray Tune ASHA", "one-epoch": "one epoch of random recipes, then the best"}
@@ -387,9 +388,9 @@ def test_suite_sentence() -> str:
 GENERATORS = {"cli": cli_reference, "run-config": run_config_reference, "space": space_reference,
               "published-records": published_records_table, "whole-run-share": whole_run_share_table,
               "test-suite": test_suite_sentence, "readme-claims": readme_claims, "default-edge": default_edge,
-              "lcbench": lcbench_table, "lcbench-model-based": lambda: lcbench_table("lcbench_model_based"),
-              "lcbench-budget-5": lambda: lcbench_table("lcbench_budget_5"),
-              "lcbench-budget-10": lambda: lcbench_table("lcbench_budget_10"),
+              # each LCBench part is the table of the results file of its name
+              **{part: partial(lcbench_table, part.replace("-", "_"))
+                 for part in ("lcbench", "lcbench-model-based", "lcbench-budget-5", "lcbench-budget-10")},
               "time-to-target-costly": time_to_target_costly_table}
 
 
