@@ -96,11 +96,16 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
     named.append(plan.study)
     if o.launcher != "local":
         from tianfeng.hpo.run.study import open_study
-        from tianfeng.hpo.run.submitted import check_workers_storage, submit_workers
+        from tianfeng.hpo.run.submitted import check_workers_submission, submit_workers
 
-        check_workers_storage(plan)  # before the study is created
+        check_workers_submission(plan)  # before the study is created
         study_obj = open_study(plan, loaded, resume=o.resume, heartbeat=False)
-        submit_workers(plan, study_obj)
+        try:
+            submit_workers(plan, study_obj)
+        except BaseException:
+            if not o.resume:  # sbatch refused what every check passed: the command can be run again as it was
+                optuna.delete_study(study_name=plan.study, storage=plan.options.storage)
+            raise
         return study_obj
     if o.backend == "ray":
         from tianfeng.hpo.run.ray_backend import RayOptions, run_ray_search

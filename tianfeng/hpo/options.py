@@ -66,6 +66,8 @@ class SearchOptions(SubmitOptions):
     workers: int | str = option("auto", "worker processes sharing the study; auto: one per GPU, or without GPUs one "
                                 "per CPU core (up to 8) with the cores shared out; 1 runs the trials one at a time, "
                                 "in a reproducible order; with --launcher slurm, the job array's tasks")
+    array_throttle: int | None = option(None, "with --launcher slurm: at most N of the job array's tasks run at "
+                                        "once (sbatch --array=0-W%%N)", metavar="N")
     backend: str = option("optuna", "optuna: local worker processes; ray: Ray Tune places the trials (local or a "
                           "cluster) and prunes with its own ASHA; both record in the study", choices=BACKENDS)
     ray_address: str | None = option(None, "with --backend ray: auto or HOST:PORT of a running Ray cluster "
@@ -158,6 +160,11 @@ class SearchOptions(SubmitOptions):
                                          "--promote leader")
             if workers == "auto":
                 raise fail("--workers", f"with --launcher {self.launcher}: give the job array's tasks, e.g. --workers 4")
+        if self.array_throttle is not None:
+            if self.launcher != "slurm":
+                raise fail("--array-throttle", "goes with --launcher slurm")
+            if self.array_throttle < 1:
+                raise fail("--array-throttle", f"must be >= 1, got {self.array_throttle}")
         if self.backend == "optuna" and self.ray_address is not None:
             raise fail("--backend", "--address needs --backend ray")
         if self.backend == "optuna" and self.launcher == "local" and self.cpus_per_trial is not None:

@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from tianfeng.launch import gate
 from tianfeng.launch.scheduler import JobState, LaunchError, SchedulerOptions
 
 # Ray's JobStatus by what it means for the run; STOPPED is a stop_job (a cancel)
@@ -62,6 +63,7 @@ class RayJobs:
             raise LaunchError(f"ray job submit: {_first_line(str(exc))}") from None
 
     def state(self, job: str) -> JobState:
+        job = gate.job_id(self.name, job)
         try:
             info = self._client().get_job_info(job)
         except LaunchError:
@@ -78,7 +80,7 @@ class RayJobs:
 
     def cancel(self, job: str) -> None:
         try:
-            self._client().stop_job(job)
+            self._client().stop_job(gate.job_id(self.name, job))
         except RuntimeError as exc:
             raise LaunchError(f"ray job stop: {_first_line(str(exc))}") from None
 

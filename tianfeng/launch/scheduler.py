@@ -28,6 +28,10 @@ class SchedulerOptions:
     extra: tuple[str, ...] = ()  # passed to the submitting command as they are
     signal_s: int = SIGNAL_S
     address: str | None = None  # where the scheduler answers, for one that is not found by itself (Ray)
+    qos: str | None = None
+    job_name: str | None = None  # replaces the run's or search's own job name
+    mem: str | None = None  # memory per node, e.g. 64G
+    cpus_per_task: int | None = None
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ class LaunchPlan:
 
     def __post_init__(self) -> None:
         check_name(self.run_name, "config", "name")  # becomes the Slurm job name and rendezvous id
+        for flag, value in (("--nodes", self.nodes), ("--gpus-per-node", self.per_node)):
+            if value < 1:
+                raise ConfigError(flag, "", f"must be >= 1, got {value}")
+        if not 1 <= self.port <= 65535:
+            raise ConfigError("--port", "", f"must be a port between 1 and 65535, got {self.port}")
         if self.max_restarts < 0:
             raise ConfigError("--max-restarts", "", f"must be >= 0, got {self.max_restarts}")
         if self.min_nodes and not 1 <= self.min_nodes <= self.nodes:

@@ -9,12 +9,12 @@ sbatch printed a job id."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tianfeng.launch import gate
 from tianfeng.launch.scheduler import JobState, LaunchError, SchedulerOptions
 
 # Slurm's job states, by what they mean for the run (JOB_STATE_STRING in Slurm's slurm.h)
@@ -23,20 +23,11 @@ _RUNNING = {"RUNNING", "COMPLETING", "RESIZING", "SIGNALING", "STAGE_OUT"}
 _ENDED = {"COMPLETED": "completed", "CANCELLED": "cancelled", "FAILED": "failed", "TIMEOUT": "failed",
           "NODE_FAIL": "failed", "PREEMPTED": "preempted", "BOOT_FAIL": "failed", "DEADLINE": "failed",
           "OUT_OF_MEMORY": "failed", "SPECIAL_EXIT": "failed"}
-_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
 
 def time_limit_s(text: str) -> int:
-    """Seconds of a Slurm time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
-    m = _TIME.fullmatch(text.strip())
-    if not m:
-        raise LaunchError(f"--time: must be a Slurm time limit (MM, HH:MM:SS or D-HH:MM:SS); got {text!r}")
-    days, a, b, c = (int(g) if g else None for g in m.groups())
-    if days is None:
-        h, mi, s = (0, a, b or 0) if c is None else (a, b, c)  # MM[:SS] or HH:MM:SS
-    else:
-        h, mi, s = a, b or 0, c or 0
-    return (days or 0) * 86400 + h * 3600 + mi * 60 + s
+    """Seconds of a Slurm time limit (tianfeng.launch.gate.slurm_time_s: every field in range)."""
+    return gate.slurm_time_s(text)
 
 
 def _run(args: list[str], what: str) -> str:
@@ -52,14 +43,59 @@ def _run(args: list[str], what: str) -> str:
 def sbatch_directives(options: SchedulerOptions, log_dir: Path, output: str = "slurm-%j.out") -> list[str]:
     """The #SBATCH lines the options add: limits, where the output goes (`output` in `log_dir`:
     slurm-%A_%a.out for a job array), and requeue on preemption with a signal before the time
-    limit."""
-    lines = [f"--output={log_dir}/{output}", "--open-mode=append", "--requeue",
-             f"--signal=B:USR1@{options.signal_s}"]
-    for flag, value in (("--partition", options.partition), ("--account", options.account),
-                        ("--time", options.time)):
+    limit.
+    Every value passes the gate (tianfeng.launch.gate) first: a directive holds one value of
+    Slurm's grammar for its field, or nothing is written."""
+    lines = [f"--output={gate.script_path('--runs-dir', str(log_dir))}/{output}", "--open-mode=append", "--requeue",
+             f"--signal=B:USR1@{int(options.signal_s)}"]
+    for flag, value in (("--partition", options.partition), ("--account", options.account), ("--qos", options.qos)):
         if value:
-            lines.append(f"{flag}={value}")
+            lines.append(f"{flag}={gate.slurm_name(flag, value)}")
+    if options.time:
+        gate.slurm_time_s(options.time)
+        lines.append(f"--time={options.time.strip()}")
+    if options.job_name:
+        lines.append(f"--job-name={gate.job_name('--job-name', options.job_name)}")
+    if options.mem:
+        lines.append(f"--mem={gate.memory('--mem', options.mem)}")
+    if options.cpus_per_task:
+        lines.append(f"--cpus-per-task={int(options.cpus_per_task)}")
     return [f"#SBATCH {line}" for line in lines]
+
+
+def _task_state(line: str) -> JobState:
+    """One line of `scontrol --oneliner show job`: one job, or one task of an array."""
+    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    raw, reason = fields.get("JobState", "UNKNOWN"), fields.get("Reason", "None")
+    restarts = int(fields.get("Restarts", "0") or 0) if fields.get("Restarts", "0").isdigit() else 0
+    code = fields.get("ExitCode", "0:0").split(":")[0]
+    exit_code = int(code) if code.isdigit() else None
+    if raw in _PENDING:
+        return JobState("pending", reason if reason != "None" else raw.lower(), None, restarts)
+    if raw in _RUNNING:
+        return JobState("running", "", None, restarts)
+    return JobState(_ENDED.get(raw, "failed"), reason if reason != "None" else raw.lower(), exit_code, restarts)
+
+
+# how an ended array reads when its tasks ended differently: the worst outcome first
+_WORST_FIRST = ("failed", "preempted", "cancelled", "completed")
+
+
+def array_state(tasks: list[JobState]) -> JobState:
+    """A job array's state from its tasks': running while any task runs, pending while any waits
+    (and none runs), and ended only when every task has: failed if any failed, else preempted,
+    else cancelled, else completed."""
+    restarts = max(t.restarts for t in tasks)
+    if any(t.state == "running" for t in tasks):
+        return JobState("running", "", None, restarts)
+    waiting = [t for t in tasks if t.state == "pending"]
+    if waiting:
+        return JobState("pending", waiting[0].reason, None, restarts)
+    for outcome in _WORST_FIRST:
+        ended = [t for t in tasks if t.state == outcome]
+        if ended:
+            return JobState(outcome, ended[0].reason, ended[0].exit_code, restarts)
+    return tasks[0]
 
 
 @dataclass(frozen=True)
@@ -69,29 +105,24 @@ class Slurm:
 
     def submit(self, script: Path, options: SchedulerOptions) -> str:
         """sbatch the script; returns the job id. sbatch's own refusal is the error."""
-        out = _run(["sbatch", "--parsable", *options.extra, str(script)], "sbatch")
+        extra = [gate.sbatch_arg(a) for a in options.extra]
+        out = _run(["sbatch", "--parsable", *extra, str(script)], "sbatch")
         job = out.strip().split(";")[0]
-        if not job.isdigit():
+        if not job.isdigit() or not job.strip("0"):
             raise LaunchError(f"sbatch: printed no job id: {out.strip()!r}")
         return job
 
     def state(self, job: str) -> JobState:
-        out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=60)
+        """The job's state; a job array's folds every task's (array_state)."""
+        job = gate.job_id(self.name, job)
+        out = subprocess.run(["scontrol", "--oneliner", "show", "job", job], capture_output=True, text=True, timeout=60)
         if out.returncode != 0:  # the controller forgot it (MinJobAge passed) or never had it
             return JobState("unknown", "the scheduler no longer knows the job", None)
-        fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
-        raw, reason = fields.get("JobState", "UNKNOWN"), fields.get("Reason", "None")
-        restarts = int(fields.get("Restarts", "0") or 0)
-        code = fields.get("ExitCode", "0:0").split(":")[0]
-        exit_code = int(code) if code.isdigit() else None
-        if raw in _PENDING:
-            return JobState("pending", reason if reason != "None" else raw.lower(), None, restarts)
-        if raw in _RUNNING:
-            return JobState("running", "", None, restarts)
-        return JobState(_ENDED.get(raw, "failed"), reason if reason != "None" else raw.lower(), exit_code, restarts)
+        tasks = [_task_state(line) for line in out.stdout.splitlines() if "JobState=" in line]
+        return array_state(tasks) if tasks else JobState("unknown", "scontrol printed no job state", None)
 
     def cancel(self, job: str) -> None:
-        _run(["scancel", job], "scancel")
+        _run(["scancel", "--", gate.job_id(self.name, job)], "scancel")
 
     def nodes(self, options: SchedulerOptions) -> list[str]:
         """The host names of the nodes a job may get: its partition's, or the default partition's
@@ -105,12 +136,26 @@ class Slurm:
 
     def check(self, options: SchedulerOptions) -> None:
         """Refuse at once, before anything is written, what would fail later: no sbatch here, an
-        unknown partition."""
+        unknown partition, a time limit beyond the partition's MaxTime."""
         if shutil.which("sbatch") is None:
             raise LaunchError("--launcher slurm: sbatch is not on PATH (run this on a Slurm login node)")
-        if options.partition:
-            out = _run(["sinfo", "--noheader", "--format=%R"], "sinfo")
-            known = sorted({p.strip().rstrip("*") for p in out.split()})
-            if options.partition not in known:
-                raise LaunchError(f"--partition: {options.partition}: no such partition; "
-                                  f"the cluster has {', '.join(known) or 'none'}")
+        if not (options.partition or options.time):
+            return
+        out = _run(["sinfo", "--noheader", "--format=%R %l %a"], "sinfo")
+        limits = {}
+        default = None
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) >= 2:
+                name = parts[0].rstrip("*")
+                limits[name] = parts[1]
+                default = default or (name if parts[0].endswith("*") else None)
+        if options.partition and options.partition not in limits:
+            raise LaunchError(f"--partition: {options.partition}: no such partition; "
+                              f"the cluster has {', '.join(sorted(limits)) or 'none'}")
+        partition = options.partition or default
+        if options.time and partition and limits.get(partition, "infinite") not in ("infinite", "n/a", "UNLIMITED"):
+            most = gate.slurm_time_s(limits[partition], "MaxTime")
+            if gate.slurm_time_s(options.time) > most:
+                raise LaunchError(f"--time: {options.time} is beyond partition {partition}'s MaxTime "
+                                  f"{limits[partition]}; give at most that")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tianfeng.launch.scheduler import LaunchError, SchedulerOptions
-from tianfeng.launch.slurm import time_limit_s
+from tianfeng.launch import gate
+from tianfeng.launch.scheduler import SIGNAL_S, LaunchError, SchedulerOptions
 from tianfeng.options import option
 
 LAUNCHERS = ("local", "slurm", "ray")
@@ -21,7 +21,14 @@ class SubmitOptions:
                            choices=LAUNCHERS)
     partition: str | None = option(None, "with --launcher slurm: the job's partition")
     account: str | None = option(None, "with --launcher slurm: the job's account")
-    time: str | None = option(None, "with --launcher slurm: the job's time limit, e.g. 4:00:00")
+    time: str | None = option(None, "with --launcher slurm: the job's time limit in Slurm's formats (MM, HH:MM:SS, "
+                              f"D-HH:MM:SS), e.g. 4:00:00; more than the {SIGNAL_S} s before it when the job is "
+                              "signalled to checkpoint, and within the partition's MaxTime")
+    qos: str | None = option(None, "with --launcher slurm: the job's quality of service")
+    job_name: str | None = option(None, "with --launcher slurm: the job's name (default: the run's or the study's)")
+    mem: str | None = option(None, "with --launcher slurm: memory per node, e.g. 64G (sbatch --mem)")
+    cpus_per_task: int | None = option(None, "with --launcher slurm: CPUs per task (sbatch --cpus-per-task; a "
+                                       "search's default is --cpus-per-trial rounded up)", metavar="N")
     scheduler_args: tuple[str, ...] = option((), "with --launcher slurm: passed to sbatch as it is (repeatable)",
                                              name="--sbatch-arg", repeat=True, metavar="ARG")
     jobs_address: str | None = option(None, "with --launcher ray: the Ray head's Jobs API, http://HEAD:8265 "
@@ -29,17 +36,36 @@ class SubmitOptions:
 
     def scheduler_options(self) -> SchedulerOptions:
         return SchedulerOptions(self.partition, self.account, self.time, tuple(self.scheduler_args),
-                                address=self.jobs_address)
+                                address=self.jobs_address, qos=self.qos, job_name=self.job_name, mem=self.mem,
+                                cpus_per_task=self.cpus_per_task)
 
     def check_submit(self) -> None:
         """The launcher known, and the scheduler's flags only with a scheduler."""
         if self.launcher not in LAUNCHERS:
             raise LaunchError(f"--launcher: must be one of {', '.join(LAUNCHERS)}; got {self.launcher!r}")
         scheduler_only = [f for f, v in (("--partition", self.partition), ("--account", self.account),
-                                         ("--time", self.time), ("--sbatch-arg", self.scheduler_args)) if v]
+                                         ("--time", self.time), ("--sbatch-arg", self.scheduler_args),
+                                         ("--qos", self.qos), ("--job-name", self.job_name), ("--mem", self.mem),
+                                         ("--cpus-per-task", self.cpus_per_task)) if v]
         if scheduler_only and self.launcher != "slurm":
             raise LaunchError(f"{scheduler_only[0]}: goes with --launcher slurm")
         if self.jobs_address is not None and self.launcher != "ray":
             raise LaunchError("--jobs-address: goes with --launcher ray")
+        for flag, value in (("--partition", self.partition), ("--account", self.account), ("--qos", self.qos)):
+            if value is not None:
+                gate.slurm_name(flag, value)
         if self.time is not None:
-            time_limit_s(self.time)
+            limit = gate.slurm_time_s(self.time)
+            if limit <= SIGNAL_S:
+                raise LaunchError(f"--time: {self.time} ({limit} s) leaves no time to train: the job is signalled "
+                                  f"{SIGNAL_S} s before its limit to checkpoint and requeue; give more than {SIGNAL_S} s")
+        if self.job_name is not None:
+            gate.job_name("--job-name", self.job_name)
+        if self.mem is not None:
+            gate.memory("--mem", self.mem)
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise LaunchError(f"--cpus-per-task: must be >= 1; got {self.cpus_per_task}")
+        for arg in self.scheduler_args:
+            gate.sbatch_arg(arg)
+        if self.jobs_address is not None:
+            gate.no_control("--jobs-address", self.jobs_address)

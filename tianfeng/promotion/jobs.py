@@ -15,7 +15,7 @@ from typing import Any
 
 from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.ray_jobs import jobs_address
-from tianfeng.launch.scheduler import JobState
+from tianfeng.launch.scheduler import JobState, LaunchError
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.trainers.config import ConfigError
 
@@ -29,13 +29,12 @@ _ENDED_WITHOUT_RESULT = {"cancelled": RunRecordStatus.INTERRUPTED, "preempted": 
 def submit_run(launch: Any, run_dir: Path, store: RunStore, run_id: int) -> dict:
     """Submit the run's batch script, unless a job of the run is still alive; returns the job's
     state. Nothing is recorded as submitted unless the scheduler gave a job id."""
-    job = store.jobs().get(run_id)
-    if job is not None and job["state"] in ("pending", "running"):
-        state = scheduler(job["launcher"], job["address"]).state(job["job_id"])
-        if not state.ended:
-            log.info("run %d is job %s of %s (%s): not submitted again", run_id, job["job_id"], job["launcher"],
-                     state.state)
-            return _answer(job["launcher"], job["job_id"], state, run_dir)
+    live = live_job(store, run_id)
+    if live is not None:
+        job, state = live
+        log.info("run %d is job %s of %s (%s): not submitted again", run_id, job["job_id"], job["launcher"],
+                 state.state)
+        return _answer(job["launcher"], job["job_id"], state, run_dir)
     sched = scheduler(launch.launcher, launch.options.address)
     try:
         job_id = sched.submit(run_dir / "launch" / sched.script, launch.options)
@@ -84,7 +83,11 @@ def refresh_jobs(store: RunStore, collect: Callable[[dict], None], study: str | 
         run = runs.get(run_id)
         if run is None or run["status"] != RunRecordStatus.SUBMITTED:
             continue
-        state = scheduler(job["launcher"], job["address"]).state(job["job_id"])
+        try:
+            state = scheduler(job["launcher"], job["address"]).state(job["job_id"])
+        except LaunchError as exc:  # a record no scheduler wrote: said, and the other runs still listed
+            log.warning("run %d: %s", run_id, exc)
+            continue
         result = Path(run["run_dir"]) / "result.json"
         if state.state == "unknown" and not result.exists():
             continue  # forgotten by the controller before it finished here: nothing to say yet
@@ -96,8 +99,24 @@ def refresh_jobs(store: RunStore, collect: Callable[[dict], None], study: str | 
             continue
         if result.exists():
             collect(run)
-        else:
-            store.update(run_id, status=_ENDED_WITHOUT_RESULT.get(state.state, RunRecordStatus.FAILED))
+        else:  # what the job trained before it ended stays on the record: a later promote resumes it
+            store.update(run_id, status=_ENDED_WITHOUT_RESULT.get(state.state, RunRecordStatus.FAILED),
+                         **_trained_so_far(Path(run["run_dir"])))
+
+
+def _trained_so_far(run_dir: Path) -> dict[str, Any]:
+    """The epochs and last checkpoint a job left in its run directory, as the record keeps them."""
+    checkpoint = run_dir / "checkpoints" / "last.pt"
+    return {"epochs": _epochs_so_far(run_dir), **({"checkpoint": str(checkpoint)} if checkpoint.exists() else {})}
+
+
+def live_job(store: RunStore, run_id: int) -> tuple[dict, JobState] | None:
+    """Run `run_id`'s job and its state, if the scheduler says it is still pending or running."""
+    job = store.jobs().get(run_id)
+    if job is None or job["state"] not in ("pending", "running"):
+        return None
+    state = scheduler(job["launcher"], job["address"]).state(job["job_id"])
+    return None if state.ended or state.state == "unknown" else (job, state)
 
 
 def _epochs_so_far(run_dir: Path) -> list[dict]:

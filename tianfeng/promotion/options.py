@@ -53,6 +53,10 @@ class PromoteOptions(SubmitOptions):
             raise ConfigError("--nodes", "", "give --nodes and --gpus-per-node together")
         if self.device not in ("cuda", "cpu"):
             raise ConfigError("--device", self.device, "allowed: cuda, cpu")
+        for flag, value in (("--nodes", self.nodes), ("--gpus-per-node", self.gpus_per_node),
+                            ("--min-nodes", self.min_nodes)):
+            if value is not None and value < 1:
+                raise ConfigError(flag, "", f"must be >= 1, got {value}")
         self.check_submit()
         if self.min_nodes is not None and self.nodes is None:
             raise ConfigError("--min-nodes", "", "needs --nodes and --gpus-per-node")

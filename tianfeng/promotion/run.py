@@ -27,7 +27,7 @@ from tianfeng.launch.scheduler import SchedulerOptions
 from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
 from tianfeng.launch.slurm import sbatch_directives, time_limit_s
 from tianfeng.promotion.continuation import continue_screen
-from tianfeng.promotion.jobs import refresh_jobs, submit_run
+from tianfeng.promotion.jobs import live_job, refresh_jobs, submit_run
 from tianfeng.promotion.run_lock import refuse_if_trained, training_lock
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.storage.ownership import check_folder, claim_folder, study_owner
@@ -134,14 +134,26 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     # the same trial and config promoted before (by promote or calibrate) is that run: its
     # directory, its checkpoints, its record
     existing = store.find(study=study.study_name, trial_number=trial_number, config_hash=digest) if store else None
+    run_dir = Path(existing["run_dir"]) if existing else folder / f"{kind}-trial-{trial_number}-{digest}"
+    if not dry_run and launch is not None and launch.submitted:  # every scheduler check before anything is written
+        scheduler(launch.launcher, launch.options.address).check(launch.options)
+        if launch.launcher == "slurm":
+            sbatch_directives(launch.options, (run_dir / "launch").resolve())
     if not dry_run:
         claim_folder(folder, owner)
-    run_dir = Path(existing["run_dir"]) if existing else folder / f"{kind}-trial-{trial_number}-{digest}"
     full = with_changes(full, name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
+    if existing and not dry_run and existing["status"] == RunRecordStatus.SUBMITTED:
+        live = live_job(store, existing["id"])
+        if live is not None:  # its job trains it: left as it is, to be collected when the job ends
+            job, state = live
+            log.info("run %d is job %s of %s (%s): not submitted again; `tianfeng runs` collects it when it ends",
+                     existing["id"], job["job_id"], job["launcher"], state.state)
+            return {"run": existing["id"], "study": study.study_name, "trial": trial_number, "resumed": True,
+                    "run_dir": str(run_dir), "proxy_score": score(trial), "status": RunRecordStatus.SUBMITTED,
+                    "launcher": job["launcher"], "job": job["job_id"], "job_state": state.state,
+                    "launch": str(run_dir / "launch")}
     if not dry_run:
         refuse_if_trained(run_dir, trial_number, study.study_name)
-        if launch is not None and launch.submitted:
-            scheduler(launch.launcher, launch.options.address).check(launch.options)  # before anything is printed or written
     print_changes(changes, Console(stderr=True))
     config_yaml = yaml.safe_dump(config_to_dict(full), sort_keys=False)
     plan = _write_launch_plan(full, config_yaml, launch, run_dir) if launch else None

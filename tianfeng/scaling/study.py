@@ -184,11 +184,11 @@ def searched(search: SearchPlan, workers: int, *, resume: bool) -> None:
         return
     from tianfeng.hpo.run.follow import follow
     from tianfeng.hpo.run.study import open_study
-    from tianfeng.hpo.run.submitted import check_workers_storage, submit_workers
+    from tianfeng.hpo.run.submitted import check_workers_submission, submit_workers
     from tianfeng.launch.launchers import scheduler
 
     search = search.changed(workers=workers)
-    check_workers_storage(search)
+    check_workers_submission(search)
     study = open_study(search, plan_space(search), resume=resume, heartbeat=False)
     job = study.user_attrs.get(StudyKey.WORKERS_JOB)
     if job is None or scheduler(job["launcher"]).state(job["job"]).ended:

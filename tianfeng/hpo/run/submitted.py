@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tianfeng.hpo.options import SearchOptions
 from tianfeng.hpo.plan import SearchPlan
+from tianfeng.launch import gate
 from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.scheduler import LaunchError
 from tianfeng.launch.slurm import sbatch_directives
@@ -38,7 +39,8 @@ def worker_options(plan: SearchPlan) -> SearchOptions:
     return plan.options.changed(
         study=plan.study, sampler=plan.sampler, fidelity=plan.rung, min_accuracy=plan.accuracy_floor, workers=1,
         resume=True, runs_dir=str(plan.runs_root.resolve()), launcher="local", partition=None, account=None,
-        time=None, scheduler_args=(), cpus_per_trial=None, mlflow=None,
+        time=None, scheduler_args=(), cpus_per_trial=None, mlflow=None, qos=None, job_name=None, mem=None,
+        cpus_per_task=None, array_throttle=None,
         profile=str(Path(plan.options.profile).resolve()) if plan.options.profile else None)
 
 
@@ -55,12 +57,15 @@ def write_plan_file(plan: SearchPlan, path: Path) -> Path:
     return path
 
 
-def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:
+def array_script(plan: SearchPlan, workers: int, log_dir: Path, check_only: bool = False) -> str:
     """The batch script of the job array: one worker per task, in the background so that the
     batch shell's trap runs when the pre-timeout signal comes (bash runs a trap only between
-    commands), and the trap stops the worker as Ctrl-C would."""
+    commands), and the trap stops the worker as Ctrl-C would. `check_only`: every value passes
+    the gate, and no plan file is written."""
     o = plan.options
-    if needs_plan_file(plan):  # a scale study's search: what its flags cannot say travels in a file
+    if needs_plan_file(plan) and check_only:
+        worker = [sys.executable]
+    elif needs_plan_file(plan):  # a scale study's search: what its flags cannot say travels in a file
         worker = [sys.executable, "-m", "tianfeng.hpo.run.plan_worker",
                   str(write_plan_file(plan, log_dir / "search-plan.pickle"))]
     else:
@@ -68,12 +73,15 @@ def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:
                   *option_args(worker_options(plan))]
     command = " ".join(shlex.quote(a) for a in worker)
     # Slurm allots whole CPUs and GPUs: a share is rounded up
-    resources = [f"#SBATCH --cpus-per-task={math.ceil(o.cpus_per_trial)}\n" if o.cpus_per_trial else "",
+    resources = [f"#SBATCH --cpus-per-task={math.ceil(o.cpus_per_trial)}\n" if o.cpus_per_trial and not o.cpus_per_task
+                 else "",
                  f"#SBATCH --gpus-per-task={math.ceil(o.gpus_per_trial)}\n" if o.gpus_per_trial else ""]
     directives = "".join(f"{d}\n" for d in sbatch_directives(o.scheduler_options(), log_dir, "slurm-%A_%a.out"))
     task = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
-    return (f"#!/bin/bash\n#SBATCH --job-name=search-{plan.study}\n#SBATCH --array=0-{workers - 1}\n"
-            f"#SBATCH --ntasks=1\n{''.join(resources)}#SBATCH --chdir={Path.cwd()}\n{directives}"
+    throttle = f"%{int(o.array_throttle)}" if o.array_throttle else ""
+    return (f"#!/bin/bash\n#SBATCH --job-name=search-{plan.study}\n#SBATCH --array=0-{workers - 1}{throttle}\n"
+            f"#SBATCH --ntasks=1\n{''.join(resources)}#SBATCH --chdir={gate.script_path('the working folder', str(Path.cwd()))}\n"
+            f"{directives}"
             "set -uo pipefail\n"
             "set -m  # job control: a background worker keeps Ctrl-C (SIGINT), which it needs to queue its trial again\n"
             "requeue() {\n"
@@ -97,11 +105,14 @@ def array_script(plan: SearchPlan, workers: int, log_dir: Path) -> str:
             "exit \"$status\"\n")
 
 
-def check_workers_storage(plan: SearchPlan) -> None:
-    """Refuse, before anything is created, a SQLite study whose workers may run on other machines:
-    SQLite's file locks do not hold on network file systems. A cluster whose every node is this
-    machine (one node, as a workstation's Slurm) may use it."""
+def check_workers_submission(plan: SearchPlan) -> None:
+    """Every check the submission makes, before anything is created or written: the scheduler
+    here and its partition, each value the batch script would hold, and a SQLite study whose
+    workers may run on other machines (SQLite's file locks do not hold on network file systems;
+    a cluster whose every node is this machine, as a workstation's Slurm, may use it)."""
     o = plan.options
+    scheduler(o.launcher).check(o.scheduler_options())
+    array_script(plan, int(o.workers), plan.runs_root.resolve() / plan.study / o.launcher, check_only=True)
     if not o.storage.startswith("sqlite"):
         return
     nodes = scheduler(o.launcher).nodes(o.scheduler_options())
