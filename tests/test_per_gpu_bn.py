@@ -323,3 +323,32 @@ def test_a_compiled_model_traces_per_gpu_batchnorm_whole_and_computes_what_the_k
     torch.testing.assert_close(compiled_copy[0].weight.grad, model[0].weight.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(traced_bn.running_var, bn.running_var, rtol=1e-5, atol=1e-6)
     assert int(traced_bn.num_batches_tracked) == int(bn.num_batches_tracked) == 2
+
+
+def test_another_ninja_on_path_loads_the_build_without_rebuilding(tmp_path) -> None:
+    """A shell without the venv active finds the system's ninja, another version, whose log reads
+    the venv ninja's build as stale: the build is loaded without asking the build tool at all. A
+    `ninja` that would record being run stands first on PATH."""
+    import os
+    import subprocess
+    import sys
+
+    assert grouped_bn_kernel.kernel() is not None
+    folder = grouped_bn_kernel.build_directory()
+    built = {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")}
+    bin_dir, marker = tmp_path / "bin", tmp_path / "ninja-ran"
+    bin_dir.mkdir()
+    (bin_dir / "ninja").write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    (bin_dir / "ninja").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run([sys.executable, "-c", "from tianfeng.trainers.grouped_bn_kernel import kernel; "
+                          "assert kernel() is not None"], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and "building" not in out.stderr, out.stderr
+    assert not marker.exists()
+    assert {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")} == built
+
+
+def test_each_compiler_builds_into_a_folder_of_its_own(monkeypatch) -> None:
+    folder = grouped_bn_kernel.build_directory()
+    monkeypatch.setattr(grouped_bn_kernel, "compiler", lambda: "c++ (Debian 99.0.0) 99.0.0")
+    assert grouped_bn_kernel.build_directory() != folder

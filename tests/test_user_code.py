@@ -112,3 +112,36 @@ def test_names_that_are_neither_built_in_nor_module_function_are_refused_at_load
     raw["data"]["source"] = "os:system; rm"
     with pytest.raises(ConfigError, match="data.source: must be digits, synthetic, imagefolder:DIR or"):
         config_from_dict(raw, "run.yaml")
+
+
+@pytest.mark.slow
+def test_a_module_in_the_working_folder_trains_in_two_workers_and_on_two_gloo_ranks(tmp_path: Path) -> None:
+    """The page's steps as a user runs them, with the installed `tianfeng` command (whose own
+    folder, not the working one, heads its import path): a builder and a data source in a module
+    beside the space, a search with two worker processes, then a promotion on two gloo ranks."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "tinyuser.py").write_text(USER_MODULE)
+    space = dict(TINY_SPACE)
+    space["base"] = {**space["base"], "model": {"name": "tinyuser:tiny_mlp"}, "data": {"source": "tinyuser:zero_one_seven"}}
+    space_file = write_space(tmp_path, space)
+    command = str(Path(sys.executable).parent / "tianfeng")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TIANFENG_CODE_DIR")}
+    storage = f"sqlite:///{tmp_path / 'user.db'}"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([command, *args, "--storage", storage], capture_output=True, text=True, cwd=tmp_path,
+                              env=env, timeout=600)
+
+    searched = run("search", "--space", str(space_file), "--study", "user", "--trials", "2", "--workers", "2",
+                   "--pruner", "none", "--objective", "accuracy")
+    assert searched.returncode == 0, searched.stderr[-3000:]
+    assert "cannot import" not in searched.stderr
+    promoted = run("promote", "0", "--study", "user", "--nodes", "1", "--gpus-per-node", "2", "--device", "cpu",
+                   "--set", "phases.0.batch_size=64", "--json")
+    assert promoted.returncode == 0 and promoted.stdout.strip(), (promoted.stdout, promoted.stderr[-3000:])
+    out = json.loads(promoted.stdout)
+    assert out["status"] == "completed" and out["full_val_top1"] > 50, out  # three classes: chance is 33

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -302,7 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _interrupted_before_start()
     from tianfeng.terminal.logs import setup_logging
+    from tianfeng.trainers.user_code import put_code_dir_on_path
 
+    put_code_dir_on_path()  # the user's model and data modules import here and in every process that trains
+    from tianfeng.hpo.space.read import PRIORS_TOLD_ENV
+
+    os.environ.pop(PRIORS_TOLD_ENV, None)  # a new command: its warnings are said once again, then not by its workers
     if args.command == "train":
         source = str(args.config) if args.config else "the embedded default recipe"
     elif args.command in ("search", "scale"):

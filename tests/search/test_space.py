@@ -233,3 +233,25 @@ def test_a_rung_too_short_for_its_phases_and_identical_stages_merged(tmp_path: P
     space = load_space(write_space(tmp_path, same))
     values = {"optimizer": "sgd", "base_lr": 0.1, "warmup_epochs": 0.0, "batch_size": 64, "momentum": 0.9}
     assert [(p.epochs, p.resolution) for p in build_config(space, values, "target").phases] == [(3, 8)]
+
+
+def test_a_left_out_prior_is_said_once_per_command_not_once_per_worker(monkeypatch) -> None:
+    """The search's worker processes inherit what the command has said: a prior left out is
+    warned about by the command alone. A new command says it again."""
+    import os
+    import subprocess
+    import sys
+
+    from tianfeng.hpo.space import read
+
+    monkeypatch.delenv(read.PRIORS_TOLD_ENV, raising=False)
+    assert read._first_telling("space.yaml:goyal") and not read._first_telling("space.yaml:goyal")
+    assert read._first_telling("space.yaml:mlperf")
+    child = subprocess.run([sys.executable, "-c", "from tianfeng.hpo.space import read; "
+                            "print(read._first_telling('space.yaml:goyal'), read._first_telling('space.yaml:new'))"],
+                           capture_output=True, text=True, env=dict(os.environ), check=True)
+    assert child.stdout.split() == ["False", "True"]
+    from tianfeng.cli import main
+
+    main(["spaces"])  # any command starts afresh
+    assert "space.yaml:goyal" not in os.environ.get(read.PRIORS_TOLD_ENV, "")

@@ -57,8 +57,11 @@ class RayJobs:
         client = RayJobs(jobs_address(options))._client()
         submission = f"tianfeng-{secrets.token_hex(6)}"
         try:
+            # the user's code folder travels as PYTHONPATH (the cluster shares the file system)
+            env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
             return client.submit_job(entrypoint=f"bash {shlex.quote(str(script.resolve()))}", submission_id=submission,
-                                     metadata={"tianfeng_run": script.resolve().parent.parent.name})
+                                     metadata={"tianfeng_run": script.resolve().parent.parent.name},
+                                     runtime_env={"env_vars": env} if env else None)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise LaunchError(f"ray job submit: {_first_line(str(exc))}") from None
 

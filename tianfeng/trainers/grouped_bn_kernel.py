@@ -4,18 +4,24 @@ The eager channels_last path makes eight to ten passes over memory in separate t
 torch's own BatchNorm makes three forward and two backward in one kernel; the kernel makes as
 many as torch's. It is built with torch's extension builder (a C++ compiler and ninja), by
 `scripts/setup.sh` or else on first use (about a minute), into torch's extension folder
-(TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), once per torch install and source,
-and loaded from there by later processes. Where it cannot be built, `kernel()` says so once and
+(TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), once per torch install, compiler and
+source, and loaded from there by later processes without asking the build tool again: ninja's
+own staleness check reads its log, which two ninja versions (a venv's and the system's) write
+differently, so each would rebuild the other's build. Where it cannot be built, `kernel()` says so once and
 returns None, and the eager path runs: slower, the same numbers. TIANFENG_GROUPED_BN_KERNEL=0
 turns it off."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import hashlib
+import importlib.util
 import logging
 import os
 import shutil
+import subprocess
 import sysconfig
 from pathlib import Path
 from types import ModuleType
@@ -37,9 +43,28 @@ def build_directory() -> Path:
     from torch.utils.cpp_extension import get_default_build_root
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
-    install = f"{Path(torch.__file__).resolve().parent}\n{sysconfig.get_paths()['include']}"
+    install = f"{Path(torch.__file__).resolve().parent}\n{sysconfig.get_paths()['include']}\n{compiler()}"
     digest = hashlib.sha256(SOURCE.read_bytes() + install.encode()).hexdigest()[:12]
     return Path(root) / f"tianfeng_grouped_bn-torch{torch.__version__.replace('+', '-')}-{digest}"
+
+
+@functools.cache
+def compiler() -> str:
+    """The C++ compiler torch's builder runs ($CXX, else c++) and its version line: a build
+    belongs to the compiler that made it."""
+    name = os.environ.get("CXX", "c++")
+    try:
+        out = subprocess.run([name, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return name
+    return f"{name} {out.stdout.splitlines()[0] if out.stdout else ''}"
+
+
+def _import_built(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("tianfeng_grouped_bn", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _source_in(folder: Path) -> Path:
@@ -63,20 +88,30 @@ def kernel() -> ModuleType | None:
         return None
     quiet_extension_builder()
     try:
-        from torch.utils.cpp_extension import load
-
-        _ninja_on_path()
         folder = build_directory()
-        folder.mkdir(parents=True, exist_ok=True)
-        if not (folder / "tianfeng_grouped_bn.so").exists():
-            log.info("building the CPU kernel of per-GPU BatchNorm (once per torch install, about a minute)")
-        _loaded["module"] = load(name="tianfeng_grouped_bn", sources=[str(_source_in(folder))], build_directory=str(folder),
-                                 extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
+        built = folder / "tianfeng_grouped_bn.so"
+        if not built.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / ".build.lock", "w") as lock:  # one process builds; the others wait for it
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not built.exists():
+                    _build(folder)
+        _loaded["module"] = _import_built(built)
     except Exception as error:  # noqa: BLE001 - any build failure leaves the eager path, said once
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         log.warning("per-GPU BatchNorm: its CPU kernel could not be built (%s: %s); the slower eager path runs",
                     type(error).__name__, first[:200])
     return _loaded["module"]
+
+
+def _build(folder: Path) -> None:
+    from torch.utils.cpp_extension import load
+
+    _ninja_on_path()
+    log.warning("per-GPU BatchNorm: building its CPU kernel, about a minute, once: no build yet for torch %s, "
+                "%s and this source (in %s)", torch.__version__, compiler(), folder)
+    load(name="tianfeng_grouped_bn", sources=[str(_source_in(folder))], build_directory=str(folder),
+         extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
 
 
 def _ninja_on_path() -> None:

@@ -8,12 +8,35 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from tianfeng.trainers.config_error import ConfigError
 
 REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+CODE_DIR_ENV = "TIANFENG_CODE_DIR"
+
+
+def code_dir() -> Path:
+    """The folder the user's modules are imported from: $TIANFENG_CODE_DIR, else the folder the
+    command runs in (as `python -m` and torchrun scripts import from theirs)."""
+    return Path(os.environ.get(CODE_DIR_ENV) or os.getcwd()).resolve()
+
+
+def put_code_dir_on_path() -> Path:
+    """The code folder first on this process's import path and on PYTHONPATH, which every process
+    that trains inherits: spawned workers, torchrun ranks, a Slurm job (sbatch exports the
+    submitting environment) and a Ray job (its runtime_env carries PYTHONPATH)."""
+    folder = str(code_dir())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if folder not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([folder, *paths])
+    return Path(folder)
 
 
 def is_reference(name: str) -> bool:
@@ -29,7 +52,9 @@ def load_callable(name: str, key: str, **arguments: object) -> Callable:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError("", key, f"{name}: cannot import {module_name}: {exc}") from None
+        raise ConfigError("", key, f"{name}: cannot import {module_name}: {exc} (modules are imported from the "
+                                   f"folder the command runs in, {code_dir()}, or ${CODE_DIR_ENV}, and the "
+                                   "installed packages)") from None
     function = getattr(module, function_name, None)
     if not callable(function):
         raise ConfigError("", key, f"{name}: {module_name} has no function {function_name}")

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,17 @@ __all__ = ["ACCURACY_METRICS", "CONSTANTS", "METRICS", "OBJECTIVE_MODES", "Fidel
            "round_resolution"]
 
 log = logging.getLogger("tianfeng.search")
-_told: set[tuple[str, str]] = set()  # priors left out, said once per process
+PRIORS_TOLD_ENV = "TIANFENG_PRIORS_TOLD"  # priors left out, said once per command: its worker processes inherit it
+
+
+def _first_telling(key: str) -> bool:
+    """Whether `key` is new to this command (this process or the one that started it); it is
+    then recorded for both."""
+    told = os.environ.get(PRIORS_TOLD_ENV, "").split("\n")
+    if key in told:
+        return False
+    os.environ[PRIORS_TOLD_ENV] = "\n".join([*filter(None, told), key])
+    return True
 
 # ---------------------------------------------------------------------------------------------
 # Loading
@@ -452,8 +463,7 @@ def _read_priors(source: str, raw: Any, parameters: tuple[Parameter, ...], *,
         misfit = next((by_name[k] for k, v in params.items() if not _value_fits(by_name[k], v)), None)
         if misfit is not None:  # outside a range the cluster or the data set: the recipe does not fit them
             name = str(item.get("name", f"prior-{i}"))
-            if (source, name) not in _told:
-                _told.add((source, name))
+            if _first_telling(f"{source}:{name}"):
                 log.warning("prior %s left out: its %s %r is outside this cluster's and data's %s", name,
                             misfit.name, params[misfit.name], _domain(misfit))
             continue
