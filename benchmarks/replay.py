@@ -36,6 +36,7 @@ import json
 import math
 import statistics
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +172,7 @@ class Run:
     events: list[tuple[float, float]] = field(default_factory=list)
     trials: int = 0
     moved: list[float] = field(default_factory=list)  # distance from each proposal to its recipe
+    pool_spent: bool = False  # it asked for more recipes than the pool holds: a larger pool is wanted
 
     def best_by(self, t: float) -> float:
         return max((s for at, s in self.events if at <= t), default=0.0)
@@ -245,6 +247,7 @@ class Machine:
         try:
             recipe, moved = (queued, 0.0) if queued is not None else self.pool.nearest(values, self.used)
         except PoolSpent:
+            self.run.pool_spent = True
             study.tell(trial, state=TrialState.FAIL)
             return None
         self.used.add(recipe.id)
@@ -391,6 +394,18 @@ METHODS: dict[str, Callable[[Machine], None]] = {
 PEERS = ("optuna-tpe", "tpe-hyperband", "asha", "one-epoch", "random")
 
 
+def replay_space(header: dict) -> SearchSpace:
+    """The space the table was recorded in, searched for accuracy alone (as every method of the
+    live benchmark searches it)."""
+    from ttt_settings import space_for
+
+    from tianfeng.hpo.plan import with_objective
+
+    folder = Path(tempfile.mkdtemp(prefix="replay-space-"))
+    return with_objective(load_space(space_for(header.get("setting", "near-best"), folder),
+                                     data=data_source(header.get("data", "cifar5"))), "accuracy", None)
+
+
 def replay(method: str, pool: Pool, space: SearchSpace, budget: float, cores: int, seed: int) -> Run:
     machine = Machine(pool, space, budget, cores, seed)
     METHODS[method](machine)
@@ -409,6 +424,7 @@ def bootstrap_median(values: list[float], seed: int = 0, rounds: int = 2000) -> 
 
 def summarise(runs: list[Run], budget: float, targets: list[float]) -> dict:
     out: dict[str, Any] = {"seeds": len(runs), "trials_median": statistics.median(r.trials for r in runs),
+                           "pool_spent": sum(r.pool_spent for r in runs),
                            "moved_median": statistics.median(m for r in runs for m in r.moved) if any(r.moved for r in runs) else 0.0}
     for target in targets:
         times = [r.time_to(target) for r in runs]
@@ -476,8 +492,7 @@ def main() -> None:
     header, recipes = read_pool(args.pool)
     if not recipes:
         sys.exit(f"replay: {args.pool} holds no recipes yet")
-    space = load_space(ROOT / "search_spaces" / "large_batch.yaml" if header.get("setting") == "near-best" else header["space"],
-                       data=data_source(header.get("data", "cifar5")))
+    space = replay_space(header)
     pool = Pool(space, recipes)
     top = top_target(recipes)
     targets = [top, *(float(t) for t in args.targets.split(",") if t)]
@@ -505,6 +520,10 @@ def main() -> None:
                 f"medians of {args.seeds} seeds", rows,
                 headers=("method", f"time to {top:.2f} (s) [95%]", "reached", *(f"best @{f:g}" for f in FRACTIONS),
                          "trials"))
+    spent = {m: f["pool_spent"] for m, f in figures["methods"].items() if f["pool_spent"]}
+    if spent:
+        print(f"replay: the pool ran out of recipes in {', '.join(f'{m} ({n} seeds)' for m, n in spent.items())}: "
+              "record more recipes for those figures to hold", file=sys.stderr)
     if args.results:
         write_results(args.results, figures)
 

@@ -116,3 +116,29 @@ def test_every_documented_search_is_planned_without_refusal(page: str, cmd: str,
         _planned(cmd, tmp_path)
     except ConfigError as e:
         pytest.fail(f"{page}: `tianfeng {cmd}` is refused: {e}")
+
+
+def _runnable(cmd: str) -> bool:
+    """A command a newcomer runs on this machine as written: no cluster, no data folder."""
+    return cmd.split()[0] in {"search", "promote", "status", "runs", "report", "calibrate", "export", "spaces"} \
+        and not any(flag in cmd for flag in ("--launcher", "--nodes", "--data", "--storage postgresql"))
+
+
+@pytest.mark.slow
+@pytest.mark.alone
+@pytest.mark.timeout(1800)
+def test_the_readme_then_the_tutorial_run_in_order_in_one_fresh_folder(tmp_path) -> None:
+    """The README's commands and then the tutorial's, typed as a newcomer types them, one after
+    another in one new folder with the installed `tianfeng`: none is refused (a study the README
+    made must not stand in the tutorial's way)."""
+    import os
+    import subprocess
+    import sys
+
+    typed = [cmd for page in PAGES[:2] for cmd in commands(page.read_text()) if _runnable(cmd)]
+    assert [c.split()[0] for c in typed].count("search") >= 2, typed
+    tianfeng = str(Path(sys.executable).parent / "tianfeng")
+    for cmd in typed:
+        out = subprocess.run([tianfeng, *shlex.split(cmd)], capture_output=True, text=True, cwd=tmp_path,
+                             env=dict(os.environ), timeout=900)
+        assert out.returncode == 0, f"`tianfeng {cmd}` exited {out.returncode}: {out.stderr[-1500:]}"

@@ -1,0 +1,129 @@
+"""The replay benchmark's machinery on a synthetic pool of the shipped space's recipes (scores a
+known function of the values, costs proportional to epochs): proposals map to the nearest unused
+recipe, trials carry the recipe's values, the budget and cores are spent as the live protocol
+spends them, and the search's own pruner decides what the replay prunes."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import record_pool  # noqa: E402
+import replay  # noqa: E402
+
+EPOCH_S = 10.0
+
+
+def _score(params: dict, epoch: int, epochs: int) -> float:
+    """Better near a peak LR of 1, rising with the epochs: the whole run ranks like its first epochs."""
+    quality = 90 - 10 * abs(math.log10(params["base_lr"]))
+    return quality * (0.5 + 0.5 * epoch / epochs)
+
+
+def _rung(params: dict, epochs: int) -> dict:
+    return {"status": "completed", "total_epochs": epochs,
+            "epochs": [{"epoch": e, "val_top1": _score(params, e, epochs), "val_loss": 1.0, "cpu_s": EPOCH_S,
+                        "wall_s": EPOCH_S, "resolution": 16} for e in range(1, epochs + 1)]}
+
+
+@pytest.fixture(scope="module")
+def space():
+    return replay.replay_space({"setting": "near-best", "data": "digits"})
+
+
+@pytest.fixture(scope="module")
+def pool(space, tmp_path_factory) -> replay.Pool:
+    path = tmp_path_factory.mktemp("pool") / "pool.jsonl.gz"
+    record_pool.append_row(path, {"kind": "header", "setting": "near-best", "data": "digits"})
+    for recipe in record_pool.draw_pool(space, 40, seed=0):
+        epochs = recipe["params"]["epochs"]
+        record_pool.append_row(path, {**recipe, "predicted_s": 30.0, "rungs": {
+            "target": _rung(recipe["params"], epochs), "proxy": _rung(recipe["params"], max(1, epochs // 2))}})
+    _, recipes = replay.read_pool(path)
+    return replay.Pool(space, recipes)
+
+
+def test_the_pool_reads_back_as_recorded_priors_first(pool) -> None:
+    assert len(pool.recipes) == 40 and pool.recipes[0].source.startswith("prior:")
+    r = pool.recipes[5]
+    assert r.epochs["target"] == r.params["epochs"] and r.whole == pytest.approx(_score(r.params, 1, 1))
+
+
+def test_a_proposal_maps_to_its_nearest_unused_recipe(pool) -> None:
+    r = pool.recipes[7]
+    assert pool.nearest(r.params, set()) == (r, 0.0)
+    other, moved = pool.nearest(r.params, {r.id})
+    assert other.id != r.id and moved > 0
+    with pytest.raises(replay.PoolSpent):
+        pool.nearest(r.params, {x.id for x in pool.recipes})
+
+
+@pytest.mark.parametrize("method", list(replay.METHODS))
+def test_every_method_uses_each_recipe_once_and_spends_no_more_than_its_budget(pool, space, method) -> None:
+    run = replay.replay(method, pool, space, budget=3000.0, cores=2, seed=1)
+    assert run.trials <= len(pool.recipes) and run.pool_spent == (run.trials == len(pool.recipes))
+    assert run.events and all(0 < t <= 3000.0 for t, _ in run.events)
+    assert all(s in {r.whole for r in pool.recipes} for _, s in run.events)  # every score a recorded whole run's
+
+
+def test_trials_carry_the_recipes_values_not_the_proposals(pool, space) -> None:
+    machine = replay.Machine(pool, space, budget=2000.0, cores=2, seed=3)
+    study = replay._study(machine, priors=False)
+    done = machine.search(study, replay._samplers(machine, "tpe", 2), "target", 2000.0)
+    assert done
+    for recipe, trial in done:
+        assert study.trials[trial.number].params == recipe.params
+    assert len({r.id for r, _ in done}) == len(done)
+
+
+def test_the_default_searches_proxies_for_half_the_budget_then_trains_whole_runs_on_every_core(pool, space) -> None:
+    run = replay.replay("tianfeng", pool, space, budget=1000.0, cores=2, seed=0)
+    assert not run.pool_spent
+    assert run.events and min(t for t, _ in run.events) > 500.0  # no whole run before the search's half ends
+    times = sorted(t for t, _ in run.events)
+    # each promoted run takes its recipe's CPU seconds shared by both cores
+    gaps = {round(b - a, 6) for a, b in zip(times, times[1:], strict=False)}
+    assert gaps <= {round(e * EPOCH_S / 2, 6) for e in range(6, 31)}
+
+
+def test_the_searchs_own_pruner_decides_what_the_replay_prunes(pool, space, monkeypatch) -> None:
+    """The replay runs the search's code: a pruner that stops every trial at its first judged
+    epoch leaves tianfeng-target no whole run at all."""
+    from tianfeng.hpo.run import registry
+
+    kept = replay.replay("tianfeng-target", pool, space, budget=2000.0, cores=2, seed=0)
+    monkeypatch.setitem(registry.PRUNERS, "asha", lambda epochs: _AlwaysPrune())
+    pruned = replay.replay("tianfeng-target", pool, space, budget=2000.0, cores=2, seed=0)
+    assert kept.events and not [s for _, s in pruned.events if s]
+
+
+class _AlwaysPrune(optuna.pruners.BasePruner):
+    def prune(self, study, trial) -> bool:
+        return True
+
+
+def test_a_seed_replays_exactly_and_seeds_differ(pool, space) -> None:
+    a, b = (replay.replay("optuna-tpe", pool, space, budget=2000.0, cores=2, seed=4) for _ in range(2))
+    c = replay.replay("optuna-tpe", pool, space, budget=2000.0, cores=2, seed=5)
+    assert a.events == b.events and a.events != c.events
+
+
+def test_the_bootstrap_interval_holds_the_median_and_narrows_with_more_seeds() -> None:
+    rng = np.random.default_rng(0)
+    small, large = rng.normal(10, 2, 20).tolist(), rng.normal(10, 2, 400).tolist()
+    m, lo, hi = replay.bootstrap_median(small)
+    assert lo <= m <= hi
+    _, lo2, hi2 = replay.bootstrap_median(large)
+    assert hi2 - lo2 < hi - lo
+
+
+def test_the_pools_rank_figures_see_a_proxy_that_ranks_like_the_whole_run(pool) -> None:
+    figures = replay.pool_figures(pool.recipes, [80.0])
+    assert figures["rank"]["proxy"]["spearman"] > 0.9 and figures["rank"]["screen-1"]["kendall"] > 0.5
+    assert 0 < figures["targets"]["80"] < 1
