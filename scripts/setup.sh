@@ -2,13 +2,19 @@
 # Creates .venv in the checkout and installs tianfeng into it. --dev adds DALI, Ray, the
 # PostgreSQL driver and the test tools, and the Debian packages the tests drive for real
 # (a PostgreSQL server, headless Chromium, a Slurm controller and node with munge) when they are
-# missing and we may install them.
+# missing and we may install them: it names them first; --no-system leaves them out (a login node).
 # torch and torchvision come as the tested pair in constraints.txt (pip finds both on this
 # machine's disk); nothing here may pull another torch build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras=""
-[[ "${1:-}" == "--dev" ]] && extras="[dev]"
+extras="" system=1
+for arg in "$@"; do
+  case "$arg" in
+    --dev) extras="[dev]" ;;
+    --no-system) system=0 ;;
+    *) echo "setup: unknown option $arg (--dev, --no-system)" >&2; exit 2 ;;
+  esac
+done
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -c constraints.txt -e ".${extras}"
@@ -29,7 +35,7 @@ else
   echo "setup: npm not found; reports will embed the full plotly.js (slower to open)" >&2
 fi
 
-if [[ -n "$extras" ]]; then
+if [[ -n "$extras" && "$system" == 1 ]]; then
   missing=()
   compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || missing+=(postgresql)
   command -v chromium > /dev/null || missing+=(chromium)
@@ -37,6 +43,7 @@ if [[ -n "$extras" ]]; then
   command -v ip > /dev/null || missing+=(iproute2)  # the two-node test Slurm's network namespaces
   if (( ${#missing[@]} )); then
     if [[ $(id -u) == 0 ]] && command -v apt-get > /dev/null; then
+      echo "setup: installing Debian packages the tests drive: ${missing[*]} (--no-system skips this)" >&2
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" > /dev/null
     else
       echo "setup: the tests need Debian packages: ${missing[*]} (install them as root)" >&2

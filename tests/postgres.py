@@ -49,7 +49,7 @@ def postgres_server() -> Iterator[str]:
         f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c max_connections=100", "start")
     try:
         run(_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "tianfeng")
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/tianfeng"
+        yield f"postgresql://postgres@127.0.0.1:{port}/tianfeng"  # as the how-to writes it
     finally:
         subprocess.run([*as_user, _bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
                        capture_output=True)

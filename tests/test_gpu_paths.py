@@ -94,3 +94,23 @@ def test_gpu_check_says_there_is_no_gpu_and_runs_nothing() -> None:
     else:
         assert out.returncode == 0 and "no CUDA GPU visible" in out.stdout and "nothing was run" in out.stdout
         assert "PASS" not in out.stdout and "FAIL" not in out.stdout
+
+
+def test_the_dali_extra_is_built_for_the_cuda_of_the_pinned_torch() -> None:
+    """DALI's wheels are per CUDA major version; the extra's must be the pinned torch's, or DALI's
+    GPU decode and torch load two CUDA runtimes on one GPU."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    import torch
+
+    root = Path(__file__).resolve().parents[1]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pins = {m.group(1) for group in ("dali", "dev") for req in extras[group]
+            if (m := re.match(r"nvidia-dali-cuda(\d+)", req))}
+    pinned_torch = re.search(r"^torch==\S+", (root / "constraints.txt").read_text(), re.MULTILINE)
+    assert pinned_torch and torch.__version__.split("+")[0] == pinned_torch.group(0).split("==")[1]
+    cuda = torch.version.cuda  # this install is the pinned build: its CUDA is the pin's
+    assert cuda is not None, "the pinned torch is a CUDA build"
+    assert pins == {f"{cuda.split('.')[0]}0"}, (pins, cuda)

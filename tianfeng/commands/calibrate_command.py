@@ -8,7 +8,7 @@ import sys
 from tianfeng import api
 from tianfeng.commands.flags import emit
 from tianfeng.launch.scheduler import SchedulerOptions
-from tianfeng.launch.slurm import time_limit_s
+from tianfeng.launch.submit_options import SubmitOptions
 from tianfeng.promotion.calibration import MIN_PAIRS
 from tianfeng.trainers.config import ConfigError
 
@@ -26,17 +26,11 @@ def _sizes(flag: str, text: str | None, low: int) -> list[int] | None:
 
 
 def _scheduler_options(args) -> SchedulerOptions:
-    options = SchedulerOptions(args.partition, args.account, args.time, tuple(args.sbatch_args),
-                               address=args.jobs_address)
-    given = [f for f, v in (("--partition", args.partition), ("--account", args.account), ("--time", args.time),
-                            ("--sbatch-arg", args.sbatch_args)) if v]
-    if given and args.launcher != "slurm":
-        raise ConfigError(given[0], "", "goes with --launcher slurm")
-    if args.jobs_address is not None and args.launcher != "ray":
-        raise ConfigError("--jobs-address", "", "goes with --launcher ray")
-    if args.time is not None:
-        time_limit_s(args.time)
-    return options
+    """The job's options, checked by the same gate as every verb's that submits."""
+    submit = SubmitOptions(launcher=args.launcher, partition=args.partition, account=args.account, time=args.time,
+                           scheduler_args=tuple(args.sbatch_args), jobs_address=args.jobs_address)
+    submit.check_submit()
+    return submit.scheduler_options()
 
 
 def run_throughput(args) -> int:

@@ -51,7 +51,7 @@ def check_storage(url: str, *, must_exist: bool, writes: bool = False, flag: str
         raise ConfigError(flag, "", f"unknown database kind {parsed.drivername!r} in {url!r}; "
                           "use sqlite:///FILE or postgresql://...") from None
     except ImportError as exc:
-        hint = (" (pip install psycopg, or psycopg2-binary with postgresql+psycopg2://...)"
+        hint = (" (pip install 'tianfeng[postgres]' for postgresql://; postgresql+psycopg2:// needs psycopg2-binary)"
                 if parsed.get_backend_name() == "postgresql" else "")
         raise ConfigError(flag, "", f"the driver for {parsed.drivername} is not installed: {exc.name or exc}"
                           f"{hint}") from None
