@@ -390,7 +390,9 @@ def calibrate_from_run(run: int, *, storage: str = DEFAULT_STORAGE, profile: str
     row = rows[run]
     cfg = config_from_dict(yaml.safe_load(row["config_yaml"]), f"run {run}")
     cluster = study_space(optuna.load_study(study_name=row["study"], storage=storage)).cluster
-    if profile is None and cluster.device == "measured":
+    if profile is not None and str(profile).lower() == "none":  # a new profile from the run alone
+        profile = None
+    elif profile is None and cluster.device == "measured":
         profile = cluster.throughput
     base = read_throughput(str(profile), "--profile", "") if profile is not None else None
     if base is not None:

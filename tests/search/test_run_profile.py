@@ -158,3 +158,37 @@ def build_config_phases(row: dict) -> list[dict]:
     import yaml
 
     return yaml.safe_load(row["config_yaml"])["phases"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("samples_per_s", float("nan")), ("world", "2"), ("batch_size", 0),
+                                               ("data_wait_fraction", 3.0), ("phase", 0.5)])
+def test_an_edited_epoch_is_one_line_naming_the_run_the_epoch_and_the_field(tmp_path: Path, field, value) -> None:
+    epochs = [_epoch(0, 1, 1000.0, 0.1), {**_epoch(0, 1, 1000.0, 0.1), field: value}]
+    with pytest.raises(ConfigError) as info:
+        run_points({"id": 7, "epochs": epochs}, _cfg(tmp_path), V100_CLUSTER, in_channels=1, classes=10)
+    assert f"epochs.1.{field}: must be" in str(info.value) and "--from-run: 7:" in str(info.value)
+
+
+def test_a_truncated_epochs_record_lists_without_epochs_and_is_refused_in_one_line(promoted, tmp_path: Path,
+                                                                                   capsys) -> None:
+    storage, run, _ = promoted
+    copy_db = tmp_path / "cut.db"
+    shutil.copyfile(storage.removeprefix("sqlite:///"), copy_db)
+    cut = f"sqlite:///{copy_db}"
+    from sqlalchemy import create_engine, text
+
+    with create_engine(cut).begin() as connection:
+        connection.execute(text("UPDATE tianfeng_promoted_runs SET epochs_json = '[{\"epoch\": 1, \"pha' WHERE id = :i"),
+                           {"i": run})
+    listed = RunStore(cut).runs()  # every run still lists
+    assert [r["epochs"] for r in listed if r["id"] == run] == [[]]
+    assert main(["calibrate", "--from-run", str(run), "--storage", cut]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"run {run}: epochs: JSONDecodeError" in err, err
+
+
+def test_profile_none_makes_a_new_profile_from_the_run_alone(promoted, tmp_path: Path, capsys) -> None:
+    storage, run, _ = promoted
+    out = tmp_path / "fresh.json"
+    assert main(["calibrate", "--from-run", str(run), "--storage", storage, "--profile", "none", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["kind"] == "tianfeng-throughput"

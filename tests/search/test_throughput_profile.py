@@ -116,3 +116,23 @@ def test_scheduler_options_without_slurm_are_refused(tmp_path: Path, tiny_space:
     code = main(["calibrate", "--throughput", "--space", str(write_space(tmp_path, tiny_space)),
                  "--partition", "gpu"])
     assert code == 2 and "--partition: goes with --launcher slurm" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    ([1, 2], "is not a throughput file of tianfeng calibrate --throughput (it holds list)"),
+    ({"kind": "tianfeng-throughput", "fits": {"8": {"fixed_s": 0.001, "image_s": 1e308}}}, "fits.8.image_s: must be"),
+    ({"kind": "tianfeng-throughput", "fits": {"8": {"fixed_s": -1, "image_s": 1e-4}}}, "fits.8.fixed_s: must be"),
+    ({"kind": "tianfeng-throughput", "fits": {"8": {"fixed_s": 0.001, "image_s": "fast"}}}, "fits.8.image_s: must be"),
+    ({"kind": "tianfeng-throughput", "fits": []}, "fits: must map resolutions"),
+])
+def test_a_malformed_or_impossible_profile_is_one_line_naming_the_field(tmp_path: Path, tiny_space: dict, capsys,
+                                                                        content, said) -> None:
+    """`plan --profile` of a file holding `[1, 2]`, or rates beyond what a step can take (which
+    printed `nan h` and `inf h` and exited 0)."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(content))
+    from tianfeng.recipes import DEFAULT_RECIPE
+
+    code = main(["plan", "--config", str(DEFAULT_RECIPE), "--gpus", "8", "--profile", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and err.count("\n") == 1, err

@@ -63,6 +63,9 @@ def run_runs_command(args) -> int:
     if args.follow is not None:
         return _follow(args)
     rows = api.runs(args.study, storage=args.storage)
+    for r in rows:  # a record no engine wrote: said, and listed with what is readable
+        if r.get("record_error"):
+            print(f"tianfeng: warning: {r['record_error']}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -240,6 +240,11 @@ def with_overrides(spec: ClusterSpec, *, gpus: int | None, gpus_per_node: int | 
         raise ConfigError(f"--{flag}", "", exc.message) from None
 
 
+# what a measured step can physically take: per image, beyond a minute is a broken measurement;
+# per step, beyond an hour
+THROUGHPUT_BOUNDS = {"fixed_s": (0.0, 3600.0), "image_s": (0.0, 60.0)}
+
+
 def read_throughput(path: str, source: str = "", key: str = "cluster.throughput") -> dict:
     """A throughput file of `tianfeng calibrate --throughput`, checked."""
     import json
@@ -253,10 +258,20 @@ def read_throughput(path: str, source: str = "", key: str = "cluster.throughput"
     except (OSError, ValueError) as exc:
         raise ConfigError(source, key, f"cannot read {path} ({type(exc).__name__}); write it with "
                           "tianfeng calibrate --throughput") from None
-    fits = data.get("fits") if isinstance(data, dict) else None
-    if data.get("kind") != "tianfeng-throughput" or not isinstance(fits, dict) or not fits or not all(
-            str(r).isdigit() and isinstance(f, dict) and all(
-                isinstance(f.get(k), int | float) and math.isfinite(f[k]) and f[k] >= 0 for k in ("fixed_s", "image_s"))
-            and f["image_s"] > 0 for r, f in fits.items()):
-        raise ConfigError(source, key, f"{path} is not a throughput file of tianfeng calibrate --throughput")
+    if not isinstance(data, dict) or data.get("kind") != "tianfeng-throughput":
+        raise ConfigError(source, key, f"{path} is not a throughput file of tianfeng calibrate --throughput "
+                          f"(it holds {type(data).__name__ if not isinstance(data, dict) else 'another kind'})")
+    fits = data.get("fits")
+    if not isinstance(fits, dict) or not fits:
+        raise ConfigError(source, key, f"{path}: fits: must map resolutions to step-time fits; got {fits!r:.80}")
+    for resolution, fit in fits.items():
+        where = f"{path}: fits.{resolution}"
+        if not str(resolution).isdigit() or not isinstance(fit, dict):
+            raise ConfigError(source, key, f"{where}: must be a resolution in pixels mapping to fixed_s and image_s")
+        for name, (low, high) in THROUGHPUT_BOUNDS.items():
+            value = fit.get(name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) \
+                    or not low <= value <= high or (name == "image_s" and value == 0):
+                raise ConfigError(source, key, f"{where}.{name}: must be a number of seconds in "
+                                  f"{'(' if name == 'image_s' else '['}{low:g}, {high:g}]; got {value!r}")
     return data

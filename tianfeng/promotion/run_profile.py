@@ -12,6 +12,7 @@ batch) and takes its level from the run."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -39,13 +40,32 @@ def _one_phase_prediction(cfg: RunConfig, phase, spec: ClusterSpec, *, in_channe
                              classes=classes, in_channels=in_channels, startup=False)
 
 
+# each field a timed epoch must hold: (type, lowest, highest)
+_EPOCH_FIELDS = {"phase": (int, 0, 10**6), "world": (int, 1, 10**7), "batch_size": (int, 1, 10**9),
+                 "resolution": (int, 1, 10**5), "samples_per_s": (float, 1e-9, 1e12),
+                 "data_wait_fraction": (float, 0.0, 1.0), "train_s": (float, 1e-9, 1e9)}
+
+
+def _check_epoch(run_id: int, index: int, epoch: dict) -> None:
+    """One line naming the run, the epoch and the field for a value no engine writes."""
+    for name, (kind, low, high) in _EPOCH_FIELDS.items():
+        value = epoch.get(name)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or (kind is int and value != int(value)) or not math.isfinite(value) or not low <= value <= high:
+            raise ConfigError("--from-run", str(run_id), f"epochs.{index}.{name}: must be "
+                              f"{'an integer' if kind is int else 'a number'} in [{low:g}, {high:g}]; got {value!r}")
+
+
 def run_points(run: dict[str, Any], cfg: RunConfig, cluster: ClusterSpec, *, in_channels: int,
                classes: int) -> list[dict[str, Any]]:
     """One point per phase and world the run trained at: per-process batch, measured step,
     predicted exposed exchange, and the compute left."""
+    if run.get("record_error"):
+        raise ConfigError("--from-run", str(run["id"]), run["record_error"])
     groups: dict[tuple[int, int], list[dict]] = defaultdict(list)
-    for e in run["epochs"]:
+    for i, e in enumerate(run["epochs"]):
         if e.get("train_s") and e.get("world") and e.get("samples_per_s"):
+            _check_epoch(run["id"], i, e)
             groups[(e["phase"], e["world"])].append(e)
     if not groups:
         raise ConfigError("--from-run", str(run["id"]), "has no timed epochs (its epochs were recorded before the "

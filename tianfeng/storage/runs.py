@@ -49,8 +49,18 @@ class PromotedRun(_Base):
     updated: Mapped[str] = mapped_column(String(32))
 
     def as_dict(self) -> dict[str, Any]:
+        """The record; an epochs field that is not a JSON list (edited, cut short) is listed as
+        no epochs with `record_error` saying what it holds, so the other runs still list."""
         out = {c.name: getattr(self, c.name) for c in self.__table__.columns}
-        out["epochs"] = json.loads(out.pop("epochs_json"))
+        raw = out.pop("epochs_json")
+        try:
+            epochs = json.loads(raw)
+            if not isinstance(epochs, list) or not all(isinstance(e, dict) for e in epochs):
+                raise ValueError("not a list of epoch records")
+        except ValueError as exc:
+            epochs = []
+            out["record_error"] = f"run {out['id']}: epochs: {type(exc).__name__}: {str(exc)[:80]}; it holds {str(raw)[:60]!r}"
+        out["epochs"] = epochs
         return out
 
 
