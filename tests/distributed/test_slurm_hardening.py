@@ -146,6 +146,7 @@ def test_a_second_promote_of_a_live_run_leaves_it_submitted_then_cancel_keeps_it
     assert (launch / "sbatch.sh").read_text() == script  # the live job's plan is not rewritten
     run = runs(slurm_env, tmp_path, storage)[0]
     assert run["status"] == "submitted" and run["job"]["job_id"] == job, run
+    assert run["job"]["log"] == str(launch / f"slurm-{job}.out") and Path(run["job"]["log"]).exists()
     out = cli(slurm_env, tmp_path, "runs", "--storage", storage, "--cancel", str(run["id"]), "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     cancelled = runs(slurm_env, tmp_path, storage)[0]

@@ -46,6 +46,11 @@ def test_export_writes_every_trial_in_three_formats(tmp_path: Path, tiny_space: 
 
     assert main(["export", "s", "--storage", plan.options.storage, "--format", "parquet"]) == 2
     assert "--output: parquet is binary" in capsys.readouterr().err
+    # a file the format does not match is refused, not written as CSV under another name
+    xlsx = tmp_path / "t.xlsx"
+    assert main(["export", "s", "--storage", plan.options.storage, "-o", str(xlsx)]) == 2
+    err = capsys.readouterr().err
+    assert "names a .xlsx file but --format is csv" in err and err.count("\n") == 1 and not xlsx.exists()
     assert main(["export", "nope", "--storage", plan.options.storage]) == 2
     assert "STUDY: nope: no such study" in capsys.readouterr().err
 

@@ -77,6 +77,9 @@ def run_runs_command(args) -> int:
                       str(len(r["epochs"])), _fmt(r["proxy_score"]), _fmt(r["final_score"]), _time_text(r),
                       r["run_dir"])
     Console().print(table)
+    for r in rows:
+        if r.get("job"):
+            print(f"run {r['id']}: {r['job']['launcher']} job {r['job']['job_id']}, log {r['job']['log']}")
     return 0
 
 

@@ -48,6 +48,10 @@ def write_table(table: pd.DataFrame, output: Path | None, fmt: str) -> str | Non
     """Write to `output` (None: return the text, for stdout; parquet needs a file)."""
     if fmt not in FORMATS:
         raise ConfigError("--format", fmt, f"allowed: {', '.join(FORMATS)}")
+    if output is not None and output.suffix and output.suffix.lower() != f".{fmt}":
+        raise ConfigError("--output", str(output), f"names a {output.suffix} file but --format is {fmt}: give a "
+                          f"file ending .{fmt}, or --format {' or '.join(f for f in FORMATS if f != fmt)} "
+                          f"with its own ending (formats: {', '.join(FORMATS)})")
     if fmt == "parquet":
         if output is None:
             raise ConfigError("--output", "", "parquet is binary: give a file with -o FILE.parquet")

@@ -130,6 +130,15 @@ def _epochs_so_far(run_dir: Path) -> list[dict]:
 
 
 def with_jobs(store: RunStore, runs: list[dict]) -> list[dict]:
-    """The runs, each with its scheduler job (launcher, job id, state, reason, restarts) if any."""
+    """The runs, each with its scheduler job (launcher, job id, state, reason, restarts, and where
+    its log is) if any."""
     jobs = store.jobs()
-    return [r | ({"job": jobs[r["id"]]} if r["id"] in jobs else {}) for r in runs]
+    return [r | ({"job": {**jobs[r["id"]], "log": job_log(r["run_dir"], jobs[r["id"]])}} if r["id"] in jobs else {})
+            for r in runs]
+
+
+def job_log(run_dir: str, job: dict) -> str:
+    """Where a job's output is: Slurm's file in the run's launch folder; Ray's through its CLI."""
+    if job["launcher"] == "slurm":
+        return str(Path(run_dir) / "launch" / f"slurm-{job['job_id']}.out")
+    return f"ray job logs {job['job_id']}"
