@@ -352,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         if type(exc).__module__.startswith("sqlalchemy"):  # it wraps the driver's message
             origin = getattr(exc, "orig", None) or exc
             text = f"database {getattr(args, 'storage', '')}: {_one_line(origin)}"
+        elif isinstance(exc, RuntimeError) and "compatible with the table schema" in str(exc):
+            newer = "Please try updating" in str(exc)  # a schema this Optuna does not know: a newer one wrote it
+            text = (f"--storage: {getattr(args, 'storage', '')}: its tables were written by "
+                    + ("a newer Optuna than this tianfeng's; upgrade tianfeng (pip install -U tianfeng) to read it"
+                       if newer else "an older Optuna; upgrade them with `optuna storage upgrade --storage URL`"))
         elif isinstance(exc, RuntimeError):
             text = _one_line(exc)
         else:

@@ -77,3 +77,22 @@ def test_reading_commands_still_work_on_a_read_only_database(read_only_folder, c
     assert main(["status", "--storage", f"sqlite:///{folder / 'study.db'}", "--study", "s", "--json"]) == 0
     out = capsys.readouterr().out
     assert '"state": "completed"' in out
+
+
+def test_a_database_of_a_newer_schema_is_one_line_saying_so(tmp_path, capsys) -> None:
+    """A study database a newer tianfeng (and Optuna) wrote: not Optuna's own advice to upgrade
+    Optuna, which tianfeng pins, but what to do in tianfeng's terms."""
+    import optuna
+    from sqlalchemy import create_engine, text
+
+    from tianfeng.cli import main
+
+    db = tmp_path / "newer.db"
+    optuna.create_study(study_name="s", storage=f"sqlite:///{db}")
+    with create_engine(f"sqlite:///{db}").begin() as connection:
+        connection.execute(text("UPDATE version_info SET schema_version = 999, library_version = '9.0.0'"))
+        connection.execute(text("UPDATE alembic_version SET version_num = 'v9.0.0.z'"))
+    assert main(["status", "--storage", f"sqlite:///{db}"]) == 1
+    err = capsys.readouterr().err
+    assert "its tables were written by a newer Optuna than this tianfeng's; upgrade tianfeng" in err
+    assert err.count("\n") == 1, err
