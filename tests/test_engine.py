@@ -229,3 +229,20 @@ def test_kill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path: Path, re
                 assert b[key] is None, (key, a, b)
             else:
                 assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (key, a, b)
+
+
+def test_a_checkpoint_holding_other_objects_is_refused_in_our_words(tmp_path) -> None:
+    """torch's safe loader refuses it; the error names the file and what it held, and never
+    quotes torch's advice to load it unsafely (which reads as if tianfeng had done so)."""
+    import torch
+
+    from tianfeng.trainers import checkpoint
+    from tianfeng.trainers.config import ConfigError
+
+    (tmp_path / checkpoint.LAST).parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": {}, "planted": object()}, tmp_path / checkpoint.LAST)
+    with pytest.raises(ConfigError) as info:
+        checkpoint.load(tmp_path)
+    text = str(info.value)
+    assert str(tmp_path / checkpoint.LAST) in text and "it holds a Python object of type" in text, text
+    assert "weights_only" not in text and "Re-running" not in text and "\n" not in text

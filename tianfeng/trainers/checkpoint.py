@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,22 @@ def _load_safely(path: Path, what: str) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
-        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        reason = _reason(exc)
         raise ConfigError(str(path), "", f"cannot load {what} (only tensors and plain values are accepted): "
                           f"{reason}; delete it, or set checkpoint.resume: false") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why torch refused the file, in our words: its safe unpickler's own finding (the object it
+    met), not its advice on loading the file unsafely, which tianfeng never does."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    found = next((line for line in lines if line.startswith("WeightsUnpickler error:")), "")
+    named = re.search(r"GLOBAL (\S+)", found)
+    if named:
+        return f"it holds a Python object of type {named.group(1)[:120]}"
+    if isinstance(exc, pickle.UnpicklingError) or (lines and lines[0].startswith("Weights only load failed")):
+        return "it holds objects other than tensors and plain values"
+    return lines[0][:200] if lines else type(exc).__name__
 
 
 def save(directory: Path, payload: dict[str, Any]) -> Path:
