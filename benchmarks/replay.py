@@ -392,6 +392,10 @@ METHODS: dict[str, Callable[[Machine], None]] = {
     "one-epoch": one_epoch_then_best,
 }
 PEERS = ("optuna-tpe", "tpe-hyperband", "asha", "one-epoch", "random")
+# the live benchmark's names (search_methods.py) of the methods replayed here
+LIVE_NAMES = {"tianfeng": "tianfeng", "tianfeng-target": "tianfeng-target", "optuna-tpe": "optuna-tpe",
+              "tpe-hyperband": "tpe-hyperband", "ray-asha": "asha", "one-epoch": "one-epoch",
+              "tianfeng-screen": "screen-leader", "tianfeng-screen-balanced": "screen-balanced"}
 
 
 def replay_space(header: dict) -> SearchSpace:
@@ -440,6 +444,28 @@ def summarise(runs: list[Run], budget: float, targets: list[float]) -> dict:
     return out
 
 
+def against_live(folder: Path, figures: dict, target: float, at: float) -> list[dict]:
+    """Each kept live method-seed (time_to_target.py's results in `folder`) against the replay's
+    10-90% band of the same method: its time to `target` and its best by `at` seconds. Returns one
+    row per live run, saying which figures fall outside the band."""
+    rows = []
+    for path in sorted(folder.glob("*-s*.json")):
+        live = json.loads(path.read_text())
+        method = LIVE_NAMES.get(live["method"])
+        if method is None or method not in figures["methods"]:
+            continue
+        replayed = figures["methods"][method]
+        events = sorted((t, s) for t, s in live["events"])
+        reached = next((t for t, s in events if s >= target), None)
+        best = max((s for t, s in events if t <= at), default=0.0)
+        t_band, b_band = replayed[f"to_{target:g}"]["band_10_90"], replayed["best_at_live"]["band_10_90"]
+        time_in = t_band[0] <= (reached if reached is not None else live["budget_s"]) <= t_band[1]
+        rows.append({"run": path.stem, "method": method, "time_to_target": reached, "time_band": t_band,
+                     "time_inside": time_in, "best": best, "best_band": b_band,
+                     "best_inside": b_band[0] <= best <= b_band[1]})
+    return rows
+
+
 def pool_figures(recipes: list[Recipe], targets: list[float]) -> dict:
     """The table's own figures: per rung, how its score ranks recipes against the whole run
     (Spearman and Kendall), and the share of the pool that reaches each target."""
@@ -484,6 +510,10 @@ def main() -> None:
                         help="seconds of the simulated machine (default 1440: the live near-best setting's 12 minutes)")
     parser.add_argument("--cores", type=int, default=2, help="the simulated machine's cores (default 2)")
     parser.add_argument("--targets", default="", help="whole-run val_top1 levels besides the pool's top 5%%")
+    parser.add_argument("--live", type=Path, default=None,
+                        help="a folder of time_to_target.py's kept live runs of the same setting: each one's time "
+                             "to the pool's top-5%% target and best by --live-at, against the replay's 10-90%% band")
+    parser.add_argument("--live-at", type=float, default=720.0, help="seconds at which the live best is compared (default 720)")
     add_results_argument(parser, ROOT / "docs" / "results" / "replay_near-best.json", "the figures")
     args = parser.parse_args()
     from tianfeng.terminal.logs import quiet_optuna
@@ -511,6 +541,9 @@ def main() -> None:
             print(f"\r{method}: seed {seed + 1}/{args.seeds}", end="", file=sys.stderr, flush=True)
         print(file=sys.stderr)
         s = summarise(runs, args.budget, targets)
+        best_live = [r.best_by(args.live_at) for r in runs]
+        s["best_at_live"] = {"at_s": args.live_at, "median": float(np.median(best_live)),
+                             "band_10_90": [float(np.percentile(best_live, 10)), float(np.percentile(best_live, 90))]}
         figures["methods"][method] = s
         t = s[f"to_{top:g}"]
         rows.append([method, f"{t['median_s']:.0f} [{t['interval'][0]:.0f}, {t['interval'][1]:.0f}]",
@@ -524,6 +557,14 @@ def main() -> None:
     if spent:
         print(f"replay: the pool ran out of recipes in {', '.join(f'{m} ({n} seeds)' for m, n in spent.items())}: "
               "record more recipes for those figures to hold", file=sys.stderr)
+    if args.live is not None:
+        figures["live"] = against_live(args.live, figures, top, args.live_at)
+        outside = [r for r in figures["live"] if not (r["time_inside"] and r["best_inside"])]
+        print(f"\nlive runs against the replay's 10-90% bands: {len(figures['live']) - len(outside)} of "
+              f"{len(figures['live'])} inside")
+        for r in outside:
+            print(f"  {r['run']}: time to {top:.2f} {r['time_to_target']} (band {r['time_band']}), best by "
+                  f"{args.live_at:g} s {r['best']:.2f} (band {r['best_band']})")
     if args.results:
         write_results(args.results, figures)
 

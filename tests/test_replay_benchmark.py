@@ -127,3 +127,21 @@ def test_the_pools_rank_figures_see_a_proxy_that_ranks_like_the_whole_run(pool) 
     figures = replay.pool_figures(pool.recipes, [80.0])
     assert figures["rank"]["proxy"]["spearman"] > 0.9 and figures["rank"]["screen-1"]["kendall"] > 0.5
     assert 0 < figures["targets"]["80"] < 1
+
+
+def test_a_live_run_outside_the_replays_band_is_named(pool, space, tmp_path) -> None:
+    import json
+
+    runs = [replay.replay("optuna-tpe", pool, space, budget=2000.0, cores=2, seed=s) for s in range(10)]
+    top = replay.top_target(pool.recipes)
+    summary = replay.summarise(runs, 2000.0, [top])
+    best = [r.best_by(1000.0) for r in runs]
+    summary["best_at_live"] = {"band_10_90": [float(np.percentile(best, 10)), float(np.percentile(best, 90))]}
+    figures = {"methods": {"optuna-tpe": summary}}
+    inside = runs[0]
+    (tmp_path / "optuna-tpe-s0.json").write_text(json.dumps({"method": "optuna-tpe", "budget_s": 2000.0,
+                                                             "events": inside.events}))
+    (tmp_path / "optuna-tpe-s1.json").write_text(json.dumps({"method": "optuna-tpe", "budget_s": 2000.0,
+                                                             "events": [[1999.0, 1.0]]}))
+    rows = {r["run"]: r for r in replay.against_live(tmp_path, figures, top, 1000.0)}
+    assert not rows["optuna-tpe-s1"]["best_inside"] and rows["optuna-tpe-s1"]["time_to_target"] is None
