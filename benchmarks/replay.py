@@ -326,13 +326,8 @@ def one_epoch_then_best(machine: Machine) -> None:
     """Egele et al. 2023: random recipes trained one epoch for half the budget, then the best of
     them by that epoch trained whole (from the start), best first."""
     study = _study(machine, priors=False)
-    firsts: list[tuple[float, Recipe]] = []
-
-    def screen() -> int:
-        return 1
-
     done = machine.search(study, _samplers(machine, "random", machine.cores), "target", machine.budget * SEARCH_SHARE,
-                          screen=screen)
+                          screen=lambda: 1)
     firsts = [(study.trials[t.number].value, r) for r, t in done]
     for _, recipe in sorted(firsts, key=lambda f: -f[0]):
         if not machine.whole_run(recipe):

@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from tianfeng.launch import gate
 from tianfeng.trainers.config import ConfigError, RunConfig
 from tianfeng.trainers.names import check_name
 
@@ -38,8 +39,7 @@ class LaunchPlan:
         for flag, value in (("--nodes", self.nodes), ("--gpus-per-node", self.per_node)):
             if value < 1:
                 raise ConfigError(flag, "", f"must be >= 1, got {value}")
-        if not 1 <= self.port <= 65535:
-            raise ConfigError("--port", "", f"must be a port between 1 and 65535, got {self.port}")
+        gate.port("--port", self.port)
         if self.max_restarts < 0:
             raise ConfigError("--max-restarts", "", f"must be >= 0, got {self.max_restarts}")
         if self.min_nodes and not 1 <= self.min_nodes <= self.nodes:
