@@ -33,13 +33,17 @@ def _which(name: str) -> str:
                             "(it installs Debian's slurm-wlm and munge)")
 
 
+REQUEUE_WAIT_S = 20
+
+
 def daemon_settings(d: Path, name: str, controller: str, ports: tuple[int, int], node: str = "") -> list[str]:
     """The slurm.conf lines every test cluster shares: its controller at `controller` (host(addr)),
     munge, root daemons, state, logs and pid files in `d` (`node` a per-node suffix such as -%n),
-    cons_tres without cgroups, no accounting, finished jobs kept an hour."""
+    cons_tres without cgroups, no accounting, finished jobs kept an hour, and a requeued job held
+    REQUEUE_WAIT_S before it starts again (Slurm's default is the credentials' 120 s lifetime)."""
     return [
         f"ClusterName={name}", f"SlurmctldHost={controller}", f"SlurmctldPort={ports[0]}",
-        f"SlurmdPort={ports[1]}", "AuthType=auth/munge", f"AuthInfo=socket={d}/munge/munge.socket",
+        f"SlurmdPort={ports[1]}", "AuthType=auth/munge", f"AuthInfo=socket={d}/munge/munge.socket,cred_expire={REQUEUE_WAIT_S}",
         "CredType=cred/munge", "SlurmUser=root", "SlurmdUser=root", f"StateSaveLocation={d}/state",
         f"SlurmdSpoolDir={d}/spool{node}", f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd{node}.pid",
         f"SlurmctldLogFile={d}/log/slurmctld.log", f"SlurmdLogFile={d}/log/slurmd{node}.log",

@@ -85,14 +85,18 @@ def test_the_wheel_runs_the_mission_command_from_an_empty_folder(tmp_path: Path)
         assert "tianfeng/reporting/jinja/study.html.j2" in z.namelist()
     env_dir = tmp_path / "fresh"
     python, fresh_site = _fresh_environment(env_dir)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
-                   check=True, capture_output=True)
+    # --ignore-installed: the dependencies' folder also holds this checkout's editable tianfeng, which
+    # pip must neither take for this wheel nor try to uninstall
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+                                "--ignore-installed", str(wheel)], capture_output=True, text=True)
+    assert installed.returncode == 0 and (fresh_site / "tianfeng" / "__init__.py").exists(), \
+        installed.stdout[-2000:] + installed.stderr[-2000:]
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     imported = subprocess.run([str(python), "-c", "import tianfeng; print(tianfeng.__file__)"], cwd=empty, env=env,
                               capture_output=True, text=True)
-    assert imported.returncode == 0, imported.stderr[-2000:]
+    assert imported.returncode == 0, (imported.stderr[-2000:], installed.stdout[-2000:])
     assert str(fresh_site) in imported.stdout and str(REPO) not in imported.stdout
     bare = subprocess.run([str(python), "-c", "import trainers"], cwd=empty, env=env, capture_output=True, text=True)
     assert "No module named 'trainers'" in bare.stderr

@@ -194,7 +194,8 @@ def test_search_workers_run_as_a_job_array_and_a_signalled_task_requeues_its_tri
                                                                           for t in tasks())):
         time.sleep(1)
     assert sorted(t["ArrayTaskId"] for t in tasks()) == ["0", "1"]
-    assert all(t["JobState"] == "COMPLETED" for t in tasks()), tasks()
+    assert all(t["JobState"] == "COMPLETED" for t in tasks()), [
+        {k: t.get(k) for k in ("ArrayTaskId", "JobState", "Reason", "Restarts", "ExitCode", "RunTime")} for t in tasks()]
     assert any(int(t["Restarts"]) >= 1 for t in tasks())  # the same task, started again
     trials = optuna.load_study(study_name="arr", storage=storage).get_trials()
     complete = [t for t in trials if t.state == TrialState.COMPLETE]

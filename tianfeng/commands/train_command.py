@@ -13,7 +13,7 @@ from tianfeng.commands.flags import emit
 from tianfeng.trainers import distributed
 from tianfeng.trainers.engine import RunStatus
 from tianfeng.trainers.metrics import summary_lines
-from tianfeng.trainers.stop_signals import Signalled, checkpoint_on_stop_signals
+from tianfeng.trainers.stop_signals import Left, Signalled, checkpoint_on_stop_signals
 
 
 def run_train(config_path: Path | None, overrides: list[str], *, json_output: bool = False) -> int:
@@ -27,11 +27,13 @@ def _train_and_report(config_path: Path | None, overrides: list[str], json_outpu
     try:
         with checkpoint_on_stop_signals():
             result = api.train(config_path, overrides)
-    except Signalled as stopped:  # preempted or at its time limit: the scheduler restarts it
+    except (Signalled, Left) as stopped:  # preempted or at its time limit: the scheduler restarts it
         distributed.shutdown()
         if int(os.environ.get("RANK", 0)) == 0:
             print(f"tianfeng: {stopped}", file=sys.stderr)
-        return 128 + stopped.signum
+        # without the interpreter's teardown, which would first finish the compile jobs a step
+        # that was compiling had queued (tens of seconds past the scheduler's KillWait)
+        distributed.exit_rank(128 + stopped.signum)
     distributed.shutdown()
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 speaks for the job
         return 0 if result.status != RunStatus.DIVERGED else 1

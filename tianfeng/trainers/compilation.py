@@ -173,12 +173,20 @@ class CompilePolicy:
         self.state = "eager" if setting == "auto" else "done"
         self.seen = 0
         self.eager_step_s = 0.0
+        self._compiled: set[tuple[int, tuple[int, ...]]] = set()  # (compiled module, batch shape) stepped
         if setting == "on" and is_main:
             log.info("compile on (as configured, mode %s)", mode)
 
     @property
     def timing(self) -> bool:
         return self.state != "done"
+
+    def compiles(self, shape: tuple[int, ...]) -> bool:
+        """Whether a step on a batch of this shape compiles first (its first compiled step)."""
+        return self.model is not self.eager and (id(self.model), shape) not in self._compiled
+
+    def compiled(self, shape: tuple[int, ...]) -> None:
+        self._compiled.add((id(self.model), shape))
 
     def step_done(self, seconds: float, *, timed: bool, steps_left: int, shapes_left: list[str]) -> None:
         """After a step: its seconds (synchronized while `timing`), whether it was an ordinary

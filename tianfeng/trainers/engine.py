@@ -8,6 +8,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -244,13 +245,35 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+class _EvaluationCut(Exception):  # noqa: N818
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _agreed_stop_signal(run: _Run, batch: int) -> int | None:
+    """A stop signal any rank received, agreed by every rank before validation batch `batch`:
+    asked only at batches every rank reads (their shares differ by a row at most) and, on an
+    accelerator, every `check_every` batches, as the training steps are."""
+    if batch % run.check_every or batch >= run.data.val_batches_on_every_rank():
+        return None
+    flag = torch.tensor(float(stop_signals.received() or 0), device=run.device)
+    if run.ctx.enabled:
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+    return int(flag.item()) or None
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, data: DataPipeline, resolution: int, precision, device: torch.device,
-             ctx: dist_utils.DistContext) -> tuple[float, float, float]:
-    """(val loss, top-1 %, top-5 %) over the whole validation split, summed across ranks."""
+             ctx: dist_utils.DistContext, stop: Callable[[int], int | None] | None = None) -> tuple[float, float, float]:
+    """(val loss, top-1 %, top-5 %) over the whole validation split, summed across ranks. `stop`,
+    asked before each batch, returns a stop signal every rank agrees on: the evaluation ends there
+    (`_EvaluationCut`)."""
     model.eval()
     loss_sum = top1 = top5 = count = 0.0
-    for x, y in data.val_batches(resolution):
+    for batch, (x, y) in enumerate(data.val_batches(resolution)):
+        if stop is not None and (signum := stop(batch)):
+            raise _EvaluationCut(signum)
         with precision.autocast():
             logits = model(x)
         loss_sum += nn.functional.cross_entropy(logits.float(), y, reduction="sum").item()
@@ -328,10 +351,11 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
           max_steps: int | None = None) -> RunResult:
     """Run `cfg` to the end (or until diverged, stopped by the callback, or `max_steps`)."""
     called = time.perf_counter()
-    run, saved = _set_up(cfg)
-    if saved is not None:
-        _resume(run, saved)
-    _ready_loop(run)
+    with stop_signals.leaving_at_once("while starting up"):
+        run, saved = _set_up(cfg)
+        if saved is not None:
+            _resume(run, saved)
+        _ready_loop(run)
     run.startup_s = time.perf_counter() - called  # reported with this process's first epoch
     status, message = RunStatus.COMPLETED, ""
     try:
@@ -504,6 +528,8 @@ def _train_epoch(run: _Run, phase, max_steps: int | None) -> tuple[RunStatus, st
                       skipped=torch.zeros((), dtype=torch.int64, device=run.device),  # fp16 steps skipped
                       started=time.perf_counter())
     batches = run.data.train_batches(pos.epoch, phase.resolution, phase.batch_size, pos.step)
+    if pos.step:  # the last step's LR, should a run resumed after the epoch's last step train none
+        sums.lr = learning_rate(run.plan.progress(pos.epoch, pos.step - 1), phase.batch_size, cfg)
     while True:
         wait_from = time.perf_counter()
         batch = next(batches, None)  # in the run's memory format (data.memory_format)
@@ -515,7 +541,12 @@ def _train_epoch(run: _Run, phase, max_steps: int | None) -> tuple[RunStatus, st
         sums.lr = learning_rate(run.plan.progress(pos.epoch, pos.step), phase.batch_size, cfg)
         for group in run.optimizer.param_groups:
             group["lr"] = sums.lr
-        loss = _step(run, phase, x, y, sums)
+        compiles = not _measures_noise(cfg, pos, y) and run.compiler.compiles(tuple(x.shape))
+        with (stop_signals.leaving_at_once(f"while compiling for epoch {pos.epoch + 1}, step {pos.step + 1}")
+              if compiles else nullcontext()):
+            loss = _step(run, phase, x, y, sums)
+        if compiles:
+            run.compiler.compiled(tuple(x.shape))
         if loss is None:
             return RunStatus.DIVERGED, _diverged_text(run, sums.lr, step=True), sums
         pos.loss_count += len(y)
@@ -551,7 +582,7 @@ def _step(run: _Run, phase, x: torch.Tensor, y: torch.Tensor, sums: _EpochSums) 
     chunks = min(cfg.accumulate_steps, len(y))
     split = cfg.memory_split  # parts of each micro-batch, for this device's memory alone
     groups = run.bn_groups if split > 1 else 0
-    measure = cfg.noise_scale_every and pos.step % cfg.noise_scale_every == 0 and len(y) >= 2
+    measure = _measures_noise(cfg, pos, y)
     backward_done = measure or chunks * split > 1
     if measure:
         loss = measured_backward(run.train_model, run.loss_fn, x, y, precision, run.params, run.noise, run.ctx.world,
@@ -588,6 +619,11 @@ def _step(run: _Run, phase, x: torch.Tensor, y: torch.Tensor, sums: _EpochSums) 
     return loss
 
 
+def _measures_noise(cfg: RunConfig, pos: _Position, y: torch.Tensor) -> bool:
+    """Whether this step measures the gradient noise scale (from the batch in halves, eagerly)."""
+    return bool(cfg.noise_scale_every) and pos.step % cfg.noise_scale_every == 0 and len(y) >= 2
+
+
 def _diverged_text(run: _Run, lr: float, *, step: bool) -> str:
     where = run.divergence.last
     if step:
@@ -606,7 +642,13 @@ def _end_epoch(run: _Run, phase, sums: _EpochSums) -> EpochMetrics:
     # every rank evaluates its shard with rank 0's statistics: the model the checkpoint holds,
     # so a run resumed from a checkpoint after the epoch's last step evaluates as the uncut one
     dist_utils.broadcast_buffers(run.model, ctx)
-    val_loss, top1, top5 = evaluate(run.model, run.data, phase.resolution, run.precision, device, ctx)
+    try:
+        val_loss, top1, top5 = evaluate(run.model, run.data, phase.resolution, run.precision, device, ctx,
+                                        stop=lambda batch: _agreed_stop_signal(run, batch))
+    except _EvaluationCut as cut:  # the epoch is trained: saved so, the restarted run evaluates it
+        run.model.train()
+        _save_checkpoint(run)
+        raise stop_signals.Signalled(cut.signum, f"while evaluating epoch {pos.epoch + 1}") from None
     eval_s = time.perf_counter() - eval_from
     loss_sum, loss_count, *terms = dist_utils.all_reduce_sum(
         [pos.loss_sum, pos.loss_count, *run.noise.sums.tolist()], device, ctx)

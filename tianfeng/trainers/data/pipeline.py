@@ -38,6 +38,8 @@ class DataPipeline(Protocol):
 
     def val_batches(self, resolution: int) -> Iterator[Batch]: ...
 
+    def val_batches_on_every_rank(self) -> int: ...
+
     def prepare(self, resolutions: list[int]) -> None: ...
 
 
@@ -111,6 +113,10 @@ class PipelineBase:
         """This rank's share of the validation split, in batches of val_batch_size."""
         n = len(self.source.val)
         return range(n * self.rank // self.world, n * (self.rank + 1) // self.world, self.cfg.val_batch_size)
+
+    def val_batches_on_every_rank(self) -> int:
+        """How many validation batches every rank reads (the shares differ by a row at most)."""
+        return -(-(len(self.source.val) // self.world) // self.cfg.val_batch_size)
 
     def val_batches(self, resolution: int) -> Iterator[Batch]:
         """Decoded as they are read, by the torch DataLoader (the cache pipeline reads its cache)."""
