@@ -42,7 +42,7 @@ def run_config(folder: Path, compile_setting: str) -> Path:
     raw.update(name="stop-latency", run_dir=str(folder / "run"), device="cpu")
     raw["data"].update(fraction=0.1, val_batch_size=16, workers=0, cache_dir=str(folder / "cache"))
     raw["model"].update(width=32, stages=3)
-    raw["phases"] = [{"epochs": 6, "resolution": 24, "batch_size": 32}]
+    raw["phases"] = [{"epochs": 30, "resolution": 24, "batch_size": 32}]
     raw["engine"]["compile"] = compile_setting
     raw["precision"]["mode"] = "fp32"
     path = folder / "run.yaml"

@@ -3,6 +3,8 @@ that go only with a scheduler."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tianfeng.launch.scheduler import LaunchError, SchedulerOptions
@@ -47,16 +49,36 @@ def test_promotion_launcher_options_are_checked(changes: dict, expected: str) ->
     assert expected in str(info.value) and "\n" not in str(info.value)
 
 
-def test_a_time_limit_below_the_predicted_run_is_said_with_both_numbers(caplog) -> None:
-    from tianfeng.promotion.run import Launch, _warn_if_short
+def test_a_time_limit_below_the_runs_own_prediction_is_refused_unless_it_is_meant() -> None:
+    """The run's own prediction: its config on the space's devices at the launch's world (here two
+    V100 nodes, far slower than the 128 GPUs the search predicted for), not the trial's."""
+    from tianfeng.hpo.run.objective import predict_config
+    from tianfeng.hpo.space.materialize import build_config
+    from tianfeng.hpo.space.read import load_space
+    from tianfeng.promotion.run import Launch, _refuse_if_short
 
-    launch = Launch(2, 8, launcher="slurm", options=SchedulerOptions(time="30"))
-    with caplog.at_level("WARNING", logger="tianfeng.promote"):
-        _warn_if_short(launch, {"seconds": 5400.0, "cluster": "16 x A100"})
-        _warn_if_short(launch, {"seconds": 1200.0, "cluster": "16 x A100"})  # fits in 30 minutes: no word
-    assert [r.getMessage() for r in caplog.records] == [
-        "--time 30 (1800 s) is shorter than the full run's predicted 5400 s on 16 x A100: the job will reach "
-        "its limit and be requeued from its last checkpoint"]
+    space = load_space("tianfeng/spaces/imagenet_resnet50.yaml", data="digits")  # ImageNet-sized by its cluster
+    full = build_config(space, space.priors[0].params, "target")
+    on_two = predict_config(full, replace(space.cluster, gpus=16, gpus_per_node=8), space, memory=False).seconds
+    assert on_two > 2 * predict_config(full, space.cluster, space).seconds
+    minutes = int(on_two // 60)  # a limit just under the run on two nodes, above the search's prediction
+    short = Launch(2, 8, launcher="slurm", options=SchedulerOptions(time=str(minutes)))
+    with pytest.raises(LaunchError) as info:
+        _refuse_if_short(full, space, short)
+    message = str(info.value)
+    assert message.startswith(f"--time: {minutes} ({minutes * 60} s) is shorter than this run's predicted "
+                              f"{on_two:.0f} s on 2 x 8 v100") and "--requeue-at-limit" in message, message
+    _refuse_if_short(full, space, replace(short, requeue_at_limit=True))  # meant: trains in pieces
+    _refuse_if_short(full, space, replace(short, device="cpu"))  # no prediction of a CPU run
+    _refuse_if_short(full, space, replace(short, options=SchedulerOptions(time=str(minutes + 3))))
+
+
+def test_slurm_times_are_written_in_slurms_format_rounded_up_to_the_minute() -> None:
+    from tianfeng.launch.gate import slurm_time_s
+    from tianfeng.launch.slurm import slurm_time
+
+    assert [slurm_time(s) for s in (59, 60, 3601, 86400 + 61)] == ["00:01:00", "00:01:00", "01:01:00", "1-00:02:00"]
+    assert all(slurm_time_s(slurm_time(s)) >= s for s in (1, 119, 7261, 200000))
 
 
 def test_the_ray_jobs_address_comes_from_the_flag_or_rays_own_variable(monkeypatch) -> None:

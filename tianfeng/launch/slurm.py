@@ -9,6 +9,7 @@ sbatch printed a job id."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -28,6 +29,14 @@ _ENDED = {"COMPLETED": "completed", "CANCELLED": "cancelled", "FAILED": "failed"
 def time_limit_s(text: str) -> int:
     """Seconds of a Slurm time limit (tianfeng.launch.gate.slurm_time_s: every field in range)."""
     return gate.slurm_time_s(text)
+
+
+def slurm_time(seconds: float) -> str:
+    """A time limit in Slurm's D-HH:MM:SS (HH:MM:SS under a day), rounded up to the minute."""
+    minutes = math.ceil(seconds / 60)
+    days, minutes = divmod(minutes, 24 * 60)
+    text = f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+    return f"{days}-{text}" if days else text
 
 
 def _run(args: list[str], what: str) -> str:

@@ -38,6 +38,9 @@ class PromoteOptions(SubmitOptions):
     master_addr: str = option("127.0.0.1", "with --nodes: rendezvous host (the first node)")
     mlflow: str | None = option(None, "also log the study's trials and promoted runs as MLflow runs, e.g. "
                                 "sqlite:///mlflow.db", metavar="URI")
+    requeue_at_limit: bool = option(False, "with --launcher slurm: accept a --time shorter than the run's predicted "
+                                    "time on its cluster; the job trains in pieces, requeued at each limit from its "
+                                    "last checkpoint")
 
     def changed(self, **changes: Any) -> PromoteOptions:
         """A copy with `changes`; an unknown name is one line with the closest known one."""
@@ -63,6 +66,8 @@ class PromoteOptions(SubmitOptions):
         if self.min_nodes is not None and self.launcher == "ray":
             raise ConfigError("--min-nodes", "", "is torchrun's elastic launch: not with --launcher ray (Ray Train "
                                                  "restarts its workers at the same size)")
+        if self.requeue_at_limit and self.launcher != "slurm":
+            raise ConfigError("--requeue-at-limit", "", "goes with --launcher slurm")
         if self.launcher != "local" and self.nodes is None:
             raise ConfigError("--launcher", "", f"{self.launcher} needs --nodes and --gpus-per-node")
         return self

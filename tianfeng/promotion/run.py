@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import optuna
@@ -17,15 +17,15 @@ from rich.console import Console
 
 from tianfeng.hpo.judge.scores import best_trial, score
 from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
-from tianfeng.hpo.run.objective import objective_value
+from tianfeng.hpo.run.objective import objective_value, predict_config
 from tianfeng.hpo.space.read import SearchSpace, parse_space
 from tianfeng.hpo.space.stored import space_text
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.local import run_here
-from tianfeng.launch.scheduler import SchedulerOptions
+from tianfeng.launch.scheduler import SIGNAL_S, LaunchError, SchedulerOptions
 from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
-from tianfeng.launch.slurm import sbatch_directives, time_limit_s
+from tianfeng.launch.slurm import sbatch_directives, slurm_time, time_limit_s
 from tianfeng.promotion.continuation import continue_screen
 from tianfeng.promotion.jobs import live_job, refresh_jobs, submit_run
 from tianfeng.promotion.run_lock import refuse_if_trained, training_lock
@@ -110,6 +110,7 @@ class Launch:
     options: SchedulerOptions = SchedulerOptions()
     max_restarts: int = 3  # torchrun's, for a submitted or elastic run
     min_nodes: int = 0  # elastic: torchrun --nnodes MIN:MAX; 0: exactly `nodes`
+    requeue_at_limit: bool = False  # a Slurm time limit below the predicted run is meant: it trains in pieces
 
     @property
     def submitted(self) -> bool:
@@ -139,6 +140,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
         scheduler(launch.launcher, launch.options.address).check(launch.options)
         if launch.launcher == "slurm":
             sbatch_directives(launch.options, (run_dir / "launch").resolve())
+            _refuse_if_short(full, space, launch)
     if not dry_run:
         claim_folder(folder, owner)
     full = with_changes(full, name=f"{study.study_name}-{kind}-{trial_number}", run_dir=str(run_dir))
@@ -193,7 +195,6 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
                 store.update(run_id, epochs=continued)
                 out["continued_after_epoch"] = len(continued)
         if plan is not None:
-            _warn_if_short(launch, trial.user_attrs.get(TrialKey.PREDICTED))
             return out | _run_plan(plan, launch, run_dir, store, run_id, space)
         try:
             with RunProgress(f"trial {trial_number} at full scale", full.total_epochs, metric) as bar:
@@ -227,17 +228,20 @@ def _write_launch_plan(full: RunConfig, config_yaml: str, launch: Launch, run_di
     return plan
 
 
-def _warn_if_short(launch: Launch, predicted: dict | None) -> None:
-    """A time limit below the predicted full run: the job will be requeued at its limit, again and
-    again, each time resuming from the last checkpoint. Said with both numbers; not refused (the
-    prediction may be wrong)."""
-    if not (launch.submitted and launch.options.time and predicted and predicted.get("seconds")):
+def _refuse_if_short(full: RunConfig, space: SearchSpace, launch: Launch) -> None:
+    """A Slurm time limit below this run's own predicted time (its config, on the space's cluster
+    at the launch's world) would end the job at its limit and requeue it, again and again: refused
+    unless --requeue-at-limit says so. A CPU run (`--device cpu`) has no prediction to check."""
+    if not launch.options.time or launch.requeue_at_limit or launch.device == "cpu":
         return
+    cluster = replace(space.cluster, gpus=launch.nodes * launch.per_node, gpus_per_node=launch.per_node)
+    seconds = predict_config(full, cluster, space, memory=False).seconds  # the world's own checks come later
     limit = time_limit_s(launch.options.time)
-    if limit < predicted["seconds"]:
-        log.warning("--time %s (%d s) is shorter than the full run's predicted %.0f s on %s: the job will "
-                    "reach its limit and be requeued from its last checkpoint", launch.options.time, limit,
-                    predicted["seconds"], predicted.get("cluster", "the cluster"))
+    if limit < seconds:
+        raise LaunchError(
+            f"--time: {launch.options.time} ({limit} s) is shorter than this run's predicted {seconds:.0f} s on "
+            f"{launch.nodes} x {launch.per_node} {cluster.device}: the job would reach its limit and be requeued; "
+            f"give at least {slurm_time(seconds + SIGNAL_S)}, or --requeue-at-limit to train it in pieces")
 
 
 def full_score(space: SearchSpace, epochs: list[dict]) -> float | None:

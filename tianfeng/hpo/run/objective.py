@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 
+from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.walltime import WallTime, check_memory, predict_wall_time
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.peers import record_rung, rung_passed
@@ -276,14 +277,20 @@ def objective_values(trial: optuna.Trial, objective, value: float) -> float | tu
 
 def predict_trial(space, values: dict) -> WallTime:
     """The full-fidelity run of a trial's values on the space's cluster."""
-    cfg = build_config(space, values, "target")
+    return predict_config(build_config(space, values, "target"), space.cluster, space)
+
+
+def predict_config(cfg: RunConfig, cluster: ClusterSpec, space, *, memory: bool = True) -> WallTime:
+    """A full run's config on `cluster` (the space's, or another world of its devices); `memory`:
+    refuse a per-GPU batch the device cannot hold."""
     d = cfg.data
     source = open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes)
     train = int(len(source.train) * d.fraction)
     val = len(source.val)
-    if space.cluster.train_images is not None:  # predicting a larger data set than the one searched
-        val = round(val * space.cluster.train_images / max(1, train))
-        train = space.cluster.train_images
-    check_memory(cfg, space.cluster, in_channels=source.channels, classes=source.num_classes, source=space.path)
-    return predict_wall_time(cfg, space.cluster, train_images=train, val_images=val,
+    if cluster.train_images is not None:  # predicting a larger data set than the one searched
+        val = round(val * cluster.train_images / max(1, train))
+        train = cluster.train_images
+    if memory:
+        check_memory(cfg, cluster, in_channels=source.channels, classes=source.num_classes, source=space.path)
+    return predict_wall_time(cfg, cluster, train_images=train, val_images=val,
                              classes=source.num_classes, in_channels=source.channels)
