@@ -90,3 +90,25 @@ def test_the_ray_jobs_address_comes_from_the_flag_or_rays_own_variable(monkeypat
     monkeypatch.delenv("RAY_ADDRESS")
     with pytest.raises(LaunchError, match="--launcher ray: needs --jobs-address"):
         jobs_address(SchedulerOptions())
+
+
+def test_a_ray_working_dir_is_uploaded_as_the_jobs_runtime_env_and_checked_first(tmp_path, monkeypatch) -> None:
+    """With --working-dir Ray uploads the folder to every node and starts the job and its workers
+    in their copy (tianfeng's code folder); without it the code folder travels as PYTHONPATH."""
+    from tianfeng.launch.ray_jobs import runtime_env
+
+    code = tmp_path / "code"
+    code.mkdir()
+    assert runtime_env(SchedulerOptions(working_dir=str(code))) == {"working_dir": str(code.resolve())}
+    monkeypatch.setenv("PYTHONPATH", "/shared/models")
+    assert runtime_env(SchedulerOptions()) == {"env_vars": {"PYTHONPATH": "/shared/models"}}
+    monkeypatch.delenv("PYTHONPATH")
+    assert runtime_env(SchedulerOptions()) is None
+    ray = {"launcher": "ray", "nodes": 1, "gpus_per_node": 1}
+    PromoteOptions().changed(**ray, working_dir=str(code)).checked(3)
+    for changes, expected in (({**ray, "working_dir": str(tmp_path / "nosuch")}, "--working-dir: "),
+                              ({"launcher": "slurm", "nodes": 1, "gpus_per_node": 1, "working_dir": str(code)},
+                               "--working-dir: goes with --launcher ray")):
+        with pytest.raises(LaunchError) as info:
+            PromoteOptions().changed(**changes).checked(3)
+        assert str(info.value).startswith(expected) and "\n" not in str(info.value), info.value

@@ -31,6 +31,16 @@ def jobs_address(options: SchedulerOptions) -> str:
     return address
 
 
+def runtime_env(options: SchedulerOptions) -> dict | None:
+    """The job's runtime_env: with --working-dir, that folder uploaded to every node (the job and
+    its workers start in their node's copy, tianfeng's code folder, and import from it); else the
+    user's code folder as PYTHONPATH, for a cluster that shares this machine's files."""
+    if options.working_dir is not None:
+        return {"working_dir": str(Path(options.working_dir).resolve())}
+    env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+    return {"env_vars": env} if env else None
+
+
 def _first_line(text: str | None) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[0] if lines else ""
@@ -57,11 +67,9 @@ class RayJobs:
         client = RayJobs(jobs_address(options))._client()
         submission = f"tianfeng-{secrets.token_hex(6)}"
         try:
-            # the user's code folder travels as PYTHONPATH (the cluster shares the file system)
-            env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
             return client.submit_job(entrypoint=f"bash {shlex.quote(str(script.resolve()))}", submission_id=submission,
                                      metadata={"tianfeng_run": script.resolve().parent.parent.name},
-                                     runtime_env={"env_vars": env} if env else None)
+                                     runtime_env=runtime_env(options))
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise LaunchError(f"ray job submit: {_first_line(str(exc))}") from None
 

@@ -32,6 +32,7 @@ class SchedulerOptions:
     job_name: str | None = None  # replaces the run's or search's own job name
     mem: str | None = None  # memory per node, e.g. 64G
     cpus_per_task: int | None = None
+    working_dir: str | None = None  # Ray: a folder uploaded to every node (runtime_env working_dir)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ definition both verbs inherit, so their flags are the same."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from tianfeng.launch import gate
 from tianfeng.launch.scheduler import SIGNAL_S, LaunchError, SchedulerOptions
@@ -33,11 +34,14 @@ class SubmitOptions:
                                              name="--sbatch-arg", repeat=True, metavar="ARG")
     jobs_address: str | None = option(None, "with --launcher ray: the Ray head's Jobs API, http://HEAD:8265 "
                                       "(default: $RAY_ADDRESS)", metavar="URL")
+    working_dir: str | None = option(None, "with --launcher ray: a folder of your code (a model module) that Ray "
+                                     "uploads to every node, where the run's processes start and import from; for "
+                                     "nodes that do not share this machine's files", metavar="DIR")
 
     def scheduler_options(self) -> SchedulerOptions:
         return SchedulerOptions(self.partition, self.account, self.time, tuple(self.scheduler_args),
                                 address=self.jobs_address, qos=self.qos, job_name=self.job_name, mem=self.mem,
-                                cpus_per_task=self.cpus_per_task)
+                                cpus_per_task=self.cpus_per_task, working_dir=self.working_dir)
 
     def check_submit(self) -> None:
         """The launcher known, and the scheduler's flags only with a scheduler."""
@@ -49,8 +53,11 @@ class SubmitOptions:
                                          ("--cpus-per-task", self.cpus_per_task)) if v]
         if scheduler_only and self.launcher != "slurm":
             raise LaunchError(f"{scheduler_only[0]}: goes with --launcher slurm")
-        if self.jobs_address is not None and self.launcher != "ray":
-            raise LaunchError("--jobs-address: goes with --launcher ray")
+        for flag, value in (("--jobs-address", self.jobs_address), ("--working-dir", self.working_dir)):
+            if value is not None and self.launcher != "ray":
+                raise LaunchError(f"{flag}: goes with --launcher ray")
+        if self.working_dir is not None and not Path(self.working_dir).is_dir():
+            raise LaunchError(f"--working-dir: {self.working_dir}: no such folder")
         for flag, value in (("--partition", self.partition), ("--account", self.account), ("--qos", self.qos)):
             if value is not None:
                 gate.slurm_name(flag, value)
