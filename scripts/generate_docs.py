@@ -32,6 +32,7 @@ import inspect
 import json
 import re
 import sys
+import time
 import typing
 from functools import partial
 from pathlib import Path
@@ -298,13 +299,22 @@ def time_to_target_costly_table() -> str:
 
 
 def _where_and_when(results: list[dict]) -> str:
-    """When, at which commit and on which machine time_to_target's `results` ran, one clause each."""
+    """When, at which commits and on which machine time_to_target's `results` ran: one clause per
+    machine, its dates as a range and its commits listed once."""
     import datetime
 
-    runs = sorted({(datetime.datetime.fromtimestamp(r["started"], datetime.UTC).date().isoformat(),
-                    r.get("commit", "unrecorded"), f"{r.get('hardware') or str(r['cores']) + ' cores'} (host {r['machine']})")
-                   for r in results})
-    return "; ".join(f"{date} at commit {commit} on {where}" for date, commit, where in runs)
+    by_machine: dict[str, list[tuple[str, str]]] = {}
+    for r in results:
+        where = f"{r.get('hardware') or str(r['cores']) + ' cores'} (host {r['machine']})"
+        day = datetime.datetime.fromtimestamp(r["started"], datetime.UTC).date().isoformat()
+        by_machine.setdefault(where, []).append((day, r.get("commit", "unrecorded")))
+    clauses = []
+    for where, runs in sorted(by_machine.items()):
+        days = sorted({d for d, _ in runs})
+        commits = list(dict.fromkeys(c for _, c in sorted(runs)))
+        span = days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+        clauses.append(f"{span} at commit{'s' if len(commits) > 1 else ''} {', '.join(commits)} on {where}")
+    return "; ".join(clauses)
 
 
 def _import_benchmarks() -> None:
@@ -320,24 +330,30 @@ def readme_claims() -> str:
     ladder = ", ".join(f"{n} {'reaches' if n == 1 else 'reach'} {t}" for t, n in reached.items())
     lcbench = _results("lcbench")
     median = _final_regrets(lcbench)
-    peers = ", ".join(f"{median[m]:.3f} for {LCBENCH_NAMES.get(m, m).split(' (')[0]}" for m in median if m != "tianfeng")
     model_based = _results("lcbench_model_based")
     with_gps = _final_regrets(model_based)
-    gp_peers = " and ".join(f"{with_gps[m]:.3f} for {LCBENCH_NAMES[m].split(' (')[0]}" for m in ("mobster", "dyhpo"))
+    best_peer = min((m for m in median if m != "tianfeng"), key=median.get)
+    gp_peers = " and ".join(f"{with_gps[m]:.3f}" for m in ("mobster", "dyhpo"))
     return "\n".join([
-        f"- Search methods on the LCBench surrogate ({lcbench['tasks']} tasks x {lcbench['seeds']} seeds): median "
-        f"normalised regret {median['tianfeng']:.3f} for tianfeng's search against {peers} "
-        f"(`benchmarks/lcbench.py`, {_measured(lcbench)}). With the Gaussian-process schedulers on "
-        f"{model_based['tasks']} tasks x {model_based['seeds']} seeds: {with_gps['tianfeng']:.3f} against "
-        f"{gp_peers} ({_measured(model_based)}).",
-        f"- The wall-time model on {f['records']} published ResNet-50 records ({min(gpus):,} to {max(gpus):,} GPUs), "
-        f"each predicted without its own logged rate: a median {f['median']:.2f}x of their times, worst "
-        f"{f['worst']:.2f}x; on {c['records']} records of MLPerf rounds kept out of the fit a median "
-        f"{c['median']:.2f}x, worst {c['worst']:.2f}x (`benchmarks/published_records.py`, {_measured(records)}).",
-        f"- How rare a near-best recipe is on cifar5-dev: of {share['recipes']} random recipes of "
-        f"`large_batch.yaml` trained whole, {ladder} (val top-1; best {share['best']:.2f}): the targets where a "
-        f"search must beat luck (`benchmarks/whole_run_share.py`, {_measured(share)}).",
+        f"- On the LCBench surrogate ({lcbench['tasks']} tasks x {lcbench['seeds']} seeds) tianfeng's search "
+        f"ends at a median normalised regret of {median['tianfeng']:.3f}; the best of {len(median) - 1} peers, "
+        f"{LCBENCH_NAMES.get(best_peer, best_peer).split(' (')[0]}, at {median[best_peer]:.3f} "
+        f"({_linked(lcbench, 'search-methods-on-the-lcbench-surrogate')}); on {model_based['tasks']} x "
+        f"{model_based['seeds']} seeds, {with_gps['tianfeng']:.3f} against {gp_peers} for Syne Tune's MOBSTER and "
+        f"DyHPO ({_linked(model_based, 'search-methods-on-the-lcbench-surrogate')}).",
+        f"- The wall-time model on {f['records']} published ResNet-50 records ({min(gpus):,} to {max(gpus):,} GPUs): "
+        f"a median {f['median']:.2f}x of their times (worst {f['worst']:.2f}x), and a median {c['median']:.2f}x "
+        f"(worst {c['worst']:.2f}x) on {c['records']} records of MLPerf rounds kept out of the fit "
+        f"({_linked(records, 'published-records', commit_word=True)}).",
+        f"- Near-best recipes are rare: of {share['recipes']} random `large_batch.yaml` recipes trained whole on "
+        f"cifar5-dev, {ladder} val top-1 ({_linked(share, 'how-rare-a-near-best-recipe-is')}).",
     ])
+
+
+def _linked(saved: dict, anchor: str, *, commit_word: bool = False) -> str:
+    """A claim's provenance as a link to the results page: its date and commit (the machine is there)."""
+    commit = saved["commit"].removesuffix("+changes")
+    return f"[{saved['date']}, {'commit ' if commit_word else ''}{commit}](docs/results.md#{anchor})"
 
 
 def _seed_counts(first: int, second: int) -> str:
@@ -362,16 +378,19 @@ def default_edge() -> str:
     ratios = [r for _, r, _ in ttt.seed_ratios(costly, "tianfeng-screen-balanced", "optuna-tpe", target)]
     default = [r for _, r, _ in ttt.seed_ratios(costly, "tianfeng", "optuna-tpe", target)]
     compared = [r for r in costly if r["method"] in ("tianfeng-screen-balanced", "tianfeng", "optuna-tpe")]
+    machines = sorted({f"{r.get('hardware') or str(r['cores']) + ' cores'}" for r in compared})
+    days = sorted({time.strftime("%Y-%m-%d", time.gmtime(r["started"])) for r in compared})
+    # two paragraphs, each under 400 characters; every commit and host is on the results page
     return (f"With no mode flags the search works on proxies, with TPE, ASHA and the space's published recipes. "
-            f"Scored by accuracy alone (`--objective accuracy`; `large_batch.yaml` weighs the predicted time too), "
-            f"that search ended on the LCBench surrogate with a median normalised regret of {final['tianfeng']:.3f}, "
-            f"the lowest, against {final[peer]:.3f} for the best peer "
+            f"Scored by accuracy alone on the LCBench surrogate, it ended with a median normalised regret of "
+            f"{final['tianfeng']:.3f}, the lowest, against {final[peer]:.3f} for the best peer "
             f"({LCBENCH_NAMES.get(peer, peer).split(' (')[0]}; {lcbench['tasks']} tasks x {lcbench['seeds']} seeds, "
-            f"{_measured(lcbench)}). Where a whole run costs 22-42 times its cheapest proxy (cifar5-dev's costly "
-            f"setting), `--fidelity screen --promote balanced` reached the near-best target {target:g} sooner: in "
-            f"{statistics.median(ratios):.2f} of plain TPE's time, where the default took "
-            f"{statistics.median(default):.2f} (medians of {_seed_counts(len(ratios), len(default))}, measured "
-            f"{_where_and_when(compared)}; "
+            f"[{lcbench['date']}, {lcbench['commit']}](docs/results.md#search-methods-on-the-lcbench-surrogate)).\n\n"
+            f"Where a whole run costs 22-42 times its cheapest proxy, `--fidelity screen --promote balanced` reached "
+            f"the near-best target {target:g} sooner: in {statistics.median(ratios):.2f} of plain TPE's time, where "
+            f"the default took {statistics.median(default):.2f} (medians of {_seed_counts(len(ratios), len(default))}, "
+            f"[{days[0]}{' to ' + days[-1] if len(days) > 1 else ''}, {', '.join(machines)}]"
+            "(docs/results.md#where-whole-runs-cost-what-they-cost-at-scale); "
             "[when each mode pays](docs/how-to/run-searches.md#full-runs-during-the-search)).")
 
 
