@@ -249,3 +249,17 @@ def test_bad_input_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="must be a finite number"):
         main(["--debug", "train", "--set", "optimizer.lr=.inf"])
+
+
+def test_a_config_refused_while_the_run_is_set_up_leaves_no_run_directory(tmp_path: Path, monkeypatch) -> None:
+    """A model module that does not import is found only when the run builds its model: by then
+    nothing may have been written, or the folder reads as a run that started."""
+    from tests.conftest import make_config
+    from tianfeng.trainers.config import ConfigError
+    from tianfeng.trainers.engine import train
+
+    monkeypatch.chdir(tmp_path)
+    cfg = make_config(tmp_path, model={"name": "nosuchmodule:build"})
+    with pytest.raises(ConfigError, match="cannot import nosuchmodule"):
+        train(cfg)
+    assert not cfg.resolved_run_dir.exists()

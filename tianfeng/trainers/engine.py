@@ -398,9 +398,6 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
     if ctx.enabled:  # every rank reads last.pt after rank 0 finished writing it (a run ended in this process)
         torch.distributed.barrier()
     saved = _matching_checkpoint(cfg, ckpt_dir)  # before anything is written to the run
-    if ctx.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
     plan = PhasePlan(cfg.phases, len(train_indices))
     data, loader_reason = build_pipeline(source, cfg.data, seed=cfg.seed, train_indices=train_indices,
                                          resolution=plan.max_resolution, rank=ctx.rank,
@@ -430,7 +427,9 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)
     train_model, comm = _wrap_distributed(model, cfg, ctx, device, local_size, data, plan, loss_fn,
                                           precision.autocast)
-    if ctx.is_main:
+    if ctx.is_main:  # only now, with everything that can refuse the config built: a refused one leaves no file
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         log.info("device %s, world %d (%d per node), precision %s (%s)", device, ctx.world, local_size,
                  precision.mode, precision.reason)
         log.info("memory format %s (%s)", layout, layout_reason)
