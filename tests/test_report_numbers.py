@@ -107,3 +107,9 @@ def test_the_best_trial_and_the_trial_table_match_the_study(study_and_page) -> N
         assert cells["seconds"] == f"{_seconds(t):.4g}"
         for name, value in t.params.items():
             assert cells[name] == (f"{value:.4g}" if isinstance(value, float) else str(value))
+        # the LR the optimizer trained at: the sampled base LR scaled for the batch by the schedule's rule
+        cfg = t.user_attrs.get("config")
+        if cfg:
+            scaled = cfg["optimizer"]["lr"] * cfg["phases"][-1]["batch_size"] / cfg["schedule"]["reference_batch_size"]
+            assert cfg["schedule"]["scaling_rule"] == "linear"
+            assert cells["peak lr (trained at)"] == f"{scaled:.4g}", (cells, cfg["schedule"])

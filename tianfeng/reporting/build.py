@@ -32,6 +32,8 @@ from tianfeng.storage.ownership import default_report_path, study_owner, write_r
 from tianfeng.storage.runs import RunStore
 from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.storage.url import storage_flag
+from tianfeng.trainers.config import ConfigError, config_from_dict
+from tianfeng.trainers.schedules import peak_lr
 from tianfeng.version import __version__
 
 
@@ -82,6 +84,21 @@ def _summary(study: optuna.Study, trials: list) -> list[tuple[str, str]]:
     return rows
 
 
+PEAK_LR_LABEL = "peak lr (trained at)"
+
+
+def trial_peak_lr(t: optuna.trial.FrozenTrial) -> float | None:
+    """The LR the trial's optimizer trained at after warm-up (its base LR scaled for the batch,
+    and for LAMB the space's own division): what a sampled `base_lr` does not show."""
+    raw = t.user_attrs.get(TrialKey.CONFIG)
+    if not raw:
+        return None
+    try:
+        return peak_lr(config_from_dict(raw, f"trial {t.number}"))
+    except ConfigError:  # a config of another tianfeng version: no figure rather than no report
+        return None
+
+
 def _anchor(title: str) -> str:
     return "-".join("".join(c if c.isalnum() else " " for c in title.lower()).split())
 
@@ -107,8 +124,9 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
     best = None
     b = best_trial(study)
     if b is not None:
+        peak = trial_peak_lr(b)
         best = {"number": b.number, "value": _fmt(score(b)), "prior": b.user_attrs.get(TrialKey.PRIOR, ""),
-                "params": [(k, _fmt(v)) for k, v in b.params.items()],
+                "params": [(PEAK_LR_LABEL, _fmt(peak))] * (peak is not None) + [(k, _fmt(v)) for k, v in b.params.items()],
                 "config_yaml": yaml.safe_dump(b.user_attrs.get(TrialKey.CONFIG, {}), sort_keys=False)}
     flags = f"--study {study.study_name}{storage_flag(storage)}"
     importance_fig, _ = figures.importances(study)
@@ -137,7 +155,7 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
              "json": script_json(fig) if fig is not None else "", "note": note, "caveat": caveats.get(title, "")}
             for i, (title, short, (fig, note)) in enumerate(drawn)]
     params = sorted({k for t in trials for k in t.params})
-    fixed = ["trial", "state", metric, "epochs run", "seconds", "predicted full run", "GPU-h", "prior"]
+    fixed = ["trial", "state", metric, "epochs run", "seconds", "predicted full run", "GPU-h", "prior", PEAK_LR_LABEL]
     columns = [*fixed, *(f"{p} (parameter)" if p in fixed else p for p in params)]
     rows = []
     for t in trials:
@@ -145,7 +163,8 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
         predicted = t.user_attrs.get(TrialKey.PREDICTED) or {}
         rows.append([t.number, str(outcome(t)), _fmt(score(t)), epochs_reported(t), _fmt(seconds),
                      format_seconds(predicted["seconds"]) if predicted else "-", _fmt(predicted.get("gpu_hours")),
-                     t.user_attrs.get(TrialKey.PRIOR, ""), *[_fmt(t.params.get(p)) for p in params]])
+                     t.user_attrs.get(TrialKey.PRIOR, ""), _fmt(trial_peak_lr(t)),
+                     *[_fmt(t.params.get(p)) for p in params]])
     run_rows = [{**r, "proxy": _fmt(r["proxy_score"]), "full": _fmt(r["final_score"]),
                  "throughput": _fmt(r["epochs"][-1]["samples_per_s"]) if r["epochs"] else "-"} for r in runs]
     from tianfeng.reporting.measured_scaling import scaling_rows
