@@ -121,3 +121,26 @@ def test_a_figure_outside_the_basic_bundle_gets_the_full_one(tmp_path: Path, mon
         assert plotlyjs.bundle_for([go.Figure(go.Scatter(x=[1], y=[1]))]) == get_plotlyjs()
     finally:
         plotlyjs._basic_bundle.cache_clear()
+
+
+def test_a_noise_scale_estimate_at_or_below_zero_breaks_the_line_and_is_marked_as_too_little_signal() -> None:
+    """On a log axis a negative estimate has no place; drawn as a point it became a line to the
+    axis. It is noise swamping the signal, and is shown as that."""
+    from optuna.trial import TrialState, create_trial
+
+    from tianfeng.reporting.figures import noise_scale
+
+    trial = create_trial(state=TrialState.COMPLETE, value=1.0,
+                         user_attrs={"noise_curve": {"1": 120.0, "2": -35.0, "3": 410.0, "4": 0.0}})
+    trial.number = 4
+    run = {"id": 2, "trial_number": 4, "epochs": [{"epoch": 1, "noise_scale": -8.0}, {"epoch": 2, "noise_scale": 90.0}]}
+    fig, note = noise_scale([trial], [run])
+    assert note == ""
+    lines = {t.name: list(t.y) for t in fig.data}
+    assert lines["trial #4"] == [120.0, None, 410.0, None] and lines["run 2 (trial #4)"] == [None, 90.0]
+    assert all(t.connectgaps is False for t in fig.data[:2])
+    marked = fig.data[-1]
+    assert marked.name == "estimate <= 0: too little signal" and marked.mode == "markers"
+    assert list(marked.x) == [2, 4, 1] and set(marked.y) == {45.0}  # at half the least measured scale
+    assert list(marked.text) == ["trial #4, epoch 2: estimate -35", "trial #4, epoch 4: estimate 0",
+                                 "run 2 (trial #4), epoch 1: estimate -8"]

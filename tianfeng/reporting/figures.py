@@ -333,20 +333,34 @@ def promoted_curves(runs: list[dict], metric: str) -> Figure:
 
 
 def noise_scale(trials: list[optuna.trial.FrozenTrial], runs: list[dict]) -> Figure:
-    """The gradient noise scale per epoch: the top trials' (proxy runs) and the promoted runs'."""
+    """The gradient noise scale per epoch: the top trials' (proxy runs) and the promoted runs'.
+    An estimate at or below zero is noise swamping the signal, not a scale: the line breaks there
+    and the epoch is marked, at the foot of the log axis, as too little signal."""
     fig = go.Figure()
+    unmeasured: list[tuple[int, float, str]] = []  # (epoch, estimate, whose)
+
+    def add(points: list[tuple[int, float]], name: str, line: dict) -> None:
+        unmeasured.extend((e, v, name) for e, v in points if v <= 0)
+        fig.add_trace(go.Scatter(x=[e for e, _ in points], y=[v if v > 0 else None for _, v in points],
+                                 mode="lines+markers", line=line, connectgaps=False, name=name))
+
     for t in trials:
-        points = sorted((int(e), v) for e, v in t.user_attrs.get(TrialKey.NOISE_CURVE, {}).items())
+        points = sorted((int(e), v) for e, v in t.user_attrs.get(TrialKey.NOISE_CURVE, {}).items() if v is not None)
         if points:
-            fig.add_trace(go.Scatter(x=[e for e, _ in points], y=[v for _, v in points], mode="lines+markers",
-                                     name=f"trial #{t.number}"))
+            add(points, f"trial #{t.number}", {})
     for r in runs:
         points = [(e["epoch"], e["noise_scale"]) for e in r["epochs"] if e.get("noise_scale") is not None]
         if points:
-            fig.add_trace(go.Scatter(x=[e for e, _ in points], y=[v for _, v in points], mode="lines",
-                                     line={"dash": "dot"}, name=f"run {r['id']} (trial #{r['trial_number']})"))
+            add(points, f"run {r['id']} (trial #{r['trial_number']})", {"dash": "dot"})
     if not fig.data:
         return None, "not drawn: no run measured it (noise_scale_every: 0)"
+    if unmeasured:
+        measured = [v for trace in fig.data for v in trace.y if v is not None]
+        foot = min(measured) / 2 if measured else 1.0
+        fig.add_trace(go.Scatter(x=[e for e, _, _ in unmeasured], y=[foot] * len(unmeasured), mode="markers",
+                                 marker={"symbol": "x", "color": "grey"}, name="estimate <= 0: too little signal",
+                                 text=[f"{who}, epoch {e}: estimate {v:.3g}" for e, v, who in unmeasured],
+                                 hoverinfo="text"))
     fig.update_layout(title="Gradient noise scale B_simple per epoch (McCandlish et al. 2018)",
                       xaxis_title="epoch", yaxis={"title": "B_simple (images)", "type": "log"})
     return fig, ""
