@@ -45,8 +45,9 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _sleeper(env: dict[str, str], *args: str) -> str:
     """A job of root's that a stray `scancel --user=root` would end."""
-    out = subprocess.run(["sbatch", "--parsable", *args, "--wrap", "sleep 300"], capture_output=True, text=True,
-                         env=env, check=True)
+    # its log nowhere: by default sbatch writes slurm-<job>.out into the folder it was called from
+    out = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", *args, "--wrap", "sleep 300"],
+                         capture_output=True, text=True, env=env, check=True)
     return out.stdout.strip().split(";")[0]
 
 
