@@ -5,6 +5,7 @@ not answer is one line, exit 2, nothing recorded."""
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from tests.distributed.submitted_runs import (
     wait_until,
 )
 from tests.ray_cluster import ray_cluster
+from tests.search.conftest import TINY_SPACE, write_space
 from tianfeng.storage.runs import RunStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(900)]
@@ -98,3 +100,39 @@ def test_a_jobs_api_that_does_not_answer_is_one_line_and_records_nothing(ray_env
     assert "--jobs-address: cannot reach Ray's Jobs API at 'http://127.0.0.1:9'" in out.stderr
     assert RunStore(storage).jobs() == {}
     assert all(r["status"] != "submitted" for r in RunStore(storage).runs())
+
+
+TINY_MODEL = '''
+from torch import nn
+
+
+def build(num_classes, in_channels):
+    return nn.Sequential(nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(in_channels * 16, num_classes))
+'''
+
+
+def test_a_working_dir_carries_the_users_model_to_a_cluster_that_cannot_see_its_folder(ray_env, tmp_path) -> None:
+    """`--working-dir`: Ray uploads the code folder when the job is submitted, and the job and its
+    Ray Train workers import the model from their copy. The folder is renamed as soon as the job
+    is submitted: the path a shared file system would give them (PYTHONPATH) leads nowhere."""
+    code, shared = tmp_path / "code", tmp_path / "shared"
+    code.mkdir()
+    shared.mkdir()
+    (code / "tinymodel.py").write_text(TINY_MODEL)
+    space = copy.deepcopy(TINY_SPACE)
+    space["base"]["model"] = {"name": "tinymodel:build"}
+    storage = f"sqlite:///{shared / 'study.db'}"
+    env = {k: v for k, v in ray_env.items() if k not in ("PYTHONPATH", "TIANFENG_CODE_DIR")}
+    out = cli(env, code, "search", "--space", str(write_space(shared, space)), "--storage", storage, "--study", "s",
+              "--trials", "1", "--workers", "1", "--runs-dir", str(shared / "runs"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = cli(env, code, "promote", "0", "--study", "s", "--storage", storage, "--nodes", "1", "--gpus-per-node", "2",
+              "--device", "cpu", "--launcher", "ray", "--working-dir", str(code), "--runs-dir", str(shared / "runs"),
+              "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    code.rename(tmp_path / "code-moved-away")
+    job = json.loads(out.stdout)["job"]
+    wait_until(lambda: _ray_status(ray_env, job) in _ENDED, f"ended Ray job {job}", timeout_s=400)
+    assert _ray_status(ray_env, job) == "SUCCEEDED"
+    run = runs(env, tmp_path / "code-moved-away", storage)[0]  # collected from where the user's code now is
+    assert run["status"] == "completed" and run["final_score"] is not None, run
