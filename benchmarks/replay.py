@@ -53,7 +53,7 @@ from tianfeng.hpo.judge.screen_check import next_length
 from tianfeng.hpo.run.objective import judge_epoch, suggest
 from tianfeng.hpo.run.registry import make_sampler
 from tianfeng.hpo.run.runner import derived_seed
-from tianfeng.hpo.space.read import SearchSpace, load_space
+from tianfeng.hpo.space.read import Parameter, SearchSpace, load_space
 from tianfeng.hpo.trial_attrs import TrialKey
 
 TABLES = ROOT / "docs" / "results" / "replay"
@@ -144,16 +144,15 @@ class PoolSpent(Exception):
     """Every recipe of the pool has been used in this run."""
 
 
-def carry_values(study: optuna.Study, trial: optuna.Trial, recipe: Recipe) -> None:
+def carry_values(study: optuna.Study, trial: optuna.Trial, recipe: Recipe, space: SearchSpace) -> None:
     """The trial now holds the recipe's values (what the sampler then learns from), in place of
     the proposal's. Optuna's in-memory storage keeps a trial's values in a record that is replaced
     whole, so this writes the record with the recipe's values and their distributions."""
     storage = study._storage
     frozen = storage.get_trial(trial._trial_id)
-    dists = {name: frozen.distributions[name] for name in recipe.params if name in frozen.distributions}
-    missing = [name for name in recipe.params if name not in dists]
-    for name in missing:  # a value the proposal had no use for (another optimizer's): its distribution from the space
-        dists[name] = _distribution(study, name)
+    searched = {p.name: p for p in space.parameters if p.type != "fixed"}
+    dists = {name: frozen.distributions.get(name) or distribution(searched[name])
+             for name in recipe.params if name in searched}  # one the proposal had no use for: from the space
     params = {name: recipe.params[name] for name in dists}
     record = storage._get_trial(trial._trial_id)
     record.params, record.distributions = params, dists
@@ -162,8 +161,13 @@ def carry_values(study: optuna.Study, trial: optuna.Trial, recipe: Recipe) -> No
     trial._cached_frozen_trial.distributions = dists
 
 
-def _distribution(study: optuna.Study, name: str) -> optuna.distributions.BaseDistribution:
-    return study._storage._studies[study._study_id].param_distribution[name]
+def distribution(p: Parameter) -> optuna.distributions.BaseDistribution:
+    """The distribution Optuna would record for the space's parameter (as `suggest` asks for it)."""
+    if p.type == "categorical":
+        return optuna.distributions.CategoricalDistribution(list(p.choices))
+    if p.type == "int":
+        return optuna.distributions.IntDistribution(int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
+    return optuna.distributions.FloatDistribution(p.low, p.high, log=p.log, step=p.step)
 
 
 @dataclass
@@ -253,7 +257,7 @@ class Machine:
         self.used.add(recipe.id)
         self.run.trials += 1
         self.run.moved.append(moved)
-        carry_values(study, trial, recipe)
+        carry_values(study, trial, recipe, self.space)
         trial.set_user_attr(TrialKey.CONFIG, {"schedule": {"warmup_epochs": recipe.warmup(rung)}})
         curve_rung = "target" if screen is not None else rung
         scores, costs = recipe.scores[curve_rung], recipe.costs[curve_rung]

@@ -145,3 +145,19 @@ def test_a_live_run_outside_the_replays_band_is_named(pool, space, tmp_path) -> 
                                                              "events": [[1999.0, 1.0]]}))
     rows = {r["run"]: r for r in replay.against_live(tmp_path, figures, top, 1000.0)}
     assert not rows["optuna-tpe-s1"]["best_inside"] and rows["optuna-tpe-s1"]["time_to_target"] is None
+
+
+def test_a_recipes_value_the_proposal_had_no_use_for_takes_its_distribution_from_the_space(pool, space) -> None:
+    """A recipe of another optimizer than the proposal's holds a value (LARS's trust coefficient)
+    that no trial of the study may have sampled yet: its distribution comes from the space."""
+    import optuna
+
+    lars = next(r for r in pool.recipes if "trust_coefficient" in r.params)
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()  # a proposal that sampled nothing this study knows
+    replay.carry_values(study, trial, lars, space)
+    frozen = study._storage.get_trial(trial._trial_id)
+    searched = {p.name: p for p in space.parameters if p.type != "fixed"}
+    assert frozen.params == {k: v for k, v in lars.params.items() if k in searched}
+    assert frozen.distributions["trust_coefficient"] == replay.distribution(searched["trust_coefficient"])
+    assert all(d._contains(d.to_internal_repr(frozen.params[n])) for n, d in frozen.distributions.items())
