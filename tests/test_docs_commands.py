@@ -51,7 +51,7 @@ def commands(text: str) -> list[str]:
         for line in body.replace("\\\n", " ").splitlines():
             line = line.split(" #")[0].strip()
             for part in re.split(r"&&|\|\||;", line):
-                m = re.match(r"(?:\S*/)?tianfeng (.*)$", part.strip())
+                m = re.match(r"(?:[A-Z_]+=\S+ )*(?:\S*/)?tianfeng (.*)$", part.strip())  # after VAR=value
                 if m and "[" not in m.group(1):
                     found.append(m.group(1))
     return found

@@ -121,11 +121,20 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
             promotion.finish(study_obj)
     study_obj = optuna.load_study(study_name=plan.study, storage=o.storage)
     publish_curves_for(study_obj)  # for optuna-dashboard, when installed
-    if o.mlflow:
-        from tianfeng.export.mlflow import export_study
-
-        export_study(o.mlflow, study_obj, o.storage)
+    _track(o.mlflow, o.wandb, study_obj, o.storage)
     return study_obj
+
+
+def _track(mlflow: str | None, wandb: str | None, study: optuna.Study, storage: str) -> None:
+    """`--mlflow URI` and `--wandb PROJECT`: the study's runs not logged yet."""
+    if mlflow:
+        from tianfeng.export import mlflow as tracker
+
+        tracker.export_study(mlflow, study, storage)
+    if wandb:
+        from tianfeng.export import wandb as tracker
+
+        tracker.export_study(wandb, study, storage)
 
 
 def _leader_promotion(plan: SearchPlan, space: SearchSpace) -> LeaderPromotion | None:
@@ -160,10 +169,9 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
                     min_nodes=o.min_nodes or 0, requeue_at_limit=o.requeue_at_limit) if o.nodes else None
     out = run_promotion(o.storage, o.study, trial, batch_size=o.batch_size, overrides=list(o.overrides),
                         runs_dir=Path(o.runs_dir), dry_run=o.dry_run, launch=launch)
-    if o.mlflow and not o.dry_run and out["status"] not in (RunRecordStatus.PLANNED, RunRecordStatus.SUBMITTED):
-        from tianfeng.export.mlflow import export_study
-
-        export_study(o.mlflow, load_study(o.storage, out["study"]), o.storage)
+    if (o.mlflow or o.wandb) and not o.dry_run and out["status"] not in (RunRecordStatus.PLANNED,
+                                                                          RunRecordStatus.SUBMITTED):
+        _track(o.mlflow, o.wandb, load_study(o.storage, out["study"]), o.storage)
     return out
 
 

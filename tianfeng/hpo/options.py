@@ -52,6 +52,8 @@ class SearchOptions(SubmitOptions):
     mlflow: str | None = option(None, "also log every trial (parameters, per-epoch metrics, final score) as an "
                                 "MLflow run in an experiment named after the study, e.g. sqlite:///mlflow.db",
                                 metavar="URI")
+    wandb: str | None = option(None, "also log every trial as a W&B run in this project, grouped by study "
+                               "(WANDB_MODE=offline keeps them on disk for wandb sync)", metavar="PROJECT")
     data: str | None = option(None, "replace the space's data source (digits, synthetic, imagefolder:DIR)")
     study: str | None = option(None, "study name (default: the space's name)")
     storage: str = option(DEFAULT_STORAGE, STORAGE_HELP, show_default=False)

@@ -38,6 +38,8 @@ class PromoteOptions(SubmitOptions):
     master_addr: str = option("127.0.0.1", "with --nodes: rendezvous host (the first node)")
     mlflow: str | None = option(None, "also log the study's trials and promoted runs as MLflow runs, e.g. "
                                 "sqlite:///mlflow.db", metavar="URI")
+    wandb: str | None = option(None, "also log the study's trials and promoted runs as W&B runs in this project",
+                               metavar="PROJECT")
     requeue_at_limit: bool = option(False, "with --launcher slurm: accept a --time shorter than the run's predicted "
                                     "time on its cluster; the job trains in pieces, requeued at each limit from its "
                                     "last checkpoint")
