@@ -12,6 +12,7 @@ comment lines, which this script keeps and fills:
     published-records  the wall-time model against published records (its results file)
     whole-run-share    how many random recipes trained whole reach each target (its results file)
     test-suite         the suite's counts and minutes (its results file)
+    first-hour         a fresh clone's set-up, README and tutorial, timed (its results file; -table too)
     lcbench            the search methods on the LCBench surrogate (its results file)
     time-to-target-costly  time to near-best targets where whole runs are dear (its kept results)
     readme-claims      the README's selected results (the results files above)
@@ -404,7 +405,37 @@ def test_suite_sentence() -> str:
             f"failed ({_measured(saved)}).")
 
 
+def _first_hour_parts(saved: dict) -> dict[str, float]:
+    """Seconds of the first hour by kind of step: the set-up, the searches, the promotions."""
+    parts = {"setup": 0.0, "search": 0.0, "promote": 0.0, "other": 0.0}
+    for step in saved["steps"]:
+        words = step["step"].split()
+        kind = "setup" if words[0] == "bash" else words[1] if words[1] in parts else "other"
+        parts[kind] += step["seconds"]
+    return parts
+
+
+def first_hour_sentence() -> str:
+    saved = _results("first_hour")
+    parts = _first_hour_parts(saved)
+    return (f"On this machine a fresh clone's `setup.sh`, then the commands of this page and of the tutorial, "
+            f"took {saved['total_s'] / 60:.1f} min: {parts['setup'] / 60:.1f} to install, "
+            f"{parts['search'] / 60:.1f} searching, {parts['promote'] / 60:.1f} promoting "
+            f"({_linked(saved, 'the-first-hour')}).")
+
+
+def first_hour_table() -> str:
+    saved = _results("first_hour")
+    rows = ["| step | wall | share |", "| --- | ---: | ---: |"]
+    rows += [f"| `{_cell(s['step'])}` | {s['seconds']:.1f} s | {s['seconds'] / saved['total_s']:.2f} |"
+             for s in saved["steps"]]
+    return "\n".join([*rows, "", f"Total {saved['total_s'] / 60:.1f} min, {_measured(saved)}: "
+                       "`python benchmarks/first_hour.py --results`, alone on the machine, with empty tianfeng "
+                       "and kernel caches and pip's cache warm."])
+
+
 GENERATORS = {"cli": cli_reference, "run-config": run_config_reference, "space": space_reference,
+              "first-hour": first_hour_sentence, "first-hour-table": first_hour_table,
               "published-records": published_records_table, "whole-run-share": whole_run_share_table,
               "test-suite": test_suite_sentence, "readme-claims": readme_claims, "default-edge": default_edge,
               # each LCBench part is the table of the results file of its name

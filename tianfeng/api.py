@@ -88,6 +88,28 @@ def search(space: str | Path, options: SearchOptions | None = None, **changes: A
         raise SearchInterrupted(named[0] if named else None, checked.storage, requeued) from None
 
 
+def search_dry_run(space: str | Path, options: SearchOptions | None = None, **changes: Any) -> dict:
+    """What `search` would run, checked as `search` checks before its first trial (the space,
+    every option against it, the plan; with a launcher, each value of the batch script), touching
+    neither the storage nor the scheduler: the study, its objective, rung, sampler, pruner,
+    budget and workers, and with a launcher the job array's `script`."""
+    from tianfeng.hpo.judge.pruning import judging
+
+    o = (options or SearchOptions()).changed(**changes).checked()
+    plan, loaded = plan_search(space, o)
+    out = {"study": plan.study, "storage": o.storage, "space": str(plan.space_path),
+           "objective": loaded.objective.mode, "metric": loaded.objective.metric, "fidelity": plan.rung,
+           "sampler": plan.sampler, "pruner": judging(loaded, plan.rung, o.pruner).label, "trials": o.trials,
+           "timeout_s": o.timeout_s, "workers": o.workers, "backend": o.backend, "launcher": o.launcher,
+           "promote": o.promote, "resume": o.resume}
+    if o.launcher != "local":
+        from tianfeng.hpo.run.submitted import array_script
+
+        out["script"] = array_script(plan, int(o.workers), plan.runs_root.resolve() / plan.study / o.launcher,
+                                     check_only=True)
+    return out
+
+
 def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Study:
     from tianfeng.hpo.run.dashboard import publish_curves as publish_curves_for
     from tianfeng.hpo.run.runner import run_search

@@ -70,3 +70,20 @@ def test_bad_ray_flags_are_refused_before_ray_starts(tmp_path: Path, tiny_space:
     assert out.returncode == 2 and expected in out.stderr, out.stderr[-2000:]
     assert out.stderr.strip().count("\n") == 0
     assert not (tmp_path / "tianfeng.db").exists()
+
+
+def test_a_dry_run_prints_the_plan_and_the_batch_script_and_creates_nothing(tmp_path: Path) -> None:
+    """`--dry-run`: checked as the search checks, printed, and nothing made: no study, no run
+    folder, no job; the script's workers run the search itself, not another dry run."""
+    space = str(REPO / "search_spaces" / "large_batch.yaml")
+    out = search("--space", space, "--dry-run", "--study", "planned", "--launcher", "slurm", "--workers", "3",
+                 "--partition", "gpu", "--time", "1:00:00", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("study planned in sqlite:///tianfeng.db:") and "workers 3" in out.stdout
+    assert "#SBATCH --array=0-2\n" in out.stdout and "#SBATCH --partition=gpu\n" in out.stdout
+    worker = next(line for line in out.stdout.splitlines() if "tianfeng.cli search" in line)
+    assert "--study planned" in worker and "--resume" in worker and "--dry-run" not in worker
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    refused = search("--space", space, "--dry-run", "--launcher", "slurm", "--partition", "gpu;reboot",
+                     cwd=tmp_path)
+    assert refused.returncode == 2 and "--partition" in refused.stderr

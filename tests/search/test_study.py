@@ -311,3 +311,21 @@ def test_a_trial_cut_while_optuna_asks_for_it_is_queued_again_and_the_resume_spe
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 2
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert trials[1].user_attrs["prior"] == "goyal" and trials[1].params["base_lr"] == 0.4
+
+
+@pytest.mark.parametrize(("mode", "pruner", "name"), [("accuracy", "asha", "asha"), ("pareto", "asha", "peers"),
+                                                      ("accuracy", "none", "none")])
+def test_the_study_records_the_pruner_by_the_name_its_start_line_gives(tmp_path: Path, tiny_space: dict,
+                                                                      mode: str, pruner: str, name: str) -> None:
+    """A pareto study is judged by its peers whatever --pruner says: the report must not say asha."""
+    from tianfeng.hpo.judge.pruning import judging
+    from tianfeng.hpo.plan import plan_space
+    from tianfeng.hpo.run.study import open_study
+    from tianfeng.storage.study_attrs import StudyKey
+
+    tiny_space["objective"]["mode"] = mode
+    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), pruner=pruner)
+    space = plan_space(plan)
+    study = open_study(plan, space, resume=False)
+    assert study.user_attrs[StudyKey.PRUNER] == name
+    assert judging(space, plan.rung, pruner).label.startswith(name)

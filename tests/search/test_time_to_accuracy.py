@@ -173,6 +173,15 @@ def test_pareto_search_front_and_fastest_to(tmp_path: Path, tiny_space: dict, ca
     assert main(["promote", "--front", "--storage", db, "--study", "p"]) == 0
     listed = capsys.readouterr().out
     assert all(f"│ {t.number} " in listed for t in front)
+    assert main(["promote", "--front", "--storage", db, "--study", "p", "--json"]) == 0
+    assert [r["trial"] for r in json.loads(capsys.readouterr().out)] == [t.number for t in front]
+    # the search's summary for programs: the budget is spent, so resuming only summarises
+    assert main(["search", "--space", str(path), "--storage", db, "--trials", "6", "--objective", "pareto",
+                 "--study", "p", "--min-accuracy", "0", "--resume", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["trials"] == sum(summary["outcomes"].values()) == len(study.trials) == 6
+    assert [r["trial"] for r in summary["front"]] == [t.number for t in front]
+    assert summary["report"].endswith("p.html")
     assert main(["status", "--storage", db, "--study", "p", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     recorded = {t.number: t.user_attrs["predicted"]["seconds"] for t in done}

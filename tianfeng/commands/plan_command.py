@@ -8,15 +8,13 @@ import json
 import math
 import sys
 
-from rich.console import Console
-
 from tianfeng import api
 from tianfeng.commands.flags import options_from_flags
 from tianfeng.cost.exchange import PRESETS
 from tianfeng.cost.grid_options import PlanOptions
 from tianfeng.cost.step_time import DEVICES
 from tianfeng.cost.walltime import format_seconds
-from tianfeng.terminal.tables import add_plain_row, plain_table
+from tianfeng.terminal.tables import add_plain_row, plain_table, table_console
 
 
 def run_plan_command(args) -> int:
@@ -53,7 +51,7 @@ def run_plan_command(args) -> int:
                       format_seconds(p["startup"]), format_seconds(p["compute"]), format_seconds(p["exchange"]),
                       format_seconds(p["data_wait"]), format_seconds(other), f"{r['samples_per_s']:,.0f}",
                       f"{100 * r['efficiency']:.1f}%", "fits" if r["memory"] == "fits" else "too big")
-    Console(width=170).print(table)
+    table_console().print(table)
     print("other: optimizer passes, noise-scale steps, SyncBN, evaluation and checkpoints; --json has each part",
           file=sys.stderr)
     return 0

@@ -6,7 +6,6 @@ import json
 import sys
 
 import yaml
-from rich.console import Console
 
 from tianfeng import api
 from tianfeng.commands.flags import emit, options_from_flags
@@ -14,7 +13,7 @@ from tianfeng.hpo.judge.front import print_front
 from tianfeng.promotion.follow import state_of
 from tianfeng.promotion.options import PromoteOptions
 from tianfeng.storage.runs import RunRecordStatus
-from tianfeng.terminal.tables import add_plain_row, plain_table
+from tianfeng.terminal.tables import add_plain_row, plain_table, table_console
 from tianfeng.trainers.config import ConfigError
 
 
@@ -22,7 +21,14 @@ def run_promote_command(args) -> int:
     if sum(x is not None for x in (args.trial, args.fastest_to, args.front or None)) != 1:
         raise ConfigError("trial", "", "give a trial number, --fastest-to LEVEL or --front (one of them)")
     if args.front:
-        print_front(api.load(args.study, storage=args.storage))
+        study = api.load(args.study, storage=args.storage)
+        if args.json:
+            from tianfeng.hpo.run.rows import trial_row
+
+            print(json.dumps([trial_row(t) for t in api.front(study.study_name, storage=args.storage)], indent=2,
+                             default=str))
+        else:
+            print_front(study)
         return 0
     out = api.promote(args.trial, options_from_flags(args, PromoteOptions))
     if args.dry_run:
@@ -76,7 +82,7 @@ def run_runs_command(args) -> int:
         add_plain_row(table, str(r["id"]), r["study"], str(r["trial_number"]), r["kind"], _status(r),
                       str(len(r["epochs"])), _fmt(r["proxy_score"]), _fmt(r["final_score"]), _time_text(r),
                       r["run_dir"])
-    Console().print(table)
+    table_console().print(table)
     for r in rows:
         if r.get("job"):
             print(f"run {r['id']}: {r['job']['launcher']} job {r['job']['job_id']}, log {r['job']['log']}")

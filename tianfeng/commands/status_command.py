@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import Counter
 
 import optuna
-from rich.console import Console
 
 from tianfeng import api
 from tianfeng.cost.walltime import format_seconds
@@ -17,13 +15,13 @@ from tianfeng.hpo.judge.front import front_table
 from tianfeng.hpo.judge.outcomes import Outcome, outcomes_text
 from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.terminal.logs import quiet_optuna
-from tianfeng.terminal.tables import add_plain_row, plain_table
+from tianfeng.terminal.tables import add_plain_row, plain_table, table_console
 from tianfeng.trainers.config import ConfigError
 
 
 def run_status_command(args) -> int:
     quiet_optuna()
-    console = Console(width=output_width())
+    console = table_console()
     if args.study is None and len(optuna.get_all_study_names(args.storage)) != 1:
         rows = api.studies(args.storage)
         if args.json:
@@ -78,14 +76,6 @@ def _follow(args, name: str) -> int:
         print(f"tianfeng: stopped following study {name} (its workers go on)", file=sys.stderr)
         return 130
     return 0
-
-
-def output_width() -> int | None:
-    """The terminal's width (None: rich asks it); COLUMNS when set; 200 for a pipe or file, so
-    rows stay whole for the programs reading them."""
-    if os.environ.get("COLUMNS", "").isdigit():
-        return int(os.environ["COLUMNS"])
-    return None if sys.stdout.isatty() else 200
 
 
 def _fmt(value: float | None) -> str:

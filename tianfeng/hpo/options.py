@@ -92,8 +92,9 @@ class SearchOptions(SubmitOptions):
                                    choices=OBJECTIVE_MODES)
     min_accuracy: float | None = option(None, "with --objective pareto: trials below this accuracy are infeasible, "
                                         "never on the front (default: the space's objective.min_accuracy, else "
-                                        "chance plus as much again, at least 10 points: 40 for 5 classes, 20 for "
-                                        "10, 10.1 for 1000)", metavar="PERCENT")
+                                        "chance plus as much again, at least 10 points, at most halfway from chance "
+                                        "to 100: 40 for 5 classes, 20 for 10, 10.1 for 1000); the front also asks "
+                                        "for halfway from chance to the study's best", metavar="PERCENT")
     target: float | None = option(None, "with --objective time-to-target: the metric the search rung must reach")
     gpus: int | None = option(None, "GPUs of the cluster the full run is for (replaces the space's cluster.gpus)")
     gpus_per_node: int | None = option(None, "GPUs per node of that cluster")
@@ -107,6 +108,8 @@ class SearchOptions(SubmitOptions):
                           "search has screened at least as long as its full runs will have trained, so they take at "
                           "most half its time; none: proxy trials only", choices=PROMOTION_MODES)
     resume: bool = option(False, "continue an existing study")
+    dry_run: bool = option(False, "check the space and every option against it, print what the search would run "
+                           "(with --launcher slurm, the job array's batch script) and start, create or submit nothing")
     seed: int = option(0, "the sampler's seed (with --workers 1 a search repeats exactly)")
     runs_dir: str | Path = option("runs", "where trial run directories go")
     verbose: bool = option(False, "also log every epoch of every trial")

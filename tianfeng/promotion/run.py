@@ -35,7 +35,7 @@ from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.terminal.logs import quiet_optuna
 from tianfeng.terminal.run_progress import RunProgress
-from tianfeng.terminal.tables import add_plain_row, plain_table
+from tianfeng.terminal.tables import add_plain_row, plain_table, table_console
 from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
 from tianfeng.trainers.engine import EpochMetrics, train
 from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
@@ -156,7 +156,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
                     "launch": str(run_dir / "launch")}
     if not dry_run:
         refuse_if_trained(run_dir, trial_number, study.study_name)
-    print_changes(changes, Console(stderr=True))
+    print_changes(changes, table_console(stderr=True))
     config_yaml = yaml.safe_dump(config_to_dict(full), sort_keys=False)
     plan = _write_launch_plan(full, config_yaml, launch, run_dir) if launch else None
     if dry_run:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from tianfeng.scaling.results import NAIVE_SCORED, ScalePoint
 from tianfeng.scaling.study import largest_within
-from tianfeng.terminal.tables import add_plain_row, plain_table
+from tianfeng.terminal.tables import add_plain_row, plain_table, table_console
 
 
 def fmt_value(value: float | None, spec: str = ".4g") -> str:
@@ -50,6 +48,6 @@ def print_curve(points: list[ScalePoint], tolerance: float, metric: str, maximiz
         add_plain_row(table, str(p.batch_size), str(p.steps_per_epoch), fmt_value(p.searched_value), naive,
                       fmt_value(p.noise_scale, ".0f"), f"{p.trials} ({p.pruned})", f"{p.wall_s:.0f}",
                       describe(p.searched_recipe))
-    Console(width=200).print(table)
+    table_console().print(table)
     for line in headline(points, tolerance, maximize):
         print(line)

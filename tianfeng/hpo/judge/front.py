@@ -9,7 +9,7 @@ from tianfeng.cost.walltime import format_seconds, schedule_text
 from tianfeng.hpo.judge.scores import front_floor, pareto_front, predicted_s, score
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.study_attrs import StudyKey
-from tianfeng.terminal.tables import add_plain_row, plain_table
+from tianfeng.terminal.tables import add_plain_row, plain_table, table_console
 
 
 def front_table(study: optuna.Study, trials: list | None = None):
@@ -30,7 +30,7 @@ def front_table(study: optuna.Study, trials: list | None = None):
 
 
 def print_front(study: optuna.Study, console: Console | None = None) -> None:
-    (console or Console(width=160)).print(front_table(study))
+    (console or table_console()).print(front_table(study))
 
 
 def chance_level(metric: str, classes: int) -> float | None:

@@ -20,6 +20,11 @@ class Judging:
     pruner: optuna.pruners.BasePruner  # the study's: an Optuna pruner, the peer rule, or NopPruner
     label: str  # what stops trials early, in the search's start line
 
+    @property
+    def name(self) -> str:
+        """The rule's one name, as the start line, the summary and the report show it."""
+        return self.label.split(" (")[0]
+
 
 def judging(space: SearchSpace, rung: str, pruner: str) -> Judging:
     """Optuna's pruners compare one objective, so pareto and time-to-target trials are judged by

@@ -90,10 +90,11 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
         claim_folder(folder, owner)
     else:  # before the study exists, so a refusal leaves nothing behind
         check_folder(folder, None)
+    judged = judging(space, plan.rung, plan.options.pruner)
     study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
                                 directions=directions(space),
                                 sampler=make_sampler(plan.sampler, space, plan.options.seed if seed is None else seed, plan.options.seed),
-                                pruner=judging(space, plan.rung, plan.options.pruner).pruner)
+                                pruner=judged.pruner)
     if not exists:
         with warnings.catch_warnings():  # experimental since Optuna 3.2, and what the dashboard reads
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -106,7 +107,7 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
                  StudyKey.GPUS: space.cluster.gpus, StudyKey.GPUS_PER_NODE: space.cluster.gpus_per_node,
                  StudyKey.PROFILE: str(Path(plan.options.profile).resolve()) if plan.options.profile else None,
                  StudyKey.DATA: plan.options.data or space.base.data.source, StudyKey.RUNG: plan.rung,
-                 StudyKey.SAMPLER: plan.sampler, StudyKey.PRUNER: plan.options.pruner,
+                 StudyKey.SAMPLER: plan.sampler, StudyKey.PRUNER: judged.name,
                  StudyKey.METRIC: space.objective.metric, StudyKey.RUNS_ROOT: str(plan.runs_root),
                  StudyKey.CREATED: time.strftime("%Y-%m-%d %H:%M:%S"), StudyKey.SPACE_FORMAT: SPACE_FORMAT,
                  StudyKey.UID: new_uid(), **plan.study_attrs}

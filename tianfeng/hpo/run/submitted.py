@@ -39,7 +39,7 @@ def worker_options(plan: SearchPlan) -> SearchOptions:
     return plan.options.changed(
         study=plan.study, sampler=plan.sampler, fidelity=plan.rung, min_accuracy=plan.accuracy_floor, workers=1,
         resume=True, runs_dir=str(plan.runs_root.resolve()), launcher="local", partition=None, account=None,
-        time=None, scheduler_args=(), cpus_per_trial=None, mlflow=None, qos=None, job_name=None, mem=None,
+        time=None, scheduler_args=(), cpus_per_trial=None, mlflow=None, wandb=None, dry_run=False, qos=None, job_name=None, mem=None,
         cpus_per_task=None, array_throttle=None,
         profile=str(Path(plan.options.profile).resolve()) if plan.options.profile else None)
 

@@ -20,6 +20,25 @@ def check_data(space) -> int:
                        synthetic_classes=base.synthetic_classes).num_classes
 
 
+def summary_row(study, storage: str) -> dict:
+    """What the summary says, for programs (`search --json`): the counts by outcome, the share of
+    trial time in pruned trials, the best trial and, for a pareto study, the front."""
+    from tianfeng.hpo.judge.outcomes import count_outcomes
+    from tianfeng.hpo.judge.scores import best_trial, mode_of, pareto_front, pruned_share
+    from tianfeng.hpo.run.rows import trial_row
+
+    trials = study.get_trials(deepcopy=False)
+    mode = mode_of(study)
+    best = best_trial(study)
+    out = {"study": study.study_name, "storage": storage, "objective": str(mode),
+           "metric": study.user_attrs.get(StudyKey.METRIC, "value"), "trials": len(trials),
+           "outcomes": {str(k): v for k, v in count_outcomes(trials).items()},
+           "pruned_time_share": round(pruned_share(trials), 4), "best": trial_row(best) if best else None}
+    if mode == ObjectiveMode.PARETO:
+        out["front"] = [trial_row(t) for t in pareto_front(study)]
+    return out
+
+
 def print_summary(study, storage: str) -> int:
     from tianfeng.cost.walltime import format_seconds
     from tianfeng.hpo.judge.front import print_front
