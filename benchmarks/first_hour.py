@@ -58,14 +58,18 @@ def main() -> None:
     add_results_argument(parser, ROOT / "docs" / "results" / "first_hour.json", "the steps' seconds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tianfeng-first-hour-") as tmp:
-        steps = first_hour((args.keep or Path(tmp)) / "tianfeng")
+        clone = (args.keep or Path(tmp)) / "tianfeng"
+        steps = first_hour(clone)
+        cloned = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True,
+                                text=True, check=True).stdout.strip()
     total = sum(s["seconds"] for s in steps)
     print_table("A fresh clone's first hour: each step's wall time and share of the whole",
                 [(s["step"][:70], f"{s['seconds']:.1f} s", f"{s['seconds'] / total:.2f}") for s in steps],
                 headers=("step", "wall", "share"))
     print(f"total: {total / 60:.1f} min")
     if args.results:
-        write_results(args.results, {"steps": steps, "total_s": round(total, 1)})
+        # the commit timed is the clone's: what the checkout's work tree holds besides took no part
+        write_results(args.results, {"commit": cloned, "steps": steps, "total_s": round(total, 1)})
 
 
 if __name__ == "__main__":

@@ -110,3 +110,55 @@ def test_a_mistyped_command_flag_or_choice_gets_its_usage_and_a_suggestion(argv,
     out = run(*argv)
     assert out.returncode == 2
     assert out.stderr.startswith(usage) and out.stderr.strip().endswith(hint), out.stderr
+
+
+def test_report_export_and_dashboard_take_study_as_every_command_does(tmp_path, capsys) -> None:
+    """`--study` everywhere; the old positional form still works, with a deprecation line."""
+    import optuna
+
+    from tianfeng.cli import main
+
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    optuna.create_study(study_name="a", storage=db).enqueue_trial({})
+    optuna.create_study(study_name="b", storage=db)
+    assert main(["export", "--study", "a", "--storage", db, "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert '"number":0' in out.out and "deprecated" not in out.err
+    assert main(["export", "a", "--storage", db, "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert '"number":0' in out.out
+    assert "deprecated" in out.err and "tianfeng export --study a" in out.err
+    assert main(["export", "a", "--study", "b", "--storage", db]) == 2
+    assert "--study: b: and STUDY a name two studies" in capsys.readouterr().err
+    assert main(["report", "--study", "nosuch", "--storage", db]) == 2
+    assert "--study: nosuch" in capsys.readouterr().err
+
+
+def test_every_command_shows_examples_that_parse_as_written(capsys) -> None:
+    import shlex
+
+    from tianfeng.cli import build_parser
+    from tianfeng.commands.examples import EXAMPLES
+
+    parser = build_parser()
+    assert set(EXAMPLES) == set(parser.commands)
+    for verb, rows in EXAMPLES.items():
+        assert len(rows) >= 2, verb
+        assert "examples:\n  " in parser.commands[verb].format_help(), verb
+        for command, _ in rows:
+            words = shlex.split(command.split(" > ")[0])
+            if words[0] == "tianfeng":
+                parser.parse_args(words[1:])  # an unknown flag or choice exits here
+            else:
+                assert words[:4] == ["torchrun", "--nproc-per-node", "8", "-m"], command
+
+
+def test_search_help_lists_its_flags_in_sections() -> None:
+    from tianfeng.cli import build_parser
+
+    text = build_parser().commands["search"].format_help()
+    sections = ("what to search:", "where trials run:", "the target cluster", "storage and tracking:",
+                "scheduler (with --launcher slurm or ray):")
+    assert all(s in text for s in sections)
+    scheduler = text.split("scheduler (with --launcher slurm or ray):")[1].split("examples:")[0]
+    assert "--partition" in scheduler and "--array-throttle" in scheduler and "--trials" not in scheduler

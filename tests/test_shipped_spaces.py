@@ -3,6 +3,7 @@ and a wheel installed into a fresh environment runs the mission's command from a
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -47,6 +48,9 @@ def test_spaces_command_lists_them_and_a_missing_space_exits_2(tmp_path: Path, m
     rows = {r["name"]: r for r in api.spaces()}  # what the table shows, from Python
     assert set(rows) == {p.name for p in SPACES_DIR.glob("*.yaml")}
     assert all(r["parameters"] > 0 and "GPU" in r["cluster"] for r in rows.values()), rows
+    assert main(["spaces", "--json"]) == 0
+    assert {r["name"]: r["parameters"] for r in json.loads(capsys.readouterr().out)} == \
+        {name: r["parameters"] for name, r in rows.items()}
     assert main(["search", "--space", "missing.yaml", "--trials", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("tianfeng: error: missing.yaml: no such file")

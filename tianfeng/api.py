@@ -293,7 +293,7 @@ def export(study: str | None = None, *, storage: str = DEFAULT_STORAGE, output: 
     from tianfeng.export.table import trials_table, write_table
     from tianfeng.promotion.run import load_study
 
-    chosen = load_study(storage, study, flag="STUDY")
+    chosen = load_study(storage, study, flag="--study")
     table = trials_table(chosen, storage)
     table.attrs["study"] = chosen.study_name
     return table, write_table(table, None if output is None else Path(output), format)
@@ -305,7 +305,7 @@ def publish_curves(study: str | None = None, *, storage: str = DEFAULT_STORAGE) 
     from tianfeng.hpo.run.dashboard import publish_curves as publish
     from tianfeng.promotion.run import load_study
 
-    chosen = [load_study(storage, study, flag="STUDY")] if study else \
+    chosen = [load_study(storage, study, flag="--study")] if study else \
         [optuna.load_study(study_name=name, storage=storage) for name in optuna.get_all_study_names(storage)]
     for one in chosen:
         if not publish(one):

@@ -52,6 +52,34 @@ class _Parser(argparse.ArgumentParser):
     _argv: list[str] | None = None
 
 
+def _add_study(parser: argparse.ArgumentParser, help: str) -> None:
+    """`--study NAME`, as every command takes it; the positional form these commands took
+    before still works for one release, with a deprecation line."""
+    parser.add_argument("--study", default=None, help=help)
+    parser.add_argument("study_positional", nargs="?", default=None, metavar="STUDY",
+                        help="deprecated: the same as --study, accepted until the next release")
+
+
+def _study_from_positional(args: argparse.Namespace) -> None:
+    given = getattr(args, "study_positional", None)
+    if given is None:
+        return
+    if args.study is not None and args.study != given:
+        raise ConfigError("--study", args.study, f"and STUDY {given} name two studies: give it once, as --study")
+    args.study, args.study_flag = given, "STUDY"
+    print(f"tianfeng: warning: the study as a positional argument is deprecated and goes in the next release; "
+          f"write `tianfeng {args.command} --study {given}`", file=sys.stderr)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's, except that the examples keep their lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tianfeng",
@@ -168,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Write one HTML file (plotly.js embedded, opens offline) with "
                                         "what was searched, what won and why, proxy against full "
                                         "scores and the promoted runs.")
-    report.add_argument("study", nargs="?", default=None, help="study name (default: the only study)")
+    _add_study(report, "study name (default: the only study)")
     add_storage(report)
     report.add_argument("-o", "--output", type=Path, default=None, help="default reports/<study>.html")
     report.add_argument("--scale", default=None, metavar="NAME",
@@ -218,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "and outcome, proxy score, predicted full-run time and GPU-hours, "
                                         "and the score of its completed promotion, if any. To stdout "
                                         "unless -o is given (Parquet needs -o).")
-    export.add_argument("study", nargs="?", default=None, help="study name (default: the only study)")
+    _add_study(export, "study name (default: the only study)")
     add_storage(export)
     export.add_argument("--format", choices=("csv", "parquet", "json"), default="csv", help="file format (default csv)")
     export.add_argument("-o", "--output", type=Path, default=None, help="the file to write (default: stdout)")
@@ -228,15 +256,17 @@ def build_parser() -> argparse.ArgumentParser:
                                            "draws them (pareto and time-to-target studies cannot report "
                                            "them to Optuna), then serve optuna-dashboard on the database "
                                            "until Ctrl-C. Needs the [dashboard] extra.")
-    dashboard.add_argument("study", nargs="?", default=None, help="refresh this study only (default: all)")
+    _add_study(dashboard, "refresh this study only (default: all)")
     add_storage(dashboard)
     dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     dashboard.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     dashboard.add_argument("--no-serve", action="store_true", help="save the curves and exit")
 
-    sub.add_parser("spaces", help="list the search spaces shipped with tianfeng",
-                   description="List the shipped search spaces: --space takes each by its bare name "
-                               "(e.g. --space large_batch.yaml) when no such file is in the working directory.")
+    spaces = sub.add_parser("spaces", help="list the search spaces shipped with tianfeng",
+                            description="List the shipped search spaces: --space takes each by its bare name "
+                                        "(e.g. --space large_batch.yaml) when no such file is in the working "
+                                        "directory.")
+    add_json(spaces)
 
     status = sub.add_parser("status", help="show studies or one study's trials",
                             description="Without --study (and with several studies), list the studies in "
@@ -249,6 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --follow: seconds between looks (default 5)")
     add_storage(status)
     add_json(status)
+    from tianfeng.commands.examples import examples_text
+
+    for verb, command in sub.choices.items():
+        command.epilog, command.formatter_class = examples_text(verb), _HelpFormatter
     return parser
 
 
@@ -257,11 +291,12 @@ def _check_inputs(args: argparse.Namespace) -> None:
     from tianfeng.storage.url import check_storage
     from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
+    _study_from_positional(args)
     if getattr(args, "space", None) is not None:
         from tianfeng.hpo.space.shipped import resolve_space
 
         args.space = resolve_space(args.space)  # a bare name: the shipped space
-    flags = {"study": "STUDY" if args.command in ("report", "dashboard", "export") else "--study", "scale": "--scale"}
+    flags = {"study": getattr(args, "study_flag", "--study"), "scale": "--scale"}
     if args.command == "scale":
         flags["name"] = "--name"
     for attr, flag in flags.items():

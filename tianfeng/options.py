@@ -38,6 +38,16 @@ def option(default: Any, help: str, **flag: Any) -> Any:
     return dataclasses.field(default=default, metadata={"flag": Flag(help, **flag)})
 
 
+SCHEDULER_FLAGS = ("launcher", "partition", "account", "time", "qos", "job_name", "mem", "cpus_per_task",
+                   "scheduler_args", "jobs_address", "working_dir")
+
+
+def flag_groups(cls: type) -> dict[str, str]:
+    """Field name -> the `--help` section its flag is listed in, from the class's `FLAG_GROUPS`
+    (section title -> field names, in the order the sections are shown)."""
+    return {name: title for title, names in getattr(cls, "FLAG_GROUPS", {}).items() for name in names}
+
+
 def flag_of(field: dataclasses.Field) -> Flag | None:
     return field.metadata.get("flag")
 

@@ -4,6 +4,7 @@ baseline, the report section, resuming, and bad input."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,11 @@ def test_scale_study_end_to_end(tmp_path: Path, tiny_space: dict) -> None:
                     "--name", "curve", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert len(optuna.load_study(study_name="curve-b64", storage=storage).get_trials()) == len(b64.get_trials())
+    as_json = scale("--space", str(space), "--batch-sizes", "64,128", "--budget-per-batch", "7epochs",
+                    "--name", "curve", "--resume", "--json", cwd=tmp_path)
+    curve = json.loads(as_json.stdout)
+    assert [(p["batch_size"], p["searched_value"]) for p in curve["points"]] == \
+        [(p.batch_size, p.searched_value) for p in points]
 
 
 @pytest.mark.parametrize(("args", "expected"), [

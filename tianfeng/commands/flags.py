@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
-from tianfeng.options import flag_name, flag_of
+from tianfeng.options import flag_groups, flag_name, flag_of
 
 T = TypeVar("T")
 
@@ -47,6 +47,8 @@ def add_option_flags(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[
     """A flag for each field of the options class `cls` that declares one (in field order), its
     default the field's: the one place a flag's default, type and choices come from."""
     hints = typing.get_type_hints(cls)
+    groups = {title: parser.add_argument_group(title) for title in getattr(cls, "FLAG_GROUPS", {})}
+    group_of = flag_groups(cls)
     for field in dataclasses.fields(cls):
         meta = flag_of(field)
         if meta is None or field.name in skip:
@@ -70,7 +72,7 @@ def add_option_flags(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[
         kwargs["help"] = argparse.SUPPRESS if meta.hidden else (
             f"{meta.help} (default {default:g})" if shown and isinstance(default, float)
             else f"{meta.help} (default {default})" if shown else meta.help)
-        parser.add_argument(flag_name(field), **kwargs)
+        groups.get(group_of.get(field.name), parser).add_argument(flag_name(field), **kwargs)
 
 
 def options_from_flags(args: argparse.Namespace, cls: type[T], **given: Any) -> T:

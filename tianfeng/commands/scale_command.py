@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from tianfeng.commands.flags import add_option_flags, options_from_flags
+from tianfeng.commands.flags import add_json, add_option_flags, options_from_flags
 from tianfeng.scaling.options import ScaleOptions
 from tianfeng.trainers.config import ConfigError
 
@@ -45,8 +45,17 @@ def run_scale_command(args) -> int:
         print(f"tianfeng: interrupted; finished trials and batch sizes are saved in {args.storage}. "
               f"Continue with the same command and --resume", file=sys.stderr)
         return 130
+    report = api.scale_report(plan.name, storage=args.storage, output=args.output)
+    if args.json:
+        import dataclasses
+        import json
+
+        print(json.dumps({"name": plan.name, "storage": args.storage, "tolerance": plan.tolerance,
+                          "metric": space.objective.metric, "points": [dataclasses.asdict(p) for p in points],
+                          "report": str(report)}, indent=2, default=str))
+        return 0
     print_curve(points, plan.tolerance, space.objective.metric, space.objective.direction == "maximize")
-    print(f"report: {api.scale_report(plan.name, storage=args.storage, output=args.output)}")
+    print(f"report: {report}")
     return 0
 
 
@@ -60,3 +69,4 @@ def add_scale_arguments(parser) -> None:
     add_option_flags(parser, ScaleOptions)
     parser.add_argument("--resume", action="store_true", help="continue an interrupted scale study")
     parser.add_argument("-o", "--output", type=Path, default=None, help="report path (default reports/<name>.html)")
+    add_json(parser)

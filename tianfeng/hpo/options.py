@@ -8,7 +8,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tianfeng.defaults import (
     DEFAULT_STORAGE,
@@ -24,7 +24,7 @@ from tianfeng.defaults import (
     STORAGE_HELP,
 )
 from tianfeng.launch.submit_options import SubmitOptions
-from tianfeng.options import option, with_changes
+from tianfeng.options import SCHEDULER_FLAGS, option, with_changes
 from tianfeng.trainers.config import ConfigError
 
 BACKENDS = ("optuna", "ray")
@@ -49,6 +49,15 @@ class SearchOptions(SubmitOptions):
     of the same name (`ray_address` is `--address`, `timeout_s` is `--timeout`), generated from
     it; `progress` is the Python API's alone. With `launcher` slurm the workers are a job array
     of `workers` tasks (`SubmitOptions` has the job's flags)."""
+    FLAG_GROUPS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "what to search": ("data", "study", "objective", "min_accuracy", "target", "fidelity", "sampler", "pruner",
+                           "trials", "timeout_s", "promote", "seed", "resume", "dry_run"),
+        "where trials run": ("workers", "backend", "ray_address", "cpus_per_trial", "gpus_per_trial",
+                             "trial_memory_gib", "runs_dir", "failure_limit", "grace_s", "verbose"),
+        "the target cluster (what full runs are priced on)": ("gpus", "gpus_per_node", "profile"),
+        "storage and tracking": ("storage", "mlflow", "wandb"),
+        "scheduler (with --launcher slurm or ray)": (*SCHEDULER_FLAGS, "array_throttle"),
+    }
     mlflow: str | None = option(None, "also log every trial (parameters, per-epoch metrics, final score) as an "
                                 "MLflow run in an experiment named after the study, e.g. sqlite:///mlflow.db",
                                 metavar="URI")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
 from tianfeng.launch.submit_options import SubmitOptions
-from tianfeng.options import option, with_changes
+from tianfeng.options import SCHEDULER_FLAGS, option, with_changes
 from tianfeng.trainers.config import ConfigError
 
 
@@ -17,6 +17,12 @@ from tianfeng.trainers.config import ConfigError
 class PromoteOptions(SubmitOptions):
     """What `tianfeng promote` takes besides the trial; each field is the flag of the same name,
     generated from it (`overrides` is `--set`); the launcher's come from `SubmitOptions`."""
+    FLAG_GROUPS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "what to promote": ("study", "fastest_to", "batch_size", "overrides", "runs_dir", "dry_run"),
+        "where it trains": ("nodes", "gpus_per_node", "min_nodes", "device", "master_addr"),
+        "storage and tracking": ("storage", "mlflow", "wandb"),
+        "scheduler (with --launcher slurm or ray)": (*SCHEDULER_FLAGS, "requeue_at_limit"),
+    }
     study: str | None = option(None, "study name (default: the only study in the storage)")
     storage: str = option(DEFAULT_STORAGE, STORAGE_HELP, show_default=False)
     fastest_to: float | None = option(None, "promote the front trial with the least predicted wall time whose proxy "

@@ -189,7 +189,7 @@ def run_report_command(args) -> int:
 
         path = build_scale_report(args.storage, args.scale, args.output)
     else:
-        path = build_report(args.storage, args.study, args.output, flag="STUDY")  # the positional argument
+        path = build_report(args.storage, args.study, args.output, flag=getattr(args, "study_flag", "--study"))
     if getattr(args, "json", False):
         print(json.dumps({"report": str(path)}))
     else:
