@@ -418,7 +418,7 @@ def _first_hour_parts(saved: dict) -> dict[str, float]:
 def first_hour_sentence() -> str:
     saved = _results("first_hour")
     parts = _first_hour_parts(saved)
-    return (f"On this machine a fresh clone's `setup.sh`, then the commands of this page and of the tutorial, "
+    return (f"On {saved['machine']}, a fresh clone's `setup.sh`, then the commands of this page and the tutorial's, "
             f"took {saved['total_s'] / 60:.1f} min: {parts['setup'] / 60:.1f} to install, "
             f"{parts['search'] / 60:.1f} searching, {parts['promote'] / 60:.1f} promoting "
             f"({_linked(saved, 'the-first-hour')}).")
