@@ -98,15 +98,16 @@ HERE_VERBS = {"search", "promote", "status", "runs", "report", "calibrate", "exp
 
 def typed_here(cmd: str, studies: set[str]) -> tuple[str | None, str]:
     """A documented command as a newcomer runs it on this machine, after the commands before it
-    (which made `studies`), or None and why it cannot run here. The cluster's database is the
-    folder's SQLite file and the data is the bundled digits; a command that would reach a cluster
-    or trains on a data set this machine lacks runs as its `--dry-run`, and one without a dry run
-    is left out."""
+    (which made `studies`), or None and why it cannot run here. The data is the bundled digits; a
+    command that would reach a cluster or trains on a data set this machine lacks runs as its
+    `--dry-run` (a search's touches no database), and one without a dry run is left out, as is one
+    reading a cluster's database (no dry run here makes it)."""
     verb = cmd.split()[0]
     if verb not in HERE_VERBS:
         return None, f"{verb} runs in the foreground for good or needs a GPU"
-    typed = re.sub(r" --storage postgresql://\S+", "", cmd)
-    typed = re.sub(r"--data imagefolder:\S+", "--data digits", typed)
+    if "--storage postgresql://" in cmd and verb != "search":
+        return None, "reads the cluster's database, which a dry run does not make"
+    typed = re.sub(r"--data imagefolder:\S+", "--data digits", cmd)
     typed = re.sub(r" --follow( \d+)?", "", typed)
     if CLUSTER_FLAGS.search(typed) or typed != cmd and "--data digits" in typed:
         if verb not in DRY_RUN_VERBS:
@@ -135,10 +136,10 @@ def test_commands_reaching_a_cluster_are_typed_as_dry_runs_or_left_out() -> None
     studies = {"large_batch"}
     cluster_search = ("search --space imagenet_resnet50 --data imagefolder:/data/imagenet --storage "
                       "postgresql://u@h/db --launcher slurm --workers 8")
-    assert typed_here(cluster_search, studies)[0] == \
-        "search --space imagenet_resnet50 --data digits --launcher slurm --workers 8 --dry-run"
-    assert typed_here("status --study large_batch --storage postgresql://u@h/db --follow", studies)[0] == \
-        "status --study large_batch"
+    assert typed_here(cluster_search, studies)[0] == ("search --space imagenet_resnet50 --data digits --storage "
+                                                      "postgresql://u@h/db --launcher slurm --workers 8 --dry-run")
+    assert typed_here("status --study large_batch --storage postgresql://u@h/db --follow", studies)[0] is None
+    assert typed_here("status --study large_batch --follow", studies)[0] == "status --study large_batch"
     assert typed_here("calibrate --study large_batch --launcher slurm --nodes 2", studies)[0] is None
     assert typed_here("promote 14 --study large_batch --nodes 2 --gpus-per-node 2 --device cpu", studies)[0] == \
         "promote 14 --study large_batch --nodes 2 --gpus-per-node 2 --device cpu"
