@@ -138,14 +138,14 @@ def test_every_command_shows_examples_that_parse_as_written(capsys) -> None:
     import shlex
 
     from tianfeng.cli import build_parser
-    from tianfeng.commands.examples import EXAMPLES
+    from tianfeng.verbs import all_verbs
 
     parser = build_parser()
-    assert set(EXAMPLES) == set(parser.commands)
-    for verb, rows in EXAMPLES.items():
-        assert len(rows) >= 2, verb
-        assert "examples:\n  " in parser.commands[verb].format_help(), verb
-        for command, _ in rows:
+    assert set(all_verbs()) == set(parser.commands)
+    for verb in all_verbs().values():
+        assert len(verb.examples) >= 2, verb.name
+        assert "examples:\n  " in parser.commands[verb.name].format_help(), verb.name
+        for command, _ in verb.examples:
             words = shlex.split(command.split(" > ")[0])
             if words[0] == "tianfeng":
                 parser.parse_args(words[1:])  # an unknown flag or choice exits here
@@ -162,3 +162,22 @@ def test_search_help_lists_its_flags_in_sections() -> None:
     assert all(s in text for s in sections)
     scheduler = text.split("scheduler (with --launcher slurm or ray):")[1].split("examples:")[0]
     assert "--partition" in scheduler and "--array-throttle" in scheduler and "--trials" not in scheduler
+
+
+def test_each_verb_is_one_module_and_the_parser_holds_no_flag_of_its_own() -> None:
+    """A verb's flags come from its module (its options, its positionals): the command line's
+    own code adds only --debug and branches on no command's name."""
+    import ast
+
+    from tianfeng import verbs
+
+    folder = Path(verbs.__file__).parent
+    modules = {p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")}
+    assert modules == set(verbs.NAMES)
+    tree = ast.parse((Path(verbs.__file__).parents[1] / "cli.py").read_text())
+    flags = [node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and getattr(node.func, "attr", "") == "add_argument"]
+    assert flags == ["--debug"]
+    compared = [node for node in ast.walk(tree) if isinstance(node, ast.Compare)
+                and "args.command" in ast.unparse(node)]
+    assert not compared, [ast.unparse(c) for c in compared]

@@ -20,7 +20,7 @@ LAYERS = (
     ("studies", ("tianfeng.scaling", "tianfeng.promotion", "tianfeng.export")),
     ("report", ("tianfeng.reporting",)),
     ("api", ("tianfeng.api",)),
-    ("cli", ("tianfeng.commands", "tianfeng.cli", "tianfeng")),
+    ("cli", ("tianfeng.commands", "tianfeng.verbs", "tianfeng.cli", "tianfeng")),
 )
 
 

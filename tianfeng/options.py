@@ -30,6 +30,7 @@ class Flag:
     hidden: bool = False
     required: bool = False
     show_default: bool = True
+    short: str | None = None  # a one-letter alias, e.g. -o
 
 
 def option(default: Any, help: str, **flag: Any) -> Any:

@@ -72,5 +72,5 @@ def test_tianfeng_dashboard_saves_the_curves_and_names_a_missing_study(tmp_path:
     study = optuna.load_study(study_name="s", storage=plan.options.storage)
     attrs = study._storage.get_study_system_attrs(study._study_id)
     assert any(CURVES_ID in key for key in attrs)
-    missing = subprocess.run([*cli, "nope", "--storage", plan.options.storage, "--no-serve"], capture_output=True, text=True)
-    assert missing.returncode == 2 and "STUDY: nope: no such study" in missing.stderr
+    missing = subprocess.run([*cli, "--study", "nope", "--storage", plan.options.storage, "--no-serve"], capture_output=True, text=True)
+    assert missing.returncode == 2 and "--study: nope: no such study" in missing.stderr

@@ -40,19 +40,19 @@ def test_export_writes_every_trial_in_three_formats(tmp_path: Path, tiny_space: 
     assert [r["number"] for r in rows] == [0, 1, 2] and rows[0]["promoted_score"] is None
 
     out = tmp_path / "t.parquet"
-    assert main(["export", "s", "--storage", plan.options.storage, "--format", "parquet", "-o", str(out)]) == 0
+    assert main(["export", "--study", "s", "--storage", plan.options.storage, "--format", "parquet", "-o", str(out)]) == 0
     assert "3 trials of study s written" in capsys.readouterr().err
     assert pd.read_parquet(out)["val_top1"].tolist() == table["val_top1"].tolist()
 
-    assert main(["export", "s", "--storage", plan.options.storage, "--format", "parquet"]) == 2
+    assert main(["export", "--study", "s", "--storage", plan.options.storage, "--format", "parquet"]) == 2
     assert "--output: parquet is binary" in capsys.readouterr().err
     # a file the format does not match is refused, not written as CSV under another name
     xlsx = tmp_path / "t.xlsx"
-    assert main(["export", "s", "--storage", plan.options.storage, "-o", str(xlsx)]) == 2
+    assert main(["export", "--study", "s", "--storage", plan.options.storage, "-o", str(xlsx)]) == 2
     err = capsys.readouterr().err
     assert "names a .xlsx file but --format is csv" in err and err.count("\n") == 1 and not xlsx.exists()
-    assert main(["export", "nope", "--storage", plan.options.storage]) == 2
-    assert "STUDY: nope: no such study" in capsys.readouterr().err
+    assert main(["export", "--study", "nope", "--storage", plan.options.storage]) == 2
+    assert "--study: nope: no such study" in capsys.readouterr().err
 
 
 def test_trials_dataframe_works_on_a_tianfeng_study(tmp_path: Path, tiny_space: dict) -> None:

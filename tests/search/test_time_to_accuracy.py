@@ -187,7 +187,7 @@ def test_pareto_search_front_and_fastest_to(tmp_path: Path, tiny_space: dict, ca
     recorded = {t.number: t.user_attrs["predicted"]["seconds"] for t in done}
     shown = {r["trial"]: r["predicted_s"] for r in rows if r["state"] == "completed"}
     assert shown == pytest.approx(recorded) and len(shown) == len(recorded) > 0
-    assert main(["report", "p", "--storage", db]) == 0
+    assert main(["report", "--study", "p", "--storage", db]) == 0
     html = (tmp_path / "reports" / "p.html").read_text()
     assert "Accuracy against predicted wall time on the cluster" in html and "predicted full run" in html
     # a pareto study is resumed as one

@@ -3,6 +3,7 @@ trials to full fidelity and store the Spearman rank correlation of proxy and ful
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from tianfeng import api
@@ -27,8 +28,7 @@ def _sizes(flag: str, text: str | None, low: int) -> list[int] | None:
 
 def _scheduler_options(args) -> SchedulerOptions:
     """The job's options, checked by the same gate as every verb's that submits."""
-    submit = SubmitOptions(launcher=args.launcher, partition=args.partition, account=args.account, time=args.time,
-                           scheduler_args=tuple(args.sbatch_args), jobs_address=args.jobs_address)
+    submit = SubmitOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(SubmitOptions)})
     submit.check_submit()
     return submit.scheduler_options()
 

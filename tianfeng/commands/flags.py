@@ -10,14 +10,9 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
 from tianfeng.options import flag_groups, flag_name, flag_of
 
 T = TypeVar("T")
-
-
-def add_storage(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--storage", default=DEFAULT_STORAGE, help=STORAGE_HELP)
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +67,8 @@ def add_option_flags(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[
         kwargs["help"] = argparse.SUPPRESS if meta.hidden else (
             f"{meta.help} (default {default:g})" if shown and isinstance(default, float)
             else f"{meta.help} (default {default})" if shown else meta.help)
-        groups.get(group_of.get(field.name), parser).add_argument(flag_name(field), **kwargs)
+        names = (meta.short, flag_name(field)) if meta.short else (flag_name(field),)
+        groups.get(group_of.get(field.name), parser).add_argument(*names, **kwargs)
 
 
 def options_from_flags(args: argparse.Namespace, cls: type[T], **given: Any) -> T:

@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from tianfeng.commands.flags import add_json, add_option_flags, options_from_flags
+from tianfeng.commands.flags import options_from_flags
 from tianfeng.scaling.options import ScaleOptions
 from tianfeng.trainers.config import ConfigError
 
@@ -61,12 +61,3 @@ def run_scale_command(args) -> int:
 
 def add_scale_arguments(parser) -> None:
     parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
-    parser.add_argument("--mlflow", default=None, metavar="URI",
-                        help="also log each batch size's trials as MLflow runs (an experiment per study)")
-    parser.add_argument("--budget-per-batch", default="10trials",
-                        help=f"search budget of each batch size: {BUDGET_FORMS} (default 10trials); every "
-                             "trial trains the same epochs at every batch size")
-    add_option_flags(parser, ScaleOptions)
-    parser.add_argument("--resume", action="store_true", help="continue an interrupted scale study")
-    parser.add_argument("-o", "--output", type=Path, default=None, help="report path (default reports/<name>.html)")
-    add_json(parser)

@@ -16,6 +16,10 @@ from tianfeng.trainers.metrics import summary_lines
 from tianfeng.trainers.stop_signals import Left, Signalled, checkpoint_on_stop_signals
 
 
+def run_train_command(args) -> int:
+    return run_train(args.config, list(args.overrides), json_output=args.json)
+
+
 def run_train(config_path: Path | None, overrides: list[str], *, json_output: bool = False) -> int:
     code = _train_and_report(config_path, overrides, json_output)
     if int(os.environ.get("WORLD_SIZE", 1)) > 1:
