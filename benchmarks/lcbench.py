@@ -55,7 +55,7 @@ from tianfeng.hpo.judge.past_warmup import PastWarmup
 from tianfeng.hpo.judge.peers import PeerPruner
 from tianfeng.hpo.judge.screen_check import next_length
 from tianfeng.hpo.run.objective import judge_epoch
-from tianfeng.hpo.run.registry import PRUNERS, make_sampler
+from tianfeng.hpo.sampling.registry import PRUNERS, make_sampler
 
 DATA = Path(__file__).resolve().parent / "data" / "yahpo-lcbench"  # shipped beside the benchmark (Apache-2.0)
 FRACTIONS = (0.125, 0.25, 0.5, 1.0)

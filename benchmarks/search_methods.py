@@ -83,9 +83,9 @@ def _proxy_worker(plan: SearchPlan, space: SearchSpace, worker: int) -> tuple[op
     proxy trial, logged as the search logs it."""
     from tianfeng.hpo.judge.pruning import judging
     from tianfeng.hpo.run.objective import ProxyObjective
-    from tianfeng.hpo.run.registry import make_sampler
     from tianfeng.hpo.run.runner import sampler_seed
     from tianfeng.hpo.run.trial_log import TrialLogger
+    from tianfeng.hpo.sampling.registry import make_sampler
 
     study = optuna.load_study(study_name=plan.study, storage=plan.options.storage, pruner=judging(space, plan.rung, plan.options.pruner).pruner,
                               sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, 0)))

@@ -71,7 +71,7 @@ def test_the_defaults_page_says_what_the_code_does() -> None:
     from tianfeng.hpo.judge.front import default_floor
     from tianfeng.hpo.judge.peers import RUNGS, PeerPruner
     from tianfeng.hpo.options import SearchOptions
-    from tianfeng.hpo.run.metric_share import N_STARTUP_TRIALS
+    from tianfeng.hpo.sampling.metric_share import N_STARTUP_TRIALS
 
     o, peers = SearchOptions(), PeerPruner(maximize=True)
     table = _defaults_table()

@@ -154,3 +154,13 @@ def test_every_import_of_a_tianfeng_name_resolves() -> None:
             missing += [f"{m}: {node.module}.{a.name}" for a in node.names
                         if not hasattr(target, a.name) and f"{node.module}.{a.name}" not in mods]
     assert missing == []
+
+
+def test_the_search_package_points_no_way_but_down() -> None:
+    """Inside tianfeng.hpo the spaces, judges, samplers, options and the plan sit below the
+    running study (hpo.run): none of them imports it."""
+    edges = _graph(_modules())
+    upward = sorted((m, t) for m, targets in edges.items() for t in targets
+                    if m.startswith("tianfeng.hpo.") and not m.startswith("tianfeng.hpo.run")
+                    and t.startswith("tianfeng.hpo.run"))
+    assert not upward, upward

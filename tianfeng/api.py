@@ -31,8 +31,8 @@ from tianfeng.hpo.judge.front import fastest_to
 from tianfeng.hpo.judge.scores import best_trial, pareto_front, score
 from tianfeng.hpo.options import SearchInterrupted, SearchOptions
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_search, rung_epochs
-from tianfeng.hpo.run.registry import resolve_sampler
 from tianfeng.hpo.run.rows import study_row, trial_row
+from tianfeng.hpo.sampling.registry import resolve_sampler
 from tianfeng.hpo.space.materialize import build_config, sample_active
 from tianfeng.hpo.space.read import (
     SearchSpace,

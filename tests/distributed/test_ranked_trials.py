@@ -16,8 +16,8 @@ from tests.search.test_study import plan_for
 from tianfeng.hpo.run.budget import SearchFailed
 from tianfeng.hpo.run.ranked_trial import LOG_NAME, RankedTrainer
 from tianfeng.hpo.run.runner import run_search, worker_gpus
-from tianfeng.hpo.run.workers import resolve_workers
 from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.hpo.workers import resolve_workers
 from tianfeng.trainers.engine import StopTraining, train
 from tianfeng.trainers.run_status import RunStatus
 

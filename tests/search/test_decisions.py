@@ -14,8 +14,8 @@ from optuna.trial import TrialState, create_trial
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.peers import PeerPruner, record_rung, rung_passed
 from tianfeng.hpo.judge.scores import best_trial, front_floor, pareto_front
+from tianfeng.hpo.optuna_private import frozen_trial
 from tianfeng.hpo.run.budget import counted
-from tianfeng.hpo.run.optuna_private import frozen_trial
 from tianfeng.hpo.trial_attrs import TrialStatus
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -7,7 +7,7 @@ import statistics
 import optuna
 from optuna.trial import TrialState
 
-from tianfeng.hpo.run.metric_share import MetricShareSampler, metric_view
+from tianfeng.hpo.sampling.metric_share import MetricShareSampler, metric_view
 
 
 def test_the_metric_view_is_an_accuracy_study_of_the_same_trials() -> None:

@@ -8,8 +8,7 @@ import inspect
 import optuna
 from optuna.storages import RDBStorage
 
-from tianfeng.hpo.run.locked_storage import MarkingStorage
-from tianfeng.hpo.run.optuna_private import (
+from tianfeng.hpo.optuna_private import (
     CREATE_NEW_TRIAL,
     frozen_trial,
     heartbeating_trials,
@@ -17,6 +16,7 @@ from tianfeng.hpo.run.optuna_private import (
     study_id,
     trial_id,
 )
+from tianfeng.hpo.run.locked_storage import MarkingStorage
 
 
 def test_the_study_and_trial_ids_are_the_storages_own(tmp_path) -> None:

@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 from tianfeng.hpo.judge.past_warmup import PastWarmup
-from tianfeng.hpo.run.registry import PRUNERS, asha_first_rung
+from tianfeng.hpo.sampling.registry import PRUNERS, asha_first_rung
 
 
 def _trial_with_warmup(study: optuna.Study, warmup: float | None) -> optuna.Trial:

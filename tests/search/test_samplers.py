@@ -9,7 +9,7 @@ import numpy as np
 import optuna
 from scipy.stats import qmc
 
-from tianfeng.hpo.run.registry import make_sampler
+from tianfeng.hpo.sampling.registry import make_sampler
 
 ACCURACY = SimpleNamespace(objective=SimpleNamespace(mode="accuracy", direction="maximize"))
 

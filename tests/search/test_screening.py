@@ -30,8 +30,8 @@ from tianfeng.hpo.judge.screen_check import (
     screened_alike,
 )
 from tianfeng.hpo.plan import SearchPlan, with_objective
-from tianfeng.hpo.run.registry import make_sampler, resolve_sampler
 from tianfeng.hpo.run.summary import print_summary
+from tianfeng.hpo.sampling.registry import make_sampler, resolve_sampler
 from tianfeng.hpo.space.materialize import max_rung_epochs, sample_active
 from tianfeng.hpo.space.read import load_space
 from tianfeng.hpo.space.schema import corner_value

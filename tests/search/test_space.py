@@ -182,7 +182,7 @@ def test_and_or_return_the_deciding_operand_as_python_does() -> None:
 
 def test_cli_names_match_the_registry() -> None:
     from tianfeng.defaults import PRUNER_NAMES, SAMPLER_NAMES
-    from tianfeng.hpo.run.registry import PRUNERS, SAMPLERS
+    from tianfeng.hpo.sampling.registry import PRUNERS, SAMPLERS
 
     assert set(SAMPLERS) | {"auto"} == set(SAMPLER_NAMES) and set(PRUNERS) == set(PRUNER_NAMES)
 

@@ -15,8 +15,8 @@ from optuna.trial import TrialState
 
 from tests.search.conftest import write_space
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.run.registry import PRUNERS, SAMPLERS
 from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.sampling.registry import PRUNERS, SAMPLERS
 from tianfeng.trainers.cores import usable_cores
 
 

@@ -18,7 +18,7 @@ from tianfeng.cost.step_time import DEVICES, reference_step_model
 from tianfeng.cost.walltime import predict_wall_time
 from tianfeng.hpo.judge.peers import PeerPruner, record_rung, rung_passed
 from tianfeng.hpo.judge.scores import best_trial, pareto_front
-from tianfeng.hpo.run.optuna_private import frozen_trial
+from tianfeng.hpo.optuna_private import frozen_trial
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
 from tianfeng.trainers.config import ConfigError, config_from_dict

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tianfeng.hpo.run.workers import MAX_CPU_WORKERS, parse_workers, resolve_workers
+from tianfeng.hpo.workers import MAX_CPU_WORKERS, parse_workers, resolve_workers
 from tianfeng.trainers.config import ConfigError
 
 
@@ -31,7 +31,7 @@ def test_auto_counts_the_cores_this_process_may_use_not_the_machines() -> None:
     """A Slurm job given 1 of a node's cores (its cpuset) runs one worker of one thread, not
     one per core of the node."""
     one = min(os.sched_getaffinity(0))
-    code = ("from tianfeng.hpo.run.workers import resolve_workers; "
+    code = ("from tianfeng.hpo.workers import resolve_workers; "
             "print(*resolve_workers('auto', 30, gpus=0), sep='|')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          preexec_fn=lambda: os.sched_setaffinity(0, {one})).stdout.strip()

@@ -12,7 +12,7 @@ import logging
 import optuna
 
 from tianfeng.export.tracked import TrackedRun, tracked_runs
-from tianfeng.hpo.run.optuna_private import storage_of, study_id
+from tianfeng.hpo.optuna_private import storage_of, study_id
 
 log = logging.getLogger("tianfeng.tracking")
 

@@ -135,7 +135,7 @@ class SearchOptions(SubmitOptions):
     def checked(self) -> SearchOptions:
         """These options, or the first mistake as one line naming the flag. What needs the space
         (a rung it has, a target its mode needs) is checked when the space is read."""
-        from tianfeng.hpo.run.workers import parse_workers
+        from tianfeng.hpo.workers import parse_workers
 
         def fail(flag: str, what: str) -> ConfigError:
             return ConfigError(flag, "", what)

@@ -15,8 +15,7 @@ import optuna
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.front import chance_level, default_floor
 from tianfeng.hpo.options import SearchOptions
-from tianfeng.hpo.run.registry import resolve_sampler
-from tianfeng.hpo.run.summary import check_data
+from tianfeng.hpo.sampling.registry import resolve_sampler
 from tianfeng.hpo.space.materialize import max_rung_epochs
 from tianfeng.hpo.space.pinned import at_batch
 from tianfeng.hpo.space.read import SearchSpace, load_space
@@ -78,6 +77,16 @@ class SearchPlan:
         options = {k: v for k, v in changes.items() if k not in own}
         plan = dataclasses.replace(self, **{k: v for k, v in changes.items() if k in own})
         return dataclasses.replace(plan, options=plan.options.changed(**options)) if options else plan
+
+
+def check_data(space) -> int:
+    """Open the space's data source once before any trial: a missing or empty image folder is
+    one error here, not a failure in every trial. Returns its number of classes."""
+    from tianfeng.trainers.data.sources import open_source
+
+    base = space.base.data
+    return open_source(base.source, synthetic_images=base.synthetic_images,
+                       synthetic_classes=base.synthetic_classes).num_classes
 
 
 def plan_search(space: str | Path, options: SearchOptions) -> tuple[SearchPlan, SearchSpace]:

@@ -10,7 +10,7 @@ import optuna
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.past_warmup import PastWarmup
 from tianfeng.hpo.judge.peers import PeerPruner
-from tianfeng.hpo.run.registry import PRUNERS
+from tianfeng.hpo.sampling.registry import PRUNERS
 from tianfeng.hpo.space.materialize import max_rung_epochs
 from tianfeng.hpo.space.read import SearchSpace
 

@@ -34,7 +34,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from tianfeng.hpo.run.optuna_private import trial_id
+from tianfeng.hpo.optuna_private import trial_id
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.terminal.interrupts import deferred_interrupt
 

@@ -219,7 +219,7 @@ class StudySearcher(Searcher):
 def _scheduler(pruner: str, epochs: int):
     from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, MedianStoppingRule
 
-    from tianfeng.hpo.run.registry import asha_first_rung
+    from tianfeng.hpo.sampling.registry import asha_first_rung
 
     first_rung = asha_first_rung(epochs) if pruner == "asha" else max(1, epochs // 3)
     if pruner in ("asha", "sh", "hyperband"):

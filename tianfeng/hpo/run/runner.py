@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tianfeng.hpo.judge.pruning import judging
+from tianfeng.hpo.optuna_private import storage_of, trial_id
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.run.budget import (
     Budget,
@@ -35,15 +36,14 @@ from tianfeng.hpo.run.locked_storage import (
     worker_id,
 )
 from tianfeng.hpo.run.objective import ProxyObjective
-from tianfeng.hpo.run.optuna_private import storage_of, trial_id
 from tianfeng.hpo.run.progress import StudyProgress
-from tianfeng.hpo.run.registry import make_sampler
 from tianfeng.hpo.run.stale_trials import watch_until_others_end
 from tianfeng.hpo.run.study import (
     open_storage,
     open_study,
 )
 from tianfeng.hpo.run.trial_log import TrialLogger, budget_text, log_objective
+from tianfeng.hpo.sampling.registry import make_sampler
 from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus
 from tianfeng.terminal.interrupts import (
@@ -152,12 +152,12 @@ ExclusiveWork = Callable[[optuna.Study], Callable[[], None] | None]
 
 def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: SearchSpace | None = None,
                progress: bool = True, between_trials: ExclusiveWork | None = None) -> optuna.Study:
-    """Run the plan's study with `workers` local processes (a count, or auto: see hpo/run/workers.py).
+    """Run the plan's study with `workers` local processes (a count, or auto: see hpo/workers.py).
     `space`: the plan's space when the caller has read it (each worker process reads its own);
     `progress`: the live bar on a terminal. `between_trials(study)`: asked after each trial of
     this process and, once it has none left, until the others end; the work it returns (or None)
     runs here with every core while the other workers start no trial (see `_run_with_exclusive`)."""
-    from tianfeng.hpo.run.workers import resolve_workers
+    from tianfeng.hpo.workers import resolve_workers
 
     quiet_optuna()
     space = space if space is not None else plan_space(plan)

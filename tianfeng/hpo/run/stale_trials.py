@@ -13,7 +13,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
-from tianfeng.hpo.run.optuna_private import heartbeating_trials
+from tianfeng.hpo.optuna_private import heartbeating_trials
 from tianfeng.terminal.interrupts import raise_if_interrupted
 
 POLL_S = 1.0  # how soon a worker leaves after the last trial ends

@@ -18,7 +18,7 @@ from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.run.budget import counted
 from tianfeng.hpo.run.dashboard import metric_names
 from tianfeng.hpo.run.locked_storage import rdb_storage
-from tianfeng.hpo.run.registry import make_sampler
+from tianfeng.hpo.sampling.registry import make_sampler
 from tianfeng.hpo.space.read import SearchSpace, per_gpu_range
 from tianfeng.hpo.space.stored import store_space_text
 from tianfeng.hpo.trial_attrs import TrialKey

@@ -1,4 +1,4 @@
-"""After a search: the data check before it, the printed summary and the HTML report."""
+"""After a search: the printed summary, and the same for programs."""
 
 from __future__ import annotations
 
@@ -8,16 +8,6 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.storage.url import storage_flag
-
-
-def check_data(space) -> int:
-    """Open the space's data source once before any trial: a missing or empty image folder is
-    one error here, not a failure in every trial. Returns its number of classes."""
-    from tianfeng.trainers.data.sources import open_source
-
-    base = space.base.data
-    return open_source(base.source, synthetic_images=base.synthetic_images,
-                       synthetic_classes=base.synthetic_classes).num_classes
 
 
 def summary_row(study, storage: str) -> dict:

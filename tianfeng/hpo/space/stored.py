@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import optuna
 
-from tianfeng.hpo.run.optuna_private import storage_of, study_id
+from tianfeng.hpo.optuna_private import storage_of, study_id
 from tianfeng.storage.study_attrs import StudyKey
 
 SPACE_ATTR = "tianfeng:space_yaml"

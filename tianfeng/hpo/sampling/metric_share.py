@@ -19,7 +19,7 @@ from optuna.storages import InMemoryStorage
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from tianfeng.hpo.run.optuna_private import study_id
+from tianfeng.hpo.optuna_private import study_id
 from tianfeng.hpo.trial_attrs import TrialKey
 
 N_STARTUP_TRIALS = 8

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import optuna
 
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.hpo.run.metric_share import N_STARTUP_TRIALS, MetricShareSampler
+from tianfeng.hpo.sampling.metric_share import N_STARTUP_TRIALS, MetricShareSampler
 from tianfeng.hpo.space.read import Parameter, SearchSpace
 
 
