@@ -84,6 +84,12 @@ def test_a_dry_run_prints_the_plan_and_the_batch_script_and_creates_nothing(tmp_
     worker = next(line for line in out.stdout.splitlines() if "tianfeng.cli search" in line)
     assert "--study planned" in worker and "--resume" in worker and "--dry-run" not in worker
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # a cluster's database is not opened, even where a report of the study's name is in the folder
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "planned.html").write_text("<html></html>")
+    elsewhere = search("--space", space, "--dry-run", "--study", "planned", "--storage",
+                       "postgresql://user@nohost.invalid/tianfeng", cwd=tmp_path)
+    assert elsewhere.returncode == 0, elsewhere.stderr
     refused = search("--space", space, "--dry-run", "--launcher", "slurm", "--partition", "gpu;reboot",
                      cwd=tmp_path)
     assert refused.returncode == 2 and "--partition" in refused.stderr

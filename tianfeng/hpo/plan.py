@@ -98,7 +98,8 @@ def plan_search(space: str | Path, options: SearchOptions) -> tuple[SearchPlan, 
     loaded = with_objective(load_space(path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node, profile=o.profile), o.objective,
                             o.target, o.min_accuracy)
     study = o.study or loaded.name
-    check_report_of(o.storage, study, default_report_path(study))
+    if not o.dry_run:  # a dry run touches no database; the real run checks this before its first trial
+        check_report_of(o.storage, study, default_report_path(study))
     rung = o.fidelity or loaded.search_fidelity
     if rung not in loaded.fidelities:
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
