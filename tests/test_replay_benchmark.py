@@ -95,7 +95,7 @@ def test_the_default_searches_proxies_for_half_the_budget_then_trains_whole_runs
 def test_the_searchs_own_pruner_decides_what_the_replay_prunes(pool, space, monkeypatch) -> None:
     """The replay runs the search's code: a pruner that stops every trial at its first judged
     epoch leaves tianfeng-target no whole run at all."""
-    from tianfeng.hpo.run import registry
+    from tianfeng.hpo.sampling import registry
 
     kept = replay.replay("tianfeng-target", pool, space, budget=2000.0, cores=2, seed=0)
     monkeypatch.setitem(registry.PRUNERS, "asha", lambda epochs: _AlwaysPrune())

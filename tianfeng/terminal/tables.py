@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-PIPE_WIDTH = 200  # rich would cut every table to 80 columns where it sees no terminal
+PIPE_WIDTH = 1000  # rich would cut every table to 80 columns where it sees no terminal; rows stay whole
 
 
 def output_width(stream=None) -> int | None:
