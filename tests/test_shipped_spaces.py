@@ -40,6 +40,7 @@ def test_the_checkout_folder_is_the_shipped_one() -> None:
 
 def test_spaces_command_lists_them_and_a_missing_space_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COLUMNS", raising=False)  # a narrow terminal's width folds the names, as it should
     assert main(["spaces"]) == 0
     out = capsys.readouterr().out
     assert "large_batch.yaml" in out and "imagenet_resnet50.yaml" in out and "pareto" in out
