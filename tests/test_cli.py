@@ -181,3 +181,26 @@ def test_each_verb_is_one_module_and_the_parser_holds_no_flag_of_its_own() -> No
     compared = [node for node in ast.walk(tree) if isinstance(node, ast.Compare)
                 and "args.command" in ast.unparse(node)]
     assert not compared, [ast.unparse(c) for c in compared]
+
+
+def test_building_the_parser_loads_neither_torch_nor_optuna() -> None:
+    """`--help` and a mistyped flag answer at once: a verb module imports what its functions
+    need inside them. A module-level `import optuna` in any verb fails here."""
+    code = ("import sys; from tianfeng.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'optuna', 'sqlalchemy', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_api_gathers_the_verbs_functions_and_defines_none() -> None:
+    """Each API function lives in its verb's module beside the command that prints it."""
+    import ast
+
+    import tianfeng.api
+
+    tree = ast.parse(Path(tianfeng.api.__file__).read_text())
+    assert not [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+    homes = {name: getattr(tianfeng.api, name).__module__ for name in tianfeng.api.__all__}
+    assert all(m.startswith("tianfeng.verbs.") for n, m in homes.items() if n not in ("SearchOptions",
+                                                                                        "SearchInterrupted")), homes
+    assert homes["search"] == "tianfeng.verbs.search" and homes["runs"] == "tianfeng.verbs.runs"

@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from doc_commands import commands  # noqa: E402
 
 from tianfeng.cli import build_parser
-from tianfeng.commands.search_command import search_options
 from tianfeng.hpo.plan import plan_search
 from tianfeng.hpo.space.shipped import resolve_space
 from tianfeng.trainers.config_error import ConfigError
+from tianfeng.verbs.search import search_options
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", REPO / "docs" / "tutorial.md", *sorted((REPO / "docs" / "how-to").glob("*.md"))]

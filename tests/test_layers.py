@@ -3,8 +3,8 @@ circles, and no module imports a layer above its own. A new circle or upward imp
 
 Layers, lowest first: the engine (tianfeng.trainers) never imports the platform; core policies
 (the terminal, storage, the cost model); the search side (spaces, studies, workers,
-launch plans); studies built on searches (scale, promotion, calibration, tracking); reports; the
-Python API; the command line."""
+launch plans); studies built on searches (scale, promotion, calibration, tracking); reports; the verbs (each
+command's API function and printing); the Python API that gathers them; the command line."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ LAYERS = (
     ("search", ("tianfeng.hpo", "tianfeng.launch")),
     ("studies", ("tianfeng.scaling", "tianfeng.promotion", "tianfeng.export")),
     ("report", ("tianfeng.reporting",)),
+    ("verbs", ("tianfeng.verbs",)),
     ("api", ("tianfeng.api",)),
-    ("cli", ("tianfeng.commands", "tianfeng.verbs", "tianfeng.cli", "tianfeng")),
+    ("cli", ("tianfeng.cli", "tianfeng")),
 )
 
 

@@ -8,9 +8,9 @@ import re
 import sys
 from typing import NoReturn
 
-from tianfeng.commands.flags import add_json, add_option_flags
 from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb, all_verbs
+from tianfeng.verbs._flags import add_json, add_option_flags
 
 
 class _Parser(argparse.ArgumentParser):
@@ -205,10 +205,10 @@ def _interrupted_before_start() -> int:
 
 def _dispatch(args: argparse.Namespace, verb: Verb) -> int:
     try:  # importing torch and optuna takes seconds: a Ctrl-C then has nothing to save
-        handler = verb.handler()
+        verb.load()
     except KeyboardInterrupt:
         raise _InterruptedBeforeStart from None
-    return handler(args)
+    return verb.run(args)
 
 
 if __name__ == "__main__":

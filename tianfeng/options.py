@@ -1,7 +1,7 @@
 """What the typed options objects of the verbs (search, promote, scale, plan) share: each field
 that is also a flag of the verb's command says so with `option(...)` (its help, choices, the
 flag's name when it differs), and the command's flags are generated from those fields
-(`tianfeng.commands.flags.add_option_flags`), so a default or a choice is written once."""
+(`tianfeng.verbs._flags.add_option_flags`), so a default or a choice is written once."""
 
 from __future__ import annotations
 

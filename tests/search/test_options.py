@@ -14,9 +14,9 @@ from optuna.trial import TrialState
 import tianfeng
 from tests.search.conftest import write_space
 from tianfeng.cli import build_parser
-from tianfeng.commands.search_command import search_options
 from tianfeng.hpo.options import SearchInterrupted, SearchOptions
 from tianfeng.trainers.config import ConfigError
+from tianfeng.verbs.search import search_options
 
 
 def test_every_flag_of_search_is_generated_from_an_option_with_its_default() -> None:

@@ -78,3 +78,4 @@ def tracked_runs(study: optuna.Study, storage: str | None = None) -> Iterator[Tr
             dict(trial.params) if trial else {}, r["epochs"],
             {"score": r["final_score"], "proxy_score": r["proxy_score"]},
             "finished" if r["status"] == RunRecordStatus.COMPLETED else "failed")
+

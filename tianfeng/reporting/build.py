@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from pathlib import Path
@@ -182,16 +181,3 @@ def build_report(storage: str, study_name: str | None, output: Path | None = Non
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"))
     return write_report(output or default_report_path(study.study_name), html, study_owner(study, storage))
 
-
-def run_report_command(args) -> int:
-    if args.scale is not None:
-        from tianfeng.reporting.scale_study import build_scale_report
-
-        path = build_scale_report(args.storage, args.scale, args.output)
-    else:
-        path = build_report(args.storage, args.study, args.output, flag=getattr(args, "study_flag", "--study"))
-    if getattr(args, "json", False):
-        print(json.dumps({"report": str(path)}))
-    else:
-        print(f"report: {path}")
-    return 0

@@ -1,7 +1,8 @@
 """The `tianfeng` commands, one module each: what `--help` says of it, its examples, its typed
-options (the flags are generated from them), and the function that runs it (imported only when
-it runs, so `--help` and a mistyped flag do not pay for torch and Optuna). A new command is one
-module here and one name in `NAMES`."""
+options (the flags are generated from them), its API function (re-exported by `tianfeng.api`) and
+what it prints. A verb module imports torch, Optuna and the packages that need them inside its
+functions, so `--help` and a mistyped flag do not pay for them. A new command is one module here
+and one name in `NAMES`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ class Verb:
     name: str
     help: str  # one line, in `tianfeng --help`
     description: str  # the paragraph atop its own `--help`
-    run: str  # "module:function" taking the parsed arguments and returning the exit code
+    run: Callable[[argparse.Namespace], int]  # the command: the parsed arguments in, the exit code out
     examples: tuple[tuple[str, str], ...]  # (command, what it does), each parsing as written
     options: type | None = None  # the options dataclass its flags are generated from
     arguments: Callable[[argparse.ArgumentParser], None] | None = None  # positionals, and flags not in `options`
@@ -27,14 +28,16 @@ class Verb:
     source: str | None = None  # the argument naming the file its errors are about ("space", "config")
     default_source: str = ""  # what its errors name when that argument is not given
     storage: str = "reads"  # what it does to --storage: reads, writes, or creates (a study, unless --resume)
+    loads: tuple[str, ...] = ("optuna",)  # what `run` imports first: loaded before it, where a Ctrl-C saves nothing
 
     def source_of(self, args: argparse.Namespace) -> str:
         given = getattr(args, self.source, None) if self.source else None
         return str(given) if given else self.default_source
 
-    def handler(self) -> Callable[[argparse.Namespace], int]:
-        module, function = self.run.split(":")
-        return getattr(importlib.import_module(module), function)
+    def load(self) -> None:
+        """Import what the command needs first (seconds for torch and Optuna)."""
+        for module in self.loads:
+            importlib.import_module(module)
 
     def examples_text(self) -> str:
         return "examples:\n" + "\n".join(f"  {command}\n      {what}" for command, what in self.examples)

@@ -19,6 +19,10 @@ def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON (for programs)")
 
 
+def add_space(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
+
+
 def emit(args: argparse.Namespace, result: object, lines: list[str]) -> None:
     """The result on stdout: `lines` for a person, or the whole result as JSON with --json."""
     if getattr(args, "json", False):
