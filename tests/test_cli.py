@@ -165,8 +165,8 @@ def test_search_help_lists_its_flags_in_sections() -> None:
 
 
 def test_each_verb_is_one_module_and_the_parser_holds_no_flag_of_its_own() -> None:
-    """A verb's flags come from its module (its options, its positionals): the command line's
-    own code adds only --debug and branches on no command's name."""
+    """A verb's flags come from its module's typed options, and only positionals are written by
+    hand; the command line's own code adds only --debug and branches on no command's name."""
     import ast
 
     from tianfeng import verbs
@@ -174,6 +174,10 @@ def test_each_verb_is_one_module_and_the_parser_holds_no_flag_of_its_own() -> No
     folder = Path(verbs.__file__).parent
     modules = {p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")}
     assert modules == set(verbs.NAMES)
+    for module in folder.glob("*.py"):
+        written = [ast.unparse(node.args[0]) for node in ast.walk(ast.parse(module.read_text()))
+                   if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"]
+        assert not [w for w in written if w.strip("'\"").startswith("-")] or module.stem == "_flags", (module, written)
     tree = ast.parse((Path(verbs.__file__).parents[1] / "cli.py").read_text())
     flags = [node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
              and getattr(node.func, "attr", "") == "add_argument"]

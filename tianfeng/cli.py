@@ -76,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  epilog=verb.examples_text(), formatter_class=_HelpFormatter)
         if verb.arguments is not None:
             verb.arguments(command)
-        if verb.options is not None:
-            add_option_flags(command, verb.options)
+        for options in verb.options:
+            add_option_flags(command, options)
         if verb.json:
             add_json(command)
     return parser

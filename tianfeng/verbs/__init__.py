@@ -22,8 +22,8 @@ class Verb:
     description: str  # the paragraph atop its own `--help`
     run: Callable[[argparse.Namespace], int]  # the command: the parsed arguments in, the exit code out
     examples: tuple[tuple[str, str], ...]  # (command, what it does), each parsing as written
-    options: type | None = None  # the options dataclass its flags are generated from
-    arguments: Callable[[argparse.ArgumentParser], None] | None = None  # positionals, and flags not in `options`
+    options: tuple[type, ...] = ()  # the options dataclasses its flags are generated from, the command's own first
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None  # its positionals
     json: bool = False  # `--json`: the result for programs
     source: str | None = None  # the argument naming the file its errors are about ("space", "config")
     default_source: str = ""  # what its errors name when that argument is not given

@@ -7,20 +7,30 @@ import argparse
 import dataclasses
 import json
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tianfeng.options import flag_groups, flag_name, flag_of
+from tianfeng.options import flag_groups, flag_name, flag_of, option
 
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class SpaceFlag:
+    """The search space of a verb that reads one (its API function's first argument)."""
+    space: Path | None = option(None, "search-space YAML, e.g. search_spaces/large_batch.yaml, or a shipped space's "
+                                "name (tianfeng spaces)", required=True)
+
+
+@dataclass(frozen=True)
+class ConfigFlag:
+    """The run config of a verb that reads one and has no default."""
+    config: Path | None = option(None, "the run config YAML", required=True)
+
+
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON (for programs)")
-
-
-def add_space(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--space", type=Path, required=True, help="search-space YAML, e.g. search_spaces/large_batch.yaml")
 
 
 def emit(args: argparse.Namespace, result: object, lines: list[str]) -> None:

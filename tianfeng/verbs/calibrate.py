@@ -299,4 +299,4 @@ VERB = Verb(
     (("tianfeng calibrate --study large_batch --top-k 3 --random 2", "how well proxies rank recipes"),
      ("tianfeng calibrate --throughput --space large_batch.yaml -o cluster.json",
       "measure this machine's step times")),
-    options=CalibrateOptions, json=True, storage="writes", loads=("optuna", "torch"))
+    options=(CalibrateOptions,), json=True, storage="writes", loads=("optuna", "torch"))

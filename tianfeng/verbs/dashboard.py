@@ -65,4 +65,4 @@ VERB = Verb(
     command,
     (("tianfeng dashboard", "serve optuna-dashboard on tianfeng.db"),
      ("tianfeng dashboard --study large_batch --no-serve", "refresh one study's curves and exit")),
-    options=DashboardOptions, arguments=add_study_positional)
+    options=(DashboardOptions,), arguments=add_study_positional)

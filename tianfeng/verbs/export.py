@@ -64,4 +64,4 @@ VERB = Verb(
     command,
     (("tianfeng export --study large_batch > trials.csv", "every trial as CSV"),
      ("tianfeng export --study large_batch --format parquet -o trials.parquet", "as Parquet")),
-    options=ExportOptions, arguments=add_study_positional)
+    options=(ExportOptions,), arguments=add_study_positional)

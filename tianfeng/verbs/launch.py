@@ -140,4 +140,4 @@ VERB = Verb(
     (("tianfeng launch --config run.yaml --nodes 2 --gpus-per-node 2 --device cpu", "4 gloo ranks here"),
      ("tianfeng launch --config run.yaml --nodes 16 --gpus-per-node 8 --master-addr node-a --dry-run",
       "print the plan for 16 GPU nodes")),
-    options=LaunchOptions, json=True, source="config", loads=("torch",))
+    options=(LaunchOptions,), json=True, source="config", loads=("torch",))

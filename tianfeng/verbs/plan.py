@@ -13,11 +13,7 @@ from typing import Any
 from tianfeng.cost.grid_options import PlanOptions
 from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
-from tianfeng.verbs._flags import options_from_flags
-
-
-def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, required=True, help="the run config YAML to predict")
+from tianfeng.verbs._flags import ConfigFlag, options_from_flags
 
 
 def plan(config: str | Path, options: PlanOptions | None = None, **changes: Any):
@@ -126,4 +122,4 @@ VERB = Verb(
     command,
     (("tianfeng plan --config run.yaml --gpus 128", "predicted time part by part at 128 GPUs"),
      ("tianfeng plan --config run.yaml --gpus 512 --preset a100 --json", "on A100s, as JSON")),
-    options=PlanOptions, arguments=_arguments, json=True, source="config")
+    options=(ConfigFlag, PlanOptions), json=True, source="config")

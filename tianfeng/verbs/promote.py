@@ -8,10 +8,12 @@ import json
 import logging
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tianfeng.defaults import DEFAULT_STORAGE
+from tianfeng.options import option
 from tianfeng.promotion.options import PromoteOptions
 from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
@@ -20,6 +22,12 @@ from tianfeng.verbs._study import load
 
 if TYPE_CHECKING:
     import optuna
+
+
+@dataclass(frozen=True)
+class FrontFlag:
+    front: bool = option(False, "list the study's Pareto front (proxy metric, predicted wall time, GPU-hours, batch, "
+                         "resolution schedule) and promote nothing")
 
 
 def promote(trial: int | None = None, options: PromoteOptions | None = None, **changes: Any) -> dict:
@@ -134,8 +142,6 @@ def _promoted_lines(out: dict) -> list[str]:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trial", type=int, nargs="?", default=None, help="trial number in the study")
-    parser.add_argument("--front", action="store_true", help="list the study's Pareto front (proxy metric, "
-                        "predicted wall time, GPU-hours, batch, resolution schedule) and promote nothing")
 
 
 VERB = Verb(
@@ -147,4 +153,4 @@ VERB = Verb(
      ("tianfeng promote --fastest-to 80 --study large_batch", "the fastest front trial reaching 80"),
      ("tianfeng promote 14 --study large_batch --nodes 16 --gpus-per-node 8 --launcher slurm --partition gpu "
       "--time 2:00:00", "trial 14 on 128 GPUs through Slurm")),
-    options=PromoteOptions, arguments=_arguments, json=True, storage="writes", loads=("optuna", "torch"))
+    options=(FrontFlag, PromoteOptions), arguments=_arguments, json=True, storage="writes", loads=("optuna", "torch"))

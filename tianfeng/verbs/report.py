@@ -55,4 +55,4 @@ VERB = Verb(
     command,
     (("tianfeng report --study large_batch", "reports/large_batch.html"),
      ("tianfeng report --study large_batch -o /tmp/lb.html --json", "elsewhere, its path as JSON")),
-    options=ReportOptions, arguments=add_study_positional, json=True)
+    options=(ReportOptions,), arguments=add_study_positional, json=True)

@@ -168,4 +168,4 @@ VERB = Verb(
     (("tianfeng runs", "every promoted run"),
      ("tianfeng runs --follow 3", "watch run 3 until it ends"),
      ("tianfeng runs --cancel 3", "cancel run 3's scheduler job")),
-    options=RunsOptions, json=True)
+    options=(RunsOptions,), json=True)

@@ -16,7 +16,7 @@ from tianfeng.options import option
 from tianfeng.scaling.options import ScaleOptions
 from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
-from tianfeng.verbs._flags import add_space, options_from_flags
+from tianfeng.verbs._flags import SpaceFlag, options_from_flags
 
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|trials?|epochs?)$")
 BUDGET_FORMS = "a time (600s, 10m, 1h), a trial count (12trials) or training epochs (72epochs)"
@@ -176,4 +176,4 @@ VERB = Verb(
     (("tianfeng scale --space large_batch.yaml --batch-sizes 256,1024,4096", "a search per batch size"),
      ("tianfeng scale --space large_batch.yaml --batch-sizes 512,2048 --budget-per-batch 20 --resume",
       "go on with a scale run")),
-    options=ScaleCommandOptions, arguments=add_space, json=True, source="space", storage="creates")
+    options=(SpaceFlag, ScaleCommandOptions), json=True, source="space", storage="creates")

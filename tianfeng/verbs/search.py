@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tianfeng.hpo.options import SearchOptions
 from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.verbs import Verb
-from tianfeng.verbs._flags import add_space, options_from_flags
+from tianfeng.verbs._flags import SpaceFlag, options_from_flags
 
 if TYPE_CHECKING:
     import optuna
@@ -209,4 +209,4 @@ VERB = Verb(
       "another study, accuracy alone"),
      ("tianfeng search --space imagenet_resnet50 --data imagefolder:/data/imagenet --launcher slurm --workers 8 "
       "--gpus-per-trial 1 --partition gpu --time 4:00:00 --dry-run", "print the Slurm job array it would submit")),
-    options=SearchOptions, arguments=add_space, json=True, source="space", storage="creates")
+    options=(SpaceFlag, SearchOptions), json=True, source="space", storage="creates")

@@ -127,4 +127,4 @@ VERB = Verb(
     (("tianfeng status", "the studies in tianfeng.db"),
      ("tianfeng status --study large_batch --json", "one study's trials, as JSON"),
      ("tianfeng status --study large_batch --follow", "follow a search until it is over")),
-    options=StatusOptions, json=True)
+    options=(StatusOptions,), json=True)

@@ -85,5 +85,5 @@ VERB = Verb(
     (("tianfeng train", "the embedded digits recipe, here"),
      ("tianfeng train --config run.yaml --set optimizer.lr=0.2 --json", "a run config, one value changed"),
      ("torchrun --nproc-per-node 8 -m tianfeng.cli train --config run.yaml", "8 ranks on one node")),
-    options=TrainOptions, json=True, source="config", default_source="the embedded default recipe",
+    options=(TrainOptions,), json=True, source="config", default_source="the embedded default recipe",
     loads=("torch",))
