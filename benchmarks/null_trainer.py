@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tianfeng.trainers.engine import EpochMetrics, RunResult, RunStatus, StopTraining
+from tianfeng.core.states import RunStatus
+from tianfeng.trainers.engine import EpochMetrics, RunResult, StopTraining
 
 
 def empty_trainer(cfg, callback) -> RunResult:

@@ -32,13 +32,14 @@ from typing import Any
 import optuna
 import torch
 
+from tianfeng.core.states import RunStatus
 from tianfeng.hpo.run.objective import prepare_trial
 from tianfeng.hpo.space.materialize import build_config, stopping_after
 from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.trainers import checkpoint
 from tianfeng.trainers.config import RunConfig, config_to_dict
-from tianfeng.trainers.engine import RunStatus, train
+from tianfeng.trainers.engine import train
 
 log = logging.getLogger("tianfeng.search")
 PERTURBED = ("base_lr", "weight_decay", "trust_coefficient")  # multiplied by 0.8 or 1.2

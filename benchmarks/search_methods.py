@@ -24,13 +24,13 @@ from common import data_source
 from optuna.trial import TrialState
 from ttt_settings import SHIPPED
 
+from tianfeng.core.cores import usable_cores
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space
 from tianfeng.hpo.run.runner import run_search
 from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.terminal.logs import quiet_optuna
-from tianfeng.trainers.cores import usable_cores
 
 SPACE = SHIPPED  # the near-best setting's space, as shipped
 # `tianfeng search --fidelity screen --promote leader` and the options each variant adds

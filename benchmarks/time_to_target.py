@@ -90,8 +90,8 @@ from common import ROOT, data_source, own_cache, print_table, provenance
 from search_methods import METHODS, read_back
 from ttt_settings import SETTINGS, TARGETS, space_for
 
+from tianfeng.core.cores import usable_cores
 from tianfeng.hpo.options import parse_duration
-from tianfeng.trainers.cores import usable_cores
 from tianfeng.trainers.data.sources import default_cache_dir
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)

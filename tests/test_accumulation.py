@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from tests.conftest import make_config
-from tianfeng.trainers.config import ConfigError, PrecisionConfig
+from tianfeng.core.errors import ConfigError
+from tianfeng.trainers.config import PrecisionConfig
 from tianfeng.trainers.engine import train
 from tianfeng.trainers.noise_scale import EpochNoise, accumulated_backward, measured_backward
 from tianfeng.trainers.precision import build_precision

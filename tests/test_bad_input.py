@@ -255,7 +255,7 @@ def test_a_config_refused_while_the_run_is_set_up_leaves_no_run_directory(tmp_pa
     """A model module that does not import is found only when the run builds its model: by then
     nothing may have been written, or the folder reads as a run that started."""
     from tests.conftest import make_config
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
     from tianfeng.trainers.engine import train
 
     monkeypatch.chdir(tmp_path)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, load_config
+from tianfeng.core.errors import ConfigError
+from tianfeng.trainers.config import RunConfig, config_to_dict, load_config
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.cost.exchange import Cluster, Link, Phase, comm_seconds, predict, predict_run
-from tianfeng.trainers.config import ConfigError
 
 INTRA = Link(gbit_s=80.0, latency_us=10.0)  # 10 GB/s per GPU
 INTER = Link(gbit_s=8.0, latency_us=100.0)  # 1 GB/s per adapter

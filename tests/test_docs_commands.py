@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from doc_commands import commands  # noqa: E402
 
 from tianfeng.cli import build_parser
+from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.plan import plan_search
 from tianfeng.hpo.space.shipped import resolve_space
-from tianfeng.trainers.config_error import ConfigError
 from tianfeng.verbs.search import search_options
 
 REPO = Path(__file__).resolve().parents[1]

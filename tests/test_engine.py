@@ -236,8 +236,8 @@ def test_a_checkpoint_holding_other_objects_is_refused_in_our_words(tmp_path) ->
     quotes torch's advice to load it unsafely (which reads as if tianfeng had done so)."""
     import torch
 
+    from tianfeng.core.errors import ConfigError
     from tianfeng.trainers import checkpoint
-    from tianfeng.trainers.config import ConfigError
 
     (tmp_path / checkpoint.LAST).parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": {}, "planted": object()}, tmp_path / checkpoint.LAST)

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.launch.scheduler import LaunchError, SchedulerOptions
 from tianfeng.launch.slurm import sbatch_directives, time_limit_s
 from tianfeng.promotion.options import PromoteOptions
-from tianfeng.trainers.config import ConfigError
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -1,8 +1,9 @@
 """The package's import graph, read from the source (imports inside functions included): no
 circles, and no module imports a layer above its own. A new circle or upward import fails here.
 
-Layers, lowest first: the engine (tianfeng.trainers) never imports the platform; core policies
-(the terminal, storage, the cost model); the search side (spaces, studies, workers,
+Layers, lowest first: the shared basics (tianfeng.core: errors, names, YAML input, states); the
+engine (tianfeng.trainers), which never imports the platform; the platform's policies (the
+terminal, storage, the cost model); the search side (spaces, studies, workers,
 launch plans); studies built on searches (scale, promotion, calibration, tracking); reports; the verbs (each
 command's API function and printing); the Python API that gathers them; the command line."""
 
@@ -13,8 +14,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tianfeng"
 LAYERS = (
-    ("engine", ("tianfeng.version", "tianfeng.trainers")),
-    ("core", ("tianfeng.terminal", "tianfeng.storage", "tianfeng.defaults", "tianfeng.options", "tianfeng.cost",
+    ("core", ("tianfeng.core", "tianfeng.version")),
+    ("engine", ("tianfeng.trainers",)),
+    ("platform", ("tianfeng.terminal", "tianfeng.storage", "tianfeng.defaults", "tianfeng.options", "tianfeng.cost",
               "tianfeng.recipes", "tianfeng.spaces")),
     ("search", ("tianfeng.hpo", "tianfeng.launch")),
     ("studies", ("tianfeng.scaling", "tianfeng.promotion", "tianfeng.export")),

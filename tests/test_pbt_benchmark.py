@@ -16,12 +16,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from pbt import FACTORS, explore, run_pbt, take_over  # noqa: E402
 
+from tianfeng.core.errors import ConfigError  # noqa: E402
+from tianfeng.core.states import RunStatus  # noqa: E402
 from tianfeng.hpo.plan import SearchPlan, plan_space  # noqa: E402
 from tianfeng.hpo.run.study import open_study  # noqa: E402
 from tianfeng.hpo.space.materialize import build_config, stopping_after  # noqa: E402
 from tianfeng.trainers import checkpoint  # noqa: E402
-from tianfeng.trainers.config import ConfigError  # noqa: E402
-from tianfeng.trainers.engine import RunStatus, train  # noqa: E402
+from tianfeng.trainers.engine import train  # noqa: E402
 
 SPACE = REPO / "search_spaces" / "large_batch.yaml"
 LARS = {"optimizer": "lars", "base_lr": 0.5, "trust_coefficient": 0.01, "weight_decay": 1e-4, "warmup_epochs": 0.5,

@@ -169,7 +169,7 @@ def test_a_small_per_gpu_batch_changes_what_the_model_computes() -> None:
 
 def test_the_engine_trains_with_batchnorm_per_emulated_gpu(tmp_path, caplog) -> None:
     from tests.conftest import make_config
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
     from tianfeng.trainers.engine import train
 
     phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}, {"epochs": 1, "resolution": 8, "batch_size": 32}]
@@ -187,7 +187,7 @@ def test_node_scope_sync_batchnorm_is_emulated_over_each_nodes_share(tmp_path, c
     """8 GPUs in 2 nodes with SyncBatchNorm inside each node normalise over a node's 32 of 64
     images: the same statistics as 2 GPUs of 32 images each, so the two runs train alike."""
     from tests.conftest import make_config
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
     from tianfeng.trainers.engine import train
 
     phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}]
@@ -211,7 +211,7 @@ def test_a_batchnorm_group_of_two_gpus_is_emulated_over_two_gpus_share(tmp_path,
     """8 GPUs with sync_bn_group 2 (MLPerf's BN_GROUP) normalise over 2 GPUs' 16 of 64 images:
     as 4 GPUs of 16 images each train. Bug caught: the group ignored (per-GPU statistics of 8)."""
     from tests.conftest import make_config
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
     from tianfeng.trainers.engine import train
 
     phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}]

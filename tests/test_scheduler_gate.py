@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.launch import gate
 from tianfeng.launch.scheduler import JobState, LaunchError, SchedulerOptions
 from tianfeng.launch.slurm import array_state, sbatch_directives
 from tianfeng.promotion.options import PromoteOptions
-from tianfeng.trainers.config import ConfigError
 
 HOSTILE = ["x\ntouch pwned", "x;touch pwned", "$(touch pwned)", "`touch pwned`", "a b", "x\rtouch", "--user=root", ""]
 

@@ -79,13 +79,8 @@ def test_phase_plan_positions() -> None:
 def test_piecewise_lines_jumps_and_its_checks() -> None:
     import pytest
 
-    from tianfeng.trainers.config import (
-        ConfigError,
-        RunConfig,
-        ScheduleConfig,
-        config_from_dict,
-        config_to_dict,
-    )
+    from tianfeng.core.errors import ConfigError
+    from tianfeng.trainers.config import RunConfig, ScheduleConfig, config_from_dict, config_to_dict
     from tianfeng.trainers.schedules import shape_factor
 
     s = ScheduleConfig(decay="piecewise", piecewise_epochs=(0, 4, 4, 8), piecewise_factors=(0.5, 1.0, 0.1, 0.0))

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tianfeng.cli import main
+from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.space.shipped import SPACES_DIR, resolve_space, shipped_spaces
-from tianfeng.trainers.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,13 +6,14 @@ notebooks and scripts with the same options, returning the Optuna study or the r
     run = tianfeng.promote(study=study.study_name, fastest_to=80)
     tianfeng.report(study.study_name)
 
-Errors are `tianfeng.trainers.config.ConfigError` (bad input: it names the file or option, the key and
+Errors are `tianfeng.ConfigError` (bad input: it names the file or option, the key and
 what is allowed) or the environment's own exceptions; nothing here prints the summary tables the
 commands print, except the Pareto front and the transfer rules logged to stderr.
 
 Each function lives with its command in `tianfeng.verbs`; this module gathers them.
 """
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.options import SearchInterrupted, SearchOptions
 from tianfeng.verbs._study import load
 from tianfeng.verbs.calibrate import calibrate, calibrate_from_run, measure_throughput
@@ -29,7 +30,7 @@ from tianfeng.verbs.spaces import spaces
 from tianfeng.verbs.status import studies, trials
 from tianfeng.verbs.train import train
 
-__all__ = ["SearchInterrupted", "SearchOptions", "calibrate", "calibrate_from_run", "cancel", "export", "export_scale",
+__all__ = ["ConfigError", "SearchInterrupted", "SearchOptions", "calibrate", "calibrate_from_run", "cancel", "export", "export_scale",
            "fastest_trial", "follow", "front", "launch", "launch_plan", "load", "measure_throughput", "plan",
            "plan_scale", "predict", "promote", "publish_curves", "report", "run_scale_plan", "runs", "scale",
            "scale_report", "search", "search_dry_run", "spaces", "studies", "train", "trials"]

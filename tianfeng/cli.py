@@ -8,7 +8,7 @@ import re
 import sys
 from typing import NoReturn
 
-from tianfeng.trainers.config import ConfigError
+from tianfeng.core.errors import ConfigError
 from tianfeng.verbs import Verb, all_verbs
 from tianfeng.verbs._flags import add_json, add_option_flags
 
@@ -85,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_inputs(args: argparse.Namespace, verb: Verb) -> None:
     """The flags every command shares, checked before anything is opened or written."""
+    from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
     from tianfeng.storage.url import check_storage
-    from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
     _study_from_positional(args)
     if getattr(args, "space", None) is not None:

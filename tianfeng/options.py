@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tianfeng.trainers.config import ConfigError
+from tianfeng.core.errors import ConfigError
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ import torch
 
 from tests.conftest import make_config
 from tests.distributed.test_hooks import REPO, torchrun
-from tianfeng.trainers.config import ConfigError
+from tianfeng.core.errors import ConfigError
 from tianfeng.trainers.distributed import DistContext, validate_world
 from tianfeng.trainers.engine import train
 

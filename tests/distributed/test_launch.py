@@ -128,8 +128,8 @@ def test_an_elastic_run_loses_a_node_and_the_survivor_finishes_at_the_smaller_wo
 
     import torch
 
+    from tianfeng.core.ports import free_port
     from tianfeng.launch.scripts import LaunchPlan
-    from tianfeng.trainers.ports import free_port
 
     path = config(tmp_path, phases=[{"epochs": 30, "resolution": 8, "batch_size": 64}], distributed={},
                   checkpoint={"every_steps": 5})

@@ -332,8 +332,8 @@ def test_transfer_gives_each_phase_its_own_batch_and_lr(stages, batch, full_batc
 
 def test_a_trial_status_is_the_engine_status_of_the_same_word() -> None:
     """One vocabulary: every way the engine says a run ended is a trial status, spelt alike."""
+    from tianfeng.core.states import RunStatus
     from tianfeng.hpo.trial_attrs import TrialStatus
-    from tianfeng.trainers.run_status import RunStatus
 
     assert [TrialStatus.of_run(s) for s in RunStatus] == [TrialStatus(s.value) for s in RunStatus]
     assert {s.value for s in RunStatus} < {s.value for s in TrialStatus}

@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 import tianfeng
 from tests.search.conftest import write_space
 from tianfeng.cli import build_parser
+from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.options import SearchInterrupted, SearchOptions
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs.search import search_options
 
 

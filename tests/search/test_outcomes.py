@@ -30,9 +30,9 @@ def test_the_counts_add_up_to_the_trials_and_name_only_what_happened() -> None:
 def test_a_word_for_how_a_trial_or_run_ended_means_one_thing_everywhere() -> None:
     """Bug: a completed trial shown as "complete" while its status, the engine's and the promoted
     run's say "completed" (a script filtering on one word misses the others)."""
+    from tianfeng.core.states import RunStatus
     from tianfeng.hpo.trial_attrs import TrialStatus
     from tianfeng.storage.runs import RunRecordStatus
-    from tianfeng.trainers.run_status import RunStatus
 
     assert outcome(_trial(TrialState.COMPLETE)) == TrialStatus.COMPLETED == RunStatus.COMPLETED == RunRecordStatus.COMPLETED
     vocabularies = (Outcome, TrialStatus, RunStatus, RunRecordStatus)

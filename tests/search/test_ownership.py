@@ -11,10 +11,10 @@ import optuna
 import pytest
 
 from tests.search.test_study import plan_for
+from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.run.runner import run_search
 from tianfeng.promotion.run import promote
 from tianfeng.reporting.build import build_report
-from tianfeng.trainers.config import ConfigError
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -14,13 +14,13 @@ import pytest
 
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
+from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.run.runner import run_search
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
 from tianfeng.promotion.run import promote
 from tianfeng.promotion.transfer import transfer
 from tianfeng.storage.runs import RunStore
-from tianfeng.trainers.config import ConfigError
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,7 @@ def test_api_verbs_stay_functions_once_every_subpackage_is_imported() -> None:
     (3, {"batchsize": 64}, "promote: batchsize: unknown option; did you mean batch_size?"),
 ])
 def test_promote_options_are_checked_before_any_study_is_opened(tmp_path: Path, trial, changes, message) -> None:
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
 
     missing = f"sqlite:///{tmp_path / 'never.db'}"
     with pytest.raises(ConfigError) as caught:
@@ -88,7 +88,7 @@ def test_promote_options_are_checked_before_any_study_is_opened(tmp_path: Path, 
      "--pruner: must be one of " + ", ".join(__import__("tianfeng.defaults").defaults.PRUNER_NAMES) + "; got 'median!'"),
 ])
 def test_scale_options_are_checked_before_the_space_is_read(tmp_path: Path, changes, message) -> None:
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as caught:
         tianfeng.scale(tmp_path / "no-such-space.yaml", storage=f"sqlite:///{tmp_path / 'never.db'}", **changes)
@@ -109,7 +109,7 @@ def test_scale_options_are_checked_before_the_space_is_read(tmp_path: Path, chan
 def test_plan_options_are_checked_before_the_config_is_read(tmp_path: Path, changes, message) -> None:
     """tianfeng.plan holds the command's checks: a Python caller gets the same one line."""
     from tianfeng import api
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as caught:
         api.plan(tmp_path / "no-such-config.yaml", **changes)

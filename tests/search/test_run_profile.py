@@ -15,6 +15,7 @@ import pytest
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
 from tianfeng.cli import main
+from tianfeng.core.errors import ConfigError
 from tianfeng.cost.cluster import DEFAULT as V100_CLUSTER
 from tianfeng.cost.step_time import DEVICES
 from tianfeng.hpo.run.runner import run_search
@@ -23,7 +24,6 @@ from tianfeng.hpo.space.read import load_space
 from tianfeng.promotion.run import promote
 from tianfeng.promotion.run_profile import exposed_exchange_s, refitted, run_points
 from tianfeng.storage.runs import RunStore
-from tianfeng.trainers.config import ConfigError
 
 
 def _epoch(phase: int, world: int, samples_per_s: float, wait: float, resolution: int = 8, batch: int = 128) -> dict:

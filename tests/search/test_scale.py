@@ -13,10 +13,10 @@ import optuna
 import pytest
 
 from tests.search.conftest import write_space
+from tianfeng.core.errors import ConfigError
 from tianfeng.scaling.options import parse_batch_sizes
 from tianfeng.scaling.results import ScaleStore
 from tianfeng.scaling.study import largest_within
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs.scale import parse_budget
 
 REPO = Path(__file__).resolve().parents[2]

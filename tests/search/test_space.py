@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.search.conftest import TINY_SPACE, write_space
+from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.space.expressions import Expression, ExpressionError
 from tianfeng.hpo.space.materialize import build_config, build_phases, is_active, split_epochs
 from tianfeng.hpo.space.read import load_space
-from tianfeng.trainers.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 

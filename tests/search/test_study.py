@@ -14,10 +14,10 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.search.conftest import write_space
+from tianfeng.core.cores import usable_cores
 from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.run.runner import run_search
 from tianfeng.hpo.sampling.registry import PRUNERS, SAMPLERS
-from tianfeng.trainers.cores import usable_cores
 
 
 def plan_for(tmp_path: Path, space_file: Path, **changes) -> SearchPlan:
@@ -85,7 +85,7 @@ def test_nan_trial_is_pruned_and_the_study_goes_on(tmp_path: Path, tiny_space: d
 
 
 def test_existing_study_needs_resume_and_resume_extends_budget(tmp_path: Path, tiny_space_file: Path) -> None:
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
 
     plan = plan_for(tmp_path, tiny_space_file, trials=2)
     run_search(plan, workers=1, resume=False)

@@ -14,10 +14,10 @@ import math
 import pytest
 
 from tests.conftest import make_config
+from tianfeng.core.errors import ConfigError
 from tianfeng.cost.cluster import ClusterSpec, checked
 from tianfeng.cost.step_time import reference_cost, step_cost
 from tianfeng.cost.walltime import loader_images_per_s, predict_wall_time
-from tianfeng.trainers.config import ConfigError
 
 MIB = 2**20
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.workers import MAX_CPU_WORKERS, parse_workers, resolve_workers
-from tianfeng.trainers.config import ConfigError
 
 
 def test_auto_runs_one_worker_per_gpu() -> None:

@@ -7,11 +7,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tianfeng.core.cores import usable_cores
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.yaml_input import MAX_BYTES
 from tianfeng.cost.exchange import BACKWARD_SHARE, DEFAULT_PRESET, PRESETS, VARIANTS, Cluster, Link
 from tianfeng.cost.step_time import DEVICES, STACKS
-from tianfeng.trainers.config import ConfigError
-from tianfeng.trainers.cores import usable_cores
-from tianfeng.trainers.yaml_input import MAX_BYTES
 
 KEYS = ("gpus", "gpus_per_node", "device", "throughput", "images_per_s", "half_batch", "exchange", "overlap",
         "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us", "adapters_per_node",

@@ -8,10 +8,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.cost.cluster import LOADERS, ClusterSpec
 from tianfeng.cost.exchange import BACKWARD_SHARE, PRESETS
 from tianfeng.options import flag_name, option, with_changes
-from tianfeng.trainers.config import ConfigError
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ import functools
 import math
 from dataclasses import dataclass
 
-from tianfeng.trainers.config import ConfigError, ModelConfig, RunConfig
+from tianfeng.core.errors import ConfigError
+from tianfeng.trainers.config import ModelConfig, RunConfig
 
 GIB = 2**30
 # Not the model's: the CUDA context, cuDNN/cuBLAS workspaces and NCCL buffers (~1.5 GiB

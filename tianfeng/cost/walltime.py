@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.exchange import allreduce_s, step_seconds
 from tianfeng.cost.memory import OPTIMIZER_STATES, per_gpu_fit
@@ -36,7 +37,7 @@ from tianfeng.cost.step_time import (
     scaled_step_model,
     step_cost,
 )
-from tianfeng.trainers.config import ConfigError, RunConfig
+from tianfeng.trainers.config import RunConfig
 
 FORWARD_SHARE = 1 / 3  # of a training step's work: what evaluating an image costs
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import (
     DEFAULT_STORAGE,
     DEFAULT_TRIALS,
@@ -25,7 +26,6 @@ from tianfeng.defaults import (
 )
 from tianfeng.launch.submit_options import SubmitOptions
 from tianfeng.options import SCHEDULER_FLAGS, option, with_changes
-from tianfeng.trainers.config import ConfigError
 
 BACKENDS = ("optuna", "ray")
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import optuna
 
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.front import chance_level, default_floor
 from tianfeng.hpo.options import SearchOptions
@@ -22,8 +24,6 @@ from tianfeng.hpo.space.read import SearchSpace, load_space
 from tianfeng.hpo.space.shipped import resolve_space
 from tianfeng.storage.ownership import check_report_of, default_report_path
 from tianfeng.storage.study_attrs import StudyKey
-from tianfeng.trainers.config import ConfigError
-from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 
 log = logging.getLogger("tianfeng.search")
 

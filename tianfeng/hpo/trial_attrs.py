@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Protocol
 
-from tianfeng.trainers.run_status import RunStatus
+from tianfeng.core.states import RunStatus, State
 
 
 class TrialStatus(StrEnum):
@@ -18,9 +18,9 @@ class TrialStatus(StrEnum):
     DIVERGED = RunStatus.DIVERGED.value
     PRUNED = RunStatus.PRUNED.value
     STOPPED = RunStatus.STOPPED.value
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-    RUNNING = "running"
+    FAILED = State.FAILED.value
+    INTERRUPTED = State.INTERRUPTED.value
+    RUNNING = State.RUNNING.value
 
     @classmethod
     def of_run(cls, status: RunStatus) -> TrialStatus:

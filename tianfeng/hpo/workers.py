@@ -9,8 +9,8 @@ second of one two-thread trial, and a 12-trial search took 1/1.53 of the wall ti
 
 from __future__ import annotations
 
-from tianfeng.trainers.config import ConfigError
-from tianfeng.trainers.cores import usable_cores
+from tianfeng.core.cores import usable_cores
+from tianfeng.core.errors import ConfigError
 
 MAX_CPU_WORKERS = 8  # beyond this, SQLite's single writer and memory per process start to cost
 

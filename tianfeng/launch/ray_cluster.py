@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Any
 
-from tianfeng.trainers.config import ConfigError
+from tianfeng.core.errors import ConfigError
 
 
 def start_or_join(address: str | None, *, env: dict[str, str], log_to_driver: bool,

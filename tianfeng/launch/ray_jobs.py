@@ -14,12 +14,13 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from tianfeng.core.states import JobStatus
 from tianfeng.launch import gate
 from tianfeng.launch.scheduler import JobState, LaunchError, SchedulerOptions
 
 # Ray's JobStatus by what it means for the run; STOPPED is a stop_job (a cancel)
-_STATES = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "completed", "STOPPED": "cancelled",
-           "FAILED": "failed"}
+_STATES = {"PENDING": JobStatus.PENDING, "RUNNING": JobStatus.RUNNING, "SUCCEEDED": JobStatus.COMPLETED,
+           "STOPPED": JobStatus.CANCELLED, "FAILED": JobStatus.FAILED}
 
 
 def jobs_address(options: SchedulerOptions) -> str:
@@ -78,15 +79,15 @@ class RayJobs:
         try:
             info = self._client().get_job_info(job)
         except LaunchError:
-            return JobState("unknown", "the Ray cluster cannot be reached", None)
+            return JobState(JobStatus.UNKNOWN, "the Ray cluster cannot be reached", None)
         except RuntimeError:  # the cluster restarted and forgot it, or never had it
-            return JobState("unknown", "the Ray cluster no longer knows the job", None)
-        state = _STATES.get(str(info.status.value if hasattr(info.status, "value") else info.status), "failed")
-        if state == "running":
-            return JobState("running", "", None)
-        if state == "pending":
-            return JobState("pending", _first_line(info.message) or "pending", None)
-        code = info.driver_exit_code if info.driver_exit_code is not None else (0 if state == "completed" else None)
+            return JobState(JobStatus.UNKNOWN, "the Ray cluster no longer knows the job", None)
+        state = _STATES.get(str(info.status.value if hasattr(info.status, "value") else info.status), JobStatus.FAILED)
+        if state == JobStatus.RUNNING:
+            return JobState(JobStatus.RUNNING, "", None)
+        if state == JobStatus.PENDING:
+            return JobState(JobStatus.PENDING, _first_line(info.message) or "pending", None)
+        code = info.driver_exit_code if info.driver_exit_code is not None else (0 if state == JobStatus.COMPLETED else None)
         return JobState(state, _first_line(info.message) or state, code)
 
     def cancel(self, job: str) -> None:

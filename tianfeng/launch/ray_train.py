@@ -10,10 +10,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from tianfeng.core.cores import usable_cores
+from tianfeng.core.errors import ConfigError
 from tianfeng.launch.ray_cluster import start_or_join
 from tianfeng.launch.scripts import LaunchPlan
-from tianfeng.trainers.config import ConfigError
-from tianfeng.trainers.cores import usable_cores
 
 log = logging.getLogger("tianfeng.launch")
 

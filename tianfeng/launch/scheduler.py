@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from tianfeng.trainers.config import ConfigError
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.states import JOB_LIVE, JobStatus
 
 SIGNAL_S = 120  # the pre-timeout signal comes this long before the time limit: a checkpoint's time
 
@@ -39,14 +40,14 @@ class SchedulerOptions:
 class JobState:
     """Where a job stands: pending (with the scheduler's reason), running, or how it ended
     (completed, failed, cancelled, preempted), and how often the scheduler restarted it."""
-    state: str
+    state: JobStatus
     reason: str
     exit_code: int | None
     restarts: int = 0
 
     @property
     def ended(self) -> bool:
-        return self.state not in ("pending", "running")
+        return self.state not in JOB_LIVE
 
 
 class Scheduler(Protocol):

@@ -8,9 +8,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.names import check_name
 from tianfeng.launch import gate
-from tianfeng.trainers.config import ConfigError, RunConfig
-from tianfeng.trainers.names import check_name
+from tianfeng.trainers.config import RunConfig
 
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[?[0-9A-Fa-f:]+\]?")
 RAY_DASHBOARD_PORT = 8265  # where `ray job submit` finds the head node
@@ -18,7 +19,7 @@ RAY_DASHBOARD_PORT = 8265  # where `ray job submit` finds the head node
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """`run_name` is a checked name (tianfeng.trainers.names); every other value is quoted where it
+    """`run_name` is a checked name (tianfeng.core.names); every other value is quoted where it
     reaches a shell."""
     config_path: str
     run_name: str

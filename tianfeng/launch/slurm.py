@@ -15,15 +15,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tianfeng.core.states import JobStatus
 from tianfeng.launch import gate
 from tianfeng.launch.scheduler import JobState, LaunchError, SchedulerOptions
 
 # Slurm's job states, by what they mean for the run (JOB_STATE_STRING in Slurm's slurm.h)
 _PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"}
 _RUNNING = {"RUNNING", "COMPLETING", "RESIZING", "SIGNALING", "STAGE_OUT"}
-_ENDED = {"COMPLETED": "completed", "CANCELLED": "cancelled", "FAILED": "failed", "TIMEOUT": "failed",
-          "NODE_FAIL": "failed", "PREEMPTED": "preempted", "BOOT_FAIL": "failed", "DEADLINE": "failed",
-          "OUT_OF_MEMORY": "failed", "SPECIAL_EXIT": "failed"}
+_ENDED = {"COMPLETED": JobStatus.COMPLETED, "CANCELLED": JobStatus.CANCELLED, "PREEMPTED": JobStatus.PREEMPTED}
+# every other ended state (TIMEOUT, NODE_FAIL, BOOT_FAIL, DEADLINE, OUT_OF_MEMORY, ...) is a failure
 
 
 def time_limit_s(text: str) -> int:
@@ -80,14 +80,14 @@ def _task_state(line: str) -> JobState:
     code = fields.get("ExitCode", "0:0").split(":")[0]
     exit_code = int(code) if code.isdigit() else None
     if raw in _PENDING:
-        return JobState("pending", reason if reason != "None" else raw.lower(), None, restarts)
+        return JobState(JobStatus.PENDING, reason if reason != "None" else raw.lower(), None, restarts)
     if raw in _RUNNING:
-        return JobState("running", "", None, restarts)
-    return JobState(_ENDED.get(raw, "failed"), reason if reason != "None" else raw.lower(), exit_code, restarts)
+        return JobState(JobStatus.RUNNING, "", None, restarts)
+    return JobState(_ENDED.get(raw, JobStatus.FAILED), reason if reason != "None" else raw.lower(), exit_code, restarts)
 
 
 # how an ended array reads when its tasks ended differently: the worst outcome first
-_WORST_FIRST = ("failed", "preempted", "cancelled", "completed")
+_WORST_FIRST = (JobStatus.FAILED, JobStatus.PREEMPTED, JobStatus.CANCELLED, JobStatus.COMPLETED)
 
 
 def array_state(tasks: list[JobState]) -> JobState:
@@ -95,11 +95,11 @@ def array_state(tasks: list[JobState]) -> JobState:
     (and none runs), and ended only when every task has: failed if any failed, else preempted,
     else cancelled, else completed."""
     restarts = max(t.restarts for t in tasks)
-    if any(t.state == "running" for t in tasks):
-        return JobState("running", "", None, restarts)
-    waiting = [t for t in tasks if t.state == "pending"]
+    if any(t.state == JobStatus.RUNNING for t in tasks):
+        return JobState(JobStatus.RUNNING, "", None, restarts)
+    waiting = [t for t in tasks if t.state == JobStatus.PENDING]
     if waiting:
-        return JobState("pending", waiting[0].reason, None, restarts)
+        return JobState(JobStatus.PENDING, waiting[0].reason, None, restarts)
     for outcome in _WORST_FIRST:
         ended = [t for t in tasks if t.state == outcome]
         if ended:
@@ -126,9 +126,9 @@ class Slurm:
         job = gate.job_id(self.name, job)
         out = subprocess.run(["scontrol", "--oneliner", "show", "job", job], capture_output=True, text=True, timeout=60)
         if out.returncode != 0:  # the controller forgot it (MinJobAge passed) or never had it
-            return JobState("unknown", "the scheduler no longer knows the job", None)
+            return JobState(JobStatus.UNKNOWN, "the scheduler no longer knows the job", None)
         tasks = [_task_state(line) for line in out.stdout.splitlines() if "JobState=" in line]
-        return array_state(tasks) if tasks else JobState("unknown", "scontrol printed no job state", None)
+        return array_state(tasks) if tasks else JobState(JobStatus.UNKNOWN, "scontrol printed no job state", None)
 
     def cancel(self, job: str) -> None:
         _run(["scancel", "--", gate.job_id(self.name, job)], "scancel")

@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tianfeng.core.ports import free_port
+from tianfeng.core.states import JobStatus
 from tianfeng.cost.measure import Grid, write_throughput
 from tianfeng.cost.measure_ranks import write_request
 from tianfeng.launch.local import run_here
 from tianfeng.launch.scheduler import LaunchError, SchedulerOptions
 from tianfeng.launch.scripts import LaunchPlan
 from tianfeng.launch.slurm import Slurm, sbatch_directives
-from tianfeng.trainers.ports import free_port
 
 log = logging.getLogger("tianfeng.calibrate")
 POLL_S = 2.0
@@ -76,9 +77,9 @@ def _run_on_slurm(plan: LaunchPlan, work: Path, options: SchedulerOptions) -> No
         if text != said:
             print(f"tianfeng: slurm job {job}: {text}", file=sys.stderr)
             said = text
-        if state.ended or state.state == "unknown":
+        if state.ended or state.state == JobStatus.UNKNOWN:
             break
         time.sleep(POLL_S)
-    if state.state != "completed" and not (work / "throughput.json").exists():
+    if state.state != JobStatus.COMPLETED and not (work / "throughput.json").exists():
         raise LaunchError(f"--throughput: slurm job {job} {state.state}: {state.reason}; its log: "
                           f"{work}/slurm-{job}.out")

@@ -32,7 +32,7 @@ def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int
     rest = best_first[top_k:]
     chosen += random.Random(seed).sample(rest, min(n_random, len(rest)))
     if len(chosen) < 3:
-        from tianfeng.trainers.config import ConfigError
+        from tianfeng.core.errors import ConfigError
 
         raise ConfigError("--study", study.study_name,
                           f"has {len(complete)} complete trials; calibration needs at least 3")

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from optuna.trial import FrozenTrial
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.trainers import checkpoint
-from tianfeng.trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
+from tianfeng.trainers.config import RunConfig, config_from_dict, config_to_dict
 
 log = logging.getLogger("tianfeng.promote")
 

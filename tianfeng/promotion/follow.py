@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.states import JobStatus
 from tianfeng.storage.runs import RunRecordStatus
-from tianfeng.trainers.config import ConfigError
 
 # a run is under way while it trains here or its job lives
 _LIVE = (RunRecordStatus.RUNNING, RunRecordStatus.SUBMITTED)
@@ -20,7 +21,7 @@ def state_of(run: dict) -> str:
     job = run.get("job")
     if job is None or run["status"] != RunRecordStatus.SUBMITTED:
         return str(run["status"])
-    reason = f" ({job['reason']})" if job["state"] == "pending" and job["reason"] else ""
+    reason = f" ({job['reason']})" if job["state"] == JobStatus.PENDING and job["reason"] else ""
     return f"{run['status']}: {job['launcher']} {job['job_id']} {job['state']}{reason}"
 
 

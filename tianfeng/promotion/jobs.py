@@ -13,17 +13,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.states import JOB_LIVE, JobStatus
 from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.ray_jobs import jobs_address
 from tianfeng.launch.scheduler import JobState, LaunchError
 from tianfeng.storage.runs import RunRecordStatus, RunStore
-from tianfeng.trainers.config import ConfigError
 
 log = logging.getLogger("tianfeng.promote")
 
 CANCEL_WAIT_S = 60  # how long a cancel waits for the scheduler to say the job ended
 # how a job that ended without the run's result leaves the run record
-_ENDED_WITHOUT_RESULT = {"cancelled": RunRecordStatus.INTERRUPTED, "preempted": RunRecordStatus.INTERRUPTED}
+_ENDED_WITHOUT_RESULT = {JobStatus.CANCELLED: RunRecordStatus.INTERRUPTED, JobStatus.PREEMPTED: RunRecordStatus.INTERRUPTED}
 
 
 def submit_run(launch: Any, run_dir: Path, store: RunStore, run_id: int) -> dict:
@@ -42,11 +43,11 @@ def submit_run(launch: Any, run_dir: Path, store: RunStore, run_id: int) -> dict
         store.update(run_id, status=RunRecordStatus.PLANNED)  # the plan is written; nothing was submitted
         raise
     address = jobs_address(launch.options) if launch.launcher == "ray" else None
-    store.record_job(run_id, launcher=launch.launcher, job_id=job_id, state="pending", address=address)
+    store.record_job(run_id, launcher=launch.launcher, job_id=job_id, state=JobStatus.PENDING, address=address)
     store.update(run_id, status=RunRecordStatus.SUBMITTED)
     print(f"tianfeng: submitted run {run_id} as {sched.name} job {job_id}; follow it with `tianfeng runs` "
           f"(the result enters the study when the job ends)", file=sys.stderr)
-    return _answer(launch.launcher, job_id, JobState("pending", "submitted", None), run_dir)
+    return _answer(launch.launcher, job_id, JobState(JobStatus.PENDING, "submitted", None), run_dir)
 
 
 def cancel_job(store: RunStore, run_id: int) -> dict:
@@ -89,7 +90,7 @@ def refresh_jobs(store: RunStore, collect: Callable[[dict], None], study: str | 
             log.warning("run %d: %s", run_id, exc)
             continue
         result = Path(run["run_dir"]) / "result.json"
-        if state.state == "unknown" and not result.exists():
+        if state.state == JobStatus.UNKNOWN and not result.exists():
             continue  # forgotten by the controller before it finished here: nothing to say yet
         store.update_job(run_id, state=state.state, reason=state.reason, restarts=state.restarts)
         if not state.ended:
@@ -113,10 +114,10 @@ def _trained_so_far(run_dir: Path) -> dict[str, Any]:
 def live_job(store: RunStore, run_id: int) -> tuple[dict, JobState] | None:
     """Run `run_id`'s job and its state, if the scheduler says it is still pending or running."""
     job = store.jobs().get(run_id)
-    if job is None or job["state"] not in ("pending", "running"):
+    if job is None or job["state"] not in JOB_LIVE:
         return None
     state = scheduler(job["launcher"], job["address"]).state(job["job_id"])
-    return None if state.ended or state.state == "unknown" else (job, state)
+    return None if state.ended or state.state == JobStatus.UNKNOWN else (job, state)
 
 
 def _epochs_so_far(run_dir: Path) -> list[dict]:

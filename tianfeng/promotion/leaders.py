@@ -31,6 +31,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tianfeng.core.cores import usable_cores
 from tianfeng.defaults import LEADER_AFTER, ObjectiveMode
 from tianfeng.hpo.judge.scores import best_among, completed, maximizing, mode_of
 from tianfeng.hpo.judge.screen_check import check_screen, screen_length, screened_alike
@@ -39,7 +40,6 @@ from tianfeng.hpo.judge.screen_target import fastest_to_target, untrained_best
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.promotion.run import promote
 from tianfeng.storage.runs import RunRecordStatus, RunStore
-from tianfeng.trainers.cores import usable_cores
 
 log = logging.getLogger("tianfeng.promote")
 FIRST_AFTER = LEADER_AFTER

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
 from tianfeng.launch.submit_options import SubmitOptions
 from tianfeng.options import SCHEDULER_FLAGS, option, with_changes
-from tianfeng.trainers.config import ConfigError
 
 
 @dataclass(frozen=True)

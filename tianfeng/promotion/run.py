@@ -15,6 +15,9 @@ import yaml
 from optuna.trial import TrialState
 from rich.console import Console
 
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.core.ports import free_port
 from tianfeng.hpo.judge.scores import best_trial, score
 from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
 from tianfeng.hpo.run.objective import objective_value, predict_config
@@ -36,10 +39,8 @@ from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.terminal.logs import quiet_optuna
 from tianfeng.terminal.run_progress import RunProgress
 from tianfeng.terminal.tables import add_plain_row, plain_table, table_console
-from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
+from tianfeng.trainers.config import RunConfig, config_to_dict, with_changes
 from tianfeng.trainers.engine import EpochMetrics, train
-from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
-from tianfeng.trainers.ports import free_port
 
 log = logging.getLogger("tianfeng.promote")
 

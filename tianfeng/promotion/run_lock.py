@@ -15,8 +15,8 @@ import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.storage.runs import RunRecordStatus
-from tianfeng.trainers.config import ConfigError
 
 LOCK_NAME = ".tianfeng-run.lock"
 

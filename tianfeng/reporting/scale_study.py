@@ -10,6 +10,8 @@ from pathlib import Path
 import optuna
 import plotly.graph_objects as go
 
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
 from tianfeng.hpo.plan import UNLIMITED_TRIALS
 from tianfeng.reporting.plotlyjs import bundle_for
 from tianfeng.reporting.templates import environment, script_json
@@ -17,8 +19,6 @@ from tianfeng.scaling.results import NAIVE_SCORED, ScalePoint, ScaleStore
 from tianfeng.scaling.table import describe, fmt_value, headline
 from tianfeng.storage.ownership import default_report_path, study_owner, write_report
 from tianfeng.storage.url import storage_flag
-from tianfeng.trainers.config import ConfigError
-from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
 from tianfeng.version import __version__
 
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES, STORAGE_HELP
 from tianfeng.launch.submit_options import SubmitOptions
 from tianfeng.options import option, with_changes
-from tianfeng.trainers.config import ConfigError
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:

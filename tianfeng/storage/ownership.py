@@ -13,8 +13,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.storage.study_attrs import StudyKey
-from tianfeng.trainers.config import ConfigError
 
 MARK = ".tianfeng-owner.json"
 _META = re.compile(r'<meta name="tianfeng-owner" content="([^"]*)"')

@@ -22,6 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from tianfeng.core.states import State
 from tianfeng.storage.url import engine_options
 
 
@@ -84,15 +85,15 @@ class ScheduledJob(_Base):
 
 class RunRecordStatus(StrEnum):
     """A promoted run's status in the database: the engine's, or where it stands."""
-    RUNNING = "running"
-    COMPLETED = "completed"
-    DIVERGED = "diverged"
-    PRUNED = "pruned"
-    STOPPED = "stopped"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"  # cut by Ctrl-C (or killed: see run_lock): promoting it again continues it
-    PLANNED = "planned"  # a launch plan for GPU nodes, collected when promoted again
-    SUBMITTED = "submitted"  # a scheduler's job trains it: its state is the job's (tianfeng runs)
+    RUNNING = State.RUNNING.value
+    COMPLETED = State.COMPLETED.value
+    DIVERGED = State.DIVERGED.value
+    PRUNED = State.PRUNED.value
+    STOPPED = State.STOPPED.value
+    FAILED = State.FAILED.value
+    INTERRUPTED = State.INTERRUPTED.value  # promoting it again continues it (killed: see run_lock)
+    PLANNED = State.PLANNED.value  # collected when promoted again
+    SUBMITTED = State.SUBMITTED.value  # its state is the job's (tianfeng runs)
 
 
 def _now() -> str:

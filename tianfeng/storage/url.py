@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from tianfeng.trainers.config import ConfigError
+from tianfeng.core.errors import ConfigError
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # `sqlite:`, `postgresql+psycopg:`: a URL, not a path

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tianfeng.trainers.config import ConfigError
+from tianfeng.core.errors import ConfigError
 
 LAST = "last.pt"
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tianfeng.trainers.config_error import ConfigError
-from tianfeng.trainers.names import check_name
-from tianfeng.trainers.yaml_input import parse_yaml, read_yaml
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.names import check_name
+from tianfeng.core.yaml_input import parse_yaml, read_yaml
 
 __all__ = ["ConfigError", "RunConfig", "config_from_dict", "config_to_dict", "derived", "load_config"]
 

@@ -50,7 +50,7 @@ def init(backend: str, device: torch.device) -> DistContext:
 
 def validate_world(cfg, ctx: DistContext) -> int:
     """Checks that need the world size; returns the ranks per node."""
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
 
     for i, phase in enumerate(cfg.phases):
         if phase.batch_size % ctx.world:
@@ -141,7 +141,7 @@ def consecutive_group(size: int):
 
 def _check_bn_group(cfg, world: int) -> None:
     """A BatchNorm group is whole GPUs of one process's share (emulated) or whole ranks (real)."""
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
 
     d, group = cfg.distributed, cfg.distributed.sync_bn_group
     if not group:
@@ -159,7 +159,7 @@ def _check_bn_group(cfg, world: int) -> None:
 def _check_emulated_nodes(cfg, world: int) -> None:
     """Node-scope SyncBatchNorm in fewer processes than GPUs: each process emulates whole nodes
     (BatchNorm over a node's share of the batch), so a node never spans two processes."""
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
 
     gpus, per_node = cfg.distributed.emulate_gpus, cfg.distributed.emulate_gpus_per_node
     if per_node < 1:

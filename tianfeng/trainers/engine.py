@@ -17,6 +17,8 @@ import torch
 import yaml
 from torch import nn
 
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.states import RunStatus
 from tianfeng.trainers import (
     checkpoint,
     compilation,
@@ -29,7 +31,7 @@ from tianfeng.trainers import distributed as dist_utils
 from tianfeng.trainers.collapse import collapse_message
 from tianfeng.trainers.comm import compression, fusion, hierarchical
 from tianfeng.trainers.comm import state as comm_state
-from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict
+from tianfeng.trainers.config import RunConfig, config_to_dict
 from tianfeng.trainers.data.loaders import build_pipeline
 from tianfeng.trainers.data.pipeline import DataPipeline
 from tianfeng.trainers.data.sources import default_cache_dir, open_source
@@ -40,7 +42,6 @@ from tianfeng.trainers.noise_scale import EpochNoise, accumulated_backward, meas
 from tianfeng.trainers.optim import build_optimizer
 from tianfeng.trainers.phases import PhasePlan
 from tianfeng.trainers.precision import build_precision
-from tianfeng.trainers.run_status import RunStatus
 from tianfeng.trainers.schedules import learning_rate
 from tianfeng.trainers.tensorboard_log import open_board
 

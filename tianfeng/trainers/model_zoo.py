@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.trainers.config import ModelConfig
-from tianfeng.trainers.config_error import ConfigError
 
 FAMILIES = ("torchvision", "timm")
 # arguments that would fetch weights from a hub: refused, a local file goes in model.weights

@@ -115,7 +115,7 @@ def build_model(cfg: ModelConfig, in_channels: int, num_classes: int) -> nn.Modu
 
 
 def _user_model(cfg: ModelConfig, in_channels: int, num_classes: int) -> nn.Module:
-    from tianfeng.trainers.config import ConfigError
+    from tianfeng.core.errors import ConfigError
     from tianfeng.trainers.user_code import load_callable
 
     arguments = {"num_classes": num_classes, "in_channels": in_channels, **cfg.kwargs}

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tianfeng.trainers.config import ConfigError, PhaseConfig
+from tianfeng.core.errors import ConfigError
+from tianfeng.trainers.config import PhaseConfig
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tianfeng.trainers.config_error import ConfigError
+from tianfeng.core.errors import ConfigError
 
 
 class _GlobalBatchNormFn(torch.autograd.Function):

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tianfeng.trainers.config_error import ConfigError
+from tianfeng.core.errors import ConfigError
 
 REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 CODE_DIR_ENV = "TIANFENG_CODE_DIR"

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
 from tianfeng.launch.scheduler import SchedulerOptions
 from tianfeng.launch.submit_options import SubmitOptions
 from tianfeng.options import SCHEDULER_FLAGS, option
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
 from tianfeng.verbs._flags import emit
 

@@ -6,9 +6,9 @@ import argparse
 import logging
 from dataclasses import dataclass
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
 from tianfeng.options import option
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
 from tianfeng.verbs._study import add_study_positional
 

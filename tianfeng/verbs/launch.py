@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.options import option
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
 
 
@@ -51,9 +51,9 @@ def launch_plan(config: str | Path, *, nodes: int, gpus_per_node: int, device: s
 def _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, address, max_restarts=0,
                  min_nodes=0):
     """(the plan, its run config, whether it runs on this machine)."""
+    from tianfeng.core.ports import free_port
     from tianfeng.launch.scripts import LaunchPlan, check_fits
     from tianfeng.trainers.config import load_config
-    from tianfeng.trainers.ports import free_port
 
     cfg = load_config(config)
     check_fits(cfg, nodes, gpus_per_node, str(config), min_nodes)
@@ -96,7 +96,7 @@ def launch(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = 
 
 
 def command(args: argparse.Namespace) -> int:
-    from tianfeng.trainers.engine import RunStatus
+    from tianfeng.core.states import RunStatus
     from tianfeng.trainers.metrics import summary_lines
 
     if args.dry_run:

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.cost.grid_options import PlanOptions
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
 from tianfeng.verbs._flags import ConfigFlag, options_from_flags
 

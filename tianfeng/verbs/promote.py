@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import DEFAULT_STORAGE
 from tianfeng.options import option
 from tianfeng.promotion.options import PromoteOptions
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
 from tianfeng.verbs._flags import emit, options_from_flags
 from tianfeng.verbs._study import load

@@ -8,9 +8,10 @@ import json
 import sys
 from dataclasses import dataclass
 
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.states import JobStatus
 from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
 from tianfeng.options import option
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
 from tianfeng.verbs._flags import emit
 
@@ -152,9 +153,9 @@ def _status(run: dict) -> str:
     job = run.get("job")
     if job is None or run["status"] != RunRecordStatus.SUBMITTED:
         return run["status"]
-    reason = f" ({job['reason']})" if job["state"] == "pending" and job["reason"] else ""
+    reason = f" ({job['reason']})" if job["state"] == JobStatus.PENDING and job["reason"] else ""
     total = sum(p["epochs"] for p in (yaml.safe_load(run["config_yaml"]) or {}).get("phases", []))
-    progress = f", epoch {len(run['epochs'])} of {total}" if job["state"] == "running" else ""
+    progress = f", epoch {len(run['epochs'])} of {total}" if job["state"] == JobStatus.RUNNING else ""
     return f"{job['launcher']} {job['job_id']} {job['state']}{reason}{progress}"
 
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import DEFAULT_STORAGE
 from tianfeng.options import option
 from tianfeng.scaling.options import ScaleOptions
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
 from tianfeng.verbs._flags import SpaceFlag, options_from_flags
 

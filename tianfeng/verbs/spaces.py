@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import ObjectiveMode
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
 
 
@@ -14,9 +14,9 @@ def spaces() -> list[dict]:
     """The shipped search spaces (use a name as `search(name)`): name, description, number of
     parameters, objective, the cluster and per-GPU batches it searches for (or why it cannot be
     loaded here), and the file. As `tianfeng spaces`."""
+    from tianfeng.core.yaml_input import read_yaml
     from tianfeng.hpo.space.read import load_space, per_gpu_range
     from tianfeng.hpo.space.shipped import shipped_spaces
-    from tianfeng.trainers.yaml_input import read_yaml
 
     rows = []
     for path in shipped_spaces():

@@ -8,9 +8,9 @@ import json
 import sys
 from dataclasses import dataclass
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP, ObjectiveMode
 from tianfeng.options import option
-from tianfeng.trainers.config import ConfigError
 from tianfeng.verbs import Verb
 from tianfeng.verbs._study import load
 

@@ -49,8 +49,8 @@ def run_train(config_path: Path | None, overrides: list[str], *, json_output: bo
 
 
 def _train_and_report(config_path: Path | None, overrides: list[str], json_output: bool) -> int:
+    from tianfeng.core.states import RunStatus
     from tianfeng.trainers import distributed
-    from tianfeng.trainers.engine import RunStatus
     from tianfeng.trainers.metrics import summary_lines
     from tianfeng.trainers.stop_signals import Left, Signalled, checkpoint_on_stop_signals
 

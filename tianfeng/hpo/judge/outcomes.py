@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tianfeng.core.states import State
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus
 
 
@@ -22,7 +23,7 @@ class Outcome(StrEnum):
     FAILED = TrialStatus.FAILED.value
     INTERRUPTED = TrialStatus.INTERRUPTED.value
     RUNNING = TrialStatus.RUNNING.value
-    WAITING = "waiting"
+    WAITING = State.WAITING.value
 
 
 _BY_STATE = {TrialState.COMPLETE: Outcome.COMPLETED, TrialState.PRUNED: Outcome.PRUNED,

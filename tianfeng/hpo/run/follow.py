@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import optuna
 
+from tianfeng.core.states import JobStatus
 from tianfeng.hpo.judge.outcomes import Outcome, outcome
 from tianfeng.hpo.judge.scores import maximizing, score
 from tianfeng.launch.launchers import scheduler
@@ -49,7 +50,7 @@ def follow(load: Callable[[], optuna.Study], interval_s: float) -> Iterator[dict
         budget = study.user_attrs.get(StudyKey.TRIAL_BUDGET)
         spent = sum(now["outcomes"].get(str(o), 0) for o in _SPENT)
         if state is not None:
-            over = state.ended or state.state == "unknown"
+            over = state.ended or state.state == JobStatus.UNKNOWN
         else:
             over = live == 0 and ((budget is not None and spent >= budget)
                                   or time.monotonic() - changed_at >= QUIET_S)

@@ -12,6 +12,9 @@ from typing import Any
 
 import optuna
 
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.core.states import RunStatus
 from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.walltime import WallTime, check_memory, predict_wall_time
 from tianfeng.defaults import ObjectiveMode
@@ -23,10 +26,9 @@ from tianfeng.hpo.space.materialize import build_config, sample_active, stopping
 from tianfeng.hpo.space.read import Parameter, SearchSpace
 from tianfeng.hpo.space.schema import Fidelity
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status
-from tianfeng.trainers.config import ConfigError, RunConfig, config_to_dict, with_changes
+from tianfeng.trainers.config import RunConfig, config_to_dict, with_changes
 from tianfeng.trainers.data.sources import open_source
-from tianfeng.trainers.engine import EpochMetrics, RunResult, RunStatus, StopTraining, train
-from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.trainers.engine import EpochMetrics, RunResult, StopTraining, train
 
 log = logging.getLogger("tianfeng.search")
 

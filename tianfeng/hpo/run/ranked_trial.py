@@ -25,10 +25,10 @@ from pathlib import Path
 
 import yaml
 
+from tianfeng.core.states import RunStatus
 from tianfeng.trainers.config import RunConfig, config_to_dict
 from tianfeng.trainers.engine import RunResult, StopTraining
 from tianfeng.trainers.metrics import EpochMetrics
-from tianfeng.trainers.run_status import RunStatus
 
 log = logging.getLogger("tianfeng.search")
 LOG_NAME = "ranks.log"  # the ranks' output, in the trial's run directory

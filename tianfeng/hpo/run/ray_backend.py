@@ -21,6 +21,7 @@ import optuna
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.peers import PeerPruner
 from tianfeng.hpo.judge.pruning import judging
@@ -44,7 +45,7 @@ from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status
 from tianfeng.launch.ray_cluster import start_or_join
 from tianfeng.terminal.interrupts import deferred_interrupt
 from tianfeng.terminal.logs import quiet_optuna
-from tianfeng.trainers.config import ConfigError, config_to_dict
+from tianfeng.trainers.config import config_to_dict
 
 log = logging.getLogger("tianfeng.search")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from tianfeng.core.cores import usable_cores
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.optuna_private import storage_of, trial_id
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epochs
@@ -53,7 +54,6 @@ from tianfeng.terminal.interrupts import (
     run_quietly,
 )
 from tianfeng.terminal.logs import quiet_optuna
-from tianfeng.trainers.cores import usable_cores
 
 log = logging.getLogger("tianfeng.search")
 

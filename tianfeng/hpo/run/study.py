@@ -12,6 +12,7 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.plan import SearchPlan
@@ -28,7 +29,6 @@ from tianfeng.storage.url import engine_options
 from tianfeng.terminal.interrupts import (
     deferred_interrupt,
 )
-from tianfeng.trainers.config import ConfigError
 
 log = logging.getLogger("tianfeng.search")
 

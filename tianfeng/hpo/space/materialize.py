@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.space.expressions import ExpressionError
 from tianfeng.hpo.space.schema import (
     Fidelity,
@@ -15,13 +16,7 @@ from tianfeng.hpo.space.schema import (
     SearchSpace,
     round_resolution,
 )
-from tianfeng.trainers.config import (
-    ConfigError,
-    RunConfig,
-    config_from_dict,
-    config_to_dict,
-    with_changes,
-)
+from tianfeng.trainers.config import RunConfig, config_from_dict, config_to_dict, with_changes
 
 
 def is_active(param, values: dict[str, Any]) -> bool:

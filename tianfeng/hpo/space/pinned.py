@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.space.expressions import Expression, ExpressionError
 from tianfeng.hpo.space.read import Parameter, Prior, SearchSpace
-from tianfeng.trainers.config import ConfigError, derived
+from tianfeng.trainers.config import derived
 
 
 def batch_parameter(space: SearchSpace) -> str | None:

@@ -18,6 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tianfeng.core.errors import ConfigError
+from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.core.yaml_input import parse_yaml, read_yaml
 from tianfeng.cost.cluster import ClusterSpec, read_cluster, with_overrides
 from tianfeng.defaults import OBJECTIVE_MODES, ObjectiveMode
 from tianfeng.hpo.space.expressions import Expression, ExpressionError
@@ -38,9 +41,7 @@ from tianfeng.hpo.space.schema import (
     corner_value,
     round_resolution,
 )
-from tianfeng.trainers.config import ConfigError, RunConfig, config_from_dict, config_to_dict
-from tianfeng.trainers.names import STUDY_MAX_LENGTH, check_name
-from tianfeng.trainers.yaml_input import parse_yaml, read_yaml
+from tianfeng.trainers.config import RunConfig, config_from_dict, config_to_dict
 
 __all__ = ["ACCURACY_METRICS", "CONSTANTS", "METRICS", "OBJECTIVE_MODES", "Fidelity", "Objective", "Parameter",
            "PhasesTemplate", "Prior", "SearchSpace", "corner_value", "load_space", "parse_space", "per_gpu_range",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tianfeng.trainers.config import ConfigError
+from tianfeng.core.errors import ConfigError
 
 SPACES_DIR = Path(__file__).resolve().parents[2] / "spaces"  # tianfeng/spaces
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from rich.progress import Progress
 
-from tianfeng.trainers.cores import usable_cores
+from tianfeng.core.cores import usable_cores
 from tianfeng.trainers.data.decode import decode_file, resize_array
 from tianfeng.trainers.data.sources import ImageSource, Split, default_cache_dir
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import torch
 
-from tianfeng.trainers.config import ConfigError
-from tianfeng.trainers.cores import usable_cores
+from tianfeng.core.cores import usable_cores
+from tianfeng.core.errors import ConfigError
 from tianfeng.trainers.data.pipeline import Batch, PipelineBase
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tianfeng.trainers.config import ConfigError
+from tianfeng.core.errors import ConfigError
 from tianfeng.trainers.shared_files import file_lock
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}

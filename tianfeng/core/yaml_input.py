@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from tianfeng.trainers.config_error import ConfigError
+from tianfeng.core.errors import ConfigError
 
 MAX_BYTES = 1 << 20  # 1 MiB: a run config or space file is a few kB
 MAX_NODES = 100_000  # values after alias expansion

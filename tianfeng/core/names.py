@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from tianfeng.trainers.config_error import ConfigError
+from tianfeng.core.errors import ConfigError
 
 MAX_LENGTH = 128
 STUDY_MAX_LENGTH = 64

@@ -1,0 +1,3 @@
+"""What every layer shares, the engine included, and what imports neither torch nor Optuna: the
+one error bad input becomes, safe names, bounded YAML input, the words for how runs, trials and
+jobs stand, free ports and usable cores."""
