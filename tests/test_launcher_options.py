@@ -4,11 +4,12 @@ that go only with a scheduler."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from tianfeng.core.errors import ConfigError
-from tianfeng.launch.scheduler import LaunchError, SchedulerOptions
+from tianfeng.core.errors import ConfigError, LaunchError
+from tianfeng.launch.job_options import SchedulerOptions
 from tianfeng.launch.slurm import sbatch_directives, time_limit_s
 from tianfeng.promotion.options import PromoteOptions
 
@@ -62,7 +63,7 @@ def test_a_time_limit_below_the_runs_own_prediction_is_refused_unless_it_is_mean
     on_two = predict_config(full, replace(space.cluster, gpus=16, gpus_per_node=8), space, memory=False).seconds
     assert on_two > 2 * predict_config(full, space.cluster, space).seconds
     minutes = int(on_two // 60)  # a limit just under the run on two nodes, above the search's prediction
-    short = Launch(2, 8, launcher="slurm", options=SchedulerOptions(time=str(minutes)))
+    short = Launch(2, 8, options=SchedulerOptions(launcher="slurm", time=str(minutes)))
     with pytest.raises(LaunchError) as info:
         _refuse_if_short(full, space, short)
     message = str(info.value)
@@ -70,7 +71,7 @@ def test_a_time_limit_below_the_runs_own_prediction_is_refused_unless_it_is_mean
                               f"{on_two:.0f} s on 2 x 8 v100") and "--requeue-at-limit" in message, message
     _refuse_if_short(full, space, replace(short, requeue_at_limit=True))  # meant: trains in pieces
     _refuse_if_short(full, space, replace(short, device="cpu"))  # no prediction of a CPU run
-    _refuse_if_short(full, space, replace(short, options=SchedulerOptions(time=str(minutes + 3))))
+    _refuse_if_short(full, space, replace(short, options=SchedulerOptions(launcher="slurm", time=str(minutes + 3))))
 
 
 def test_slurm_times_are_written_in_slurms_format_rounded_up_to_the_minute() -> None:
@@ -85,7 +86,7 @@ def test_the_ray_jobs_address_comes_from_the_flag_or_rays_own_variable(monkeypat
     from tianfeng.launch.ray_jobs import jobs_address
 
     monkeypatch.setenv("RAY_ADDRESS", "http://env-head:8265")
-    assert jobs_address(SchedulerOptions(address="http://flag-head:8265")) == "http://flag-head:8265"
+    assert jobs_address(SchedulerOptions(jobs_address="http://flag-head:8265")) == "http://flag-head:8265"
     assert jobs_address(SchedulerOptions()) == "http://env-head:8265"
     monkeypatch.delenv("RAY_ADDRESS")
     with pytest.raises(LaunchError, match="--launcher ray: needs --jobs-address"):
@@ -112,3 +113,23 @@ def test_a_ray_working_dir_is_uploaded_as_the_jobs_runtime_env_and_checked_first
         with pytest.raises(LaunchError) as info:
             PromoteOptions().changed(**changes).checked(3)
         assert str(info.value).startswith(expected) and "\n" not in str(info.value), info.value
+
+
+def test_one_options_type_and_one_batch_script_writer() -> None:
+    """A scheduler value has one type from the flag to the script, and one writer holds the
+    requeue trap: a second options class declaring `partition`, or a second script that requeues,
+    fails here."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "tianfeng"
+    declaring, requeuing = [], []
+    for path in package.rglob("*.py"):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and any(isinstance(s, ast.AnnAssign) and ast.unparse(s.target) ==
+                                                      "partition" for s in node.body):
+                declaring.append(f"{path.name}:{node.name}")
+        if "scontrol requeue" in text:
+            requeuing.append(path.name)
+    assert declaring == ["job_options.py:SchedulerOptions"]
+    assert requeuing == ["slurm.py"]

@@ -3,8 +3,8 @@ circles, and no module imports a layer above its own. A new circle or upward imp
 
 Layers, lowest first: the shared basics (tianfeng.core: errors, names, YAML input, states); the
 engine (tianfeng.trainers), which never imports the platform; the platform's policies (the
-terminal, storage, the cost model); the search side (spaces, studies, workers,
-launch plans); studies built on searches (scale, promotion, calibration, tracking); reports; the verbs (each
+terminal, storage, the cost model, launch plans and schedulers); the search (spaces, studies,
+workers); studies built on searches (scale, promotion, calibration, tracking); reports; the verbs (each
 command's API function and printing); the Python API that gathers them; the command line."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tianfeng"
 LAYERS = (
     ("core", ("tianfeng.core", "tianfeng.version")),
     ("engine", ("tianfeng.trainers",)),
-    ("platform", ("tianfeng.terminal", "tianfeng.storage", "tianfeng.defaults", "tianfeng.options", "tianfeng.cost",
+    ("platform", ("tianfeng.terminal", "tianfeng.storage", "tianfeng.defaults", "tianfeng.options", "tianfeng.cost", "tianfeng.launch",
               "tianfeng.recipes", "tianfeng.spaces")),
-    ("search", ("tianfeng.hpo", "tianfeng.launch")),
+    ("search", ("tianfeng.hpo",)),
     ("studies", ("tianfeng.scaling", "tianfeng.promotion", "tianfeng.export")),
     ("report", ("tianfeng.reporting",)),
     ("verbs", ("tianfeng.verbs",)),

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tianfeng.core.errors import ConfigError
+from tianfeng.core.errors import ConfigError, LaunchError
 from tianfeng.launch import gate
-from tianfeng.launch.scheduler import JobState, LaunchError, SchedulerOptions
+from tianfeng.launch.job_options import SchedulerOptions
+from tianfeng.launch.scheduler import JobState
 from tianfeng.launch.slurm import array_state, sbatch_directives
 from tianfeng.promotion.options import PromoteOptions
 

@@ -20,3 +20,10 @@ class ConfigError(ValueError):
         where = f"{self.source}: " if self.source else ""
         key = f"{self.key_path}: " if self.key_path else ""
         return f"{where}{key}{self.message}"
+
+
+class LaunchError(ConfigError):
+    """A scheduler's refusal or a bad launcher option: one line, exit 2, nothing recorded."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("", "", message)

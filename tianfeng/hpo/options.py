@@ -24,7 +24,7 @@ from tianfeng.defaults import (
     SAMPLER_NAMES,
     STORAGE_HELP,
 )
-from tianfeng.launch.submit_options import SubmitOptions
+from tianfeng.launch.job_options import SchedulerOptions
 from tianfeng.options import SCHEDULER_FLAGS, option, with_changes
 
 BACKENDS = ("optuna", "ray")
@@ -44,11 +44,11 @@ def parse_duration(text: str | None) -> float | None:
 
 
 @dataclass(frozen=True)
-class SearchOptions(SubmitOptions):
+class SearchOptions(SchedulerOptions):
     """What `tianfeng search` takes besides the space: each field with `option(...)` is the flag
     of the same name (`ray_address` is `--address`, `timeout_s` is `--timeout`), generated from
     it; `progress` is the Python API's alone. With `launcher` slurm the workers are a job array
-    of `workers` tasks (`SubmitOptions` has the job's flags)."""
+    of `workers` tasks (`SchedulerOptions` has the job's flags)."""
     FLAG_GROUPS: ClassVar[dict[str, tuple[str, ...]]] = {
         "what to search": ("data", "study", "objective", "min_accuracy", "target", "fidelity", "sampler", "pruner",
                            "trials", "timeout_s", "promote", "seed", "resume", "dry_run"),
@@ -164,7 +164,7 @@ class SearchOptions(SubmitOptions):
                                     "as --cpus-per-trial and --gpus-per-trial allow")
         if self.backend == "ray" and self.promote != "none":
             raise fail("--promote", "needs --backend optuna (its workers pause while a promoted run trains)")
-        self.check_submit()
+        self.check()
         if self.launcher == "ray":
             raise fail("--launcher", "ray is for promote; a search on a Ray cluster is --backend ray --address "
                                      "HOST:PORT (Ray Tune runs its trials there)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from tianfeng.launch.scheduler import LaunchError
+from tianfeng.core.errors import LaunchError
 
 # Slurm's names of accounts, partitions, QOS and reservations: letters, digits, `_`, `.`, `-`
 # (slurmdbd refuses other characters in accounts and QOS; partitions follow the same rule here)

@@ -3,10 +3,11 @@ the others submit it to their scheduler."""
 
 from __future__ import annotations
 
+from tianfeng.core.errors import LaunchError
+from tianfeng.launch.job_options import LAUNCHERS
 from tianfeng.launch.ray_jobs import RayJobs
-from tianfeng.launch.scheduler import LaunchError, Scheduler
+from tianfeng.launch.scheduler import Scheduler
 from tianfeng.launch.slurm import Slurm
-from tianfeng.launch.submit_options import LAUNCHERS
 
 
 def scheduler(name: str, address: str | None = None) -> Scheduler:

@@ -14,9 +14,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from tianfeng.core.errors import LaunchError
 from tianfeng.core.states import JobStatus
 from tianfeng.launch import gate
-from tianfeng.launch.scheduler import JobState, LaunchError, SchedulerOptions
+from tianfeng.launch.job_options import SchedulerOptions
+from tianfeng.launch.scheduler import JobState
 
 # Ray's JobStatus by what it means for the run; STOPPED is a stop_job (a cancel)
 _STATES = {"PENDING": JobStatus.PENDING, "RUNNING": JobStatus.RUNNING, "SUCCEEDED": JobStatus.COMPLETED,
@@ -25,7 +27,7 @@ _STATES = {"PENDING": JobStatus.PENDING, "RUNNING": JobStatus.RUNNING, "SUCCEEDE
 
 def jobs_address(options: SchedulerOptions) -> str:
     """The Jobs API address: --jobs-address, else $RAY_ADDRESS (Ray's own convention)."""
-    address = options.address or os.environ.get("RAY_ADDRESS")
+    address = options.jobs_address or os.environ.get("RAY_ADDRESS")
     if not address:
         raise LaunchError("--launcher ray: needs --jobs-address http://HEAD:8265 (the Ray head's dashboard) "
                           "or $RAY_ADDRESS")

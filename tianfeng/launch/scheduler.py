@@ -6,34 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from tianfeng.core.errors import ConfigError
 from tianfeng.core.states import JOB_LIVE, JobStatus
 
-SIGNAL_S = 120  # the pre-timeout signal comes this long before the time limit: a checkpoint's time
+if TYPE_CHECKING:
+    from tianfeng.launch.job_options import SchedulerOptions
 
-
-class LaunchError(ConfigError):
-    """A scheduler's refusal or a bad launcher option: one line, exit 2, nothing recorded."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("", "", message)
-
-
-@dataclass(frozen=True)
-class SchedulerOptions:
-    partition: str | None = None
-    account: str | None = None
-    time: str | None = None  # a Slurm time limit, e.g. 4:00:00
-    extra: tuple[str, ...] = ()  # passed to the submitting command as they are
-    signal_s: int = SIGNAL_S
-    address: str | None = None  # where the scheduler answers, for one that is not found by itself (Ray)
-    qos: str | None = None
-    job_name: str | None = None  # replaces the run's or search's own job name
-    mem: str | None = None  # memory per node, e.g. 64G
-    cpus_per_task: int | None = None
-    working_dir: str | None = None  # Ray: a folder uploaded to every node (runtime_env working_dir)
 
 
 @dataclass(frozen=True)

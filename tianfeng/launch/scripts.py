@@ -11,6 +11,7 @@ from pathlib import Path
 from tianfeng.core.errors import ConfigError
 from tianfeng.core.names import check_name
 from tianfeng.launch import gate
+from tianfeng.launch.slurm import batch_script
 from tianfeng.trainers.config import RunConfig
 
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[?[0-9A-Fa-f:]+\]?")
@@ -103,30 +104,19 @@ class LaunchPlan:
         are. srun runs in the background so that the batch shell's trap runs when the signal comes
         (bash runs a trap only between commands): the job is requeued and, started again, resumes
         from the run's last checkpoint."""
-        gpus = f"#SBATCH --gpus-per-node={self.per_node}\n" if self.device == "cuda" else ""
         endpoint = f"--rdzv-endpoint={self.master_addr}:{self.port}"
         command = " ".join(f'--rdzv-endpoint="$MASTER_ADDR":{self.port}' if a == endpoint else shlex.quote(a)
                            for a in self.torchrun_args())
-        extra = "".join(f"{d}\n" for d in directives)
         # elastic: Slurm may start it on fewer nodes, and a node that fails ends neither the job
         # nor the step; torchrun's survivors go on
-        keep = "#SBATCH --no-kill\n" if self.elastic else ""
+        header = [f"#SBATCH --job-name={self.run_name}", f"#SBATCH --nodes={self.node_counts.replace(':', '-')}",
+                  "#SBATCH --ntasks-per-node=1", *(["#SBATCH --gpus-per-node=" + str(self.per_node)]
+                                                   if self.device == "cuda" else []),
+                  "#SBATCH --exclusive", *(["#SBATCH --no-kill"] if self.elastic else []), *directives]
         srun = "srun --no-kill" if self.elastic else "srun"
-        return (f"#!/bin/bash\n#SBATCH --job-name={self.run_name}\n#SBATCH --nodes={self.node_counts.replace(':', '-')}\n"
-                f"#SBATCH --ntasks-per-node=1\n{gpus}#SBATCH --exclusive\n{keep}{extra}"
-                "set -uo pipefail\n"
-                "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
-                "requeue() {\n"
-                "  echo \"tianfeng: job $SLURM_JOB_ID: signal before its time limit: requeued, it resumes from "
-                "the last checkpoint\" >&2\n"
-                "  scontrol requeue \"$SLURM_JOB_ID\"\n"
-                "}\n"
-                "trap requeue USR1\n"
-                f"{srun} {command} &\n"
-                "step=$!\n"
-                "wait \"$step\"; status=$?\n"
-                "while kill -0 \"$step\" 2> /dev/null; do wait \"$step\"; status=$?; done  # a trap cut the wait\n"
-                "exit \"$status\"\n")
+        return batch_script(header, f"{srun} {command}", job='"$SLURM_JOB_ID"', who="job $SLURM_JOB_ID",
+                            on_signal="requeued, it resumes from the last checkpoint",
+                            setup=('export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',))
 
 
 def check_fits(cfg: RunConfig, nodes: int, per_node: int, source: str, min_nodes: int = 0) -> None:

@@ -15,9 +15,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tianfeng.core.errors import LaunchError
 from tianfeng.core.states import JobStatus
 from tianfeng.launch import gate
-from tianfeng.launch.scheduler import JobState, LaunchError, SchedulerOptions
+from tianfeng.launch.job_options import SchedulerOptions
+from tianfeng.launch.scheduler import JobState
 
 # Slurm's job states, by what they mean for the run (JOB_STATE_STRING in Slurm's slurm.h)
 _PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"}
@@ -72,6 +74,32 @@ def sbatch_directives(options: SchedulerOptions, log_dir: Path, output: str = "s
     return [f"#SBATCH {line}" for line in lines]
 
 
+def batch_script(header: list[str], command: str, *, job: str, who: str, on_signal: str, setup: tuple[str, ...] = (),
+                 interrupt_first: bool = False, replace_killed: int = 0, replaced: str = "") -> str:
+    """The one batch script tianfeng writes, for a run (a job) or a search's workers (an array's
+    tasks): `header` (its #SBATCH lines), `setup`, then `command` in the
+    background, so that the batch shell's trap runs when the pre-timeout signal comes (bash runs a
+    trap only between commands). The trap says `on_signal` of `who` and requeues `job` (its id as
+    the shell spells it); with `interrupt_first` it first stops the command as Ctrl-C would (a search
+    worker queues its cut trial again) and waits for it. `replace_killed`: a command killed
+    outright (SIGKILL: exit 137) is started again up to this many times, saying `replaced`."""
+    lines = ["#!/bin/bash", *header, "set -uo pipefail"]
+    if interrupt_first:  # job control: a background command keeps Ctrl-C (SIGINT), which the trap sends it
+        lines.append("set -m")
+    lines += [*setup, "requeue() {", f'  echo "tianfeng: {who}: signal before its time limit: {on_signal}" >&2']
+    if interrupt_first:
+        lines.append('  kill -INT "$child" 2> /dev/null; wait "$child"')
+    lines += [f"  scontrol requeue {job}", "}", "trap requeue USR1"]
+    run = [f"{command} &", "child=$!", 'wait "$child"; status=$?',
+           'while kill -0 "$child" 2> /dev/null; do wait "$child"; status=$?; done  # a trap cut the wait']
+    if replace_killed:
+        lines += [f"for start in $(seq 0 {int(replace_killed)}); do", *(f"  {line}" for line in run),
+                  '  [ "$status" -eq 137 ] || break', f'  echo "tianfeng: {who}: {replaced}" >&2', "done"]
+    else:
+        lines += run
+    return "\n".join([*lines, 'exit "$status"']) + "\n"
+
+
 def _task_state(line: str) -> JobState:
     """One line of `scontrol --oneliner show job`: one job, or one task of an array."""
     fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
@@ -114,7 +142,7 @@ class Slurm:
 
     def submit(self, script: Path, options: SchedulerOptions) -> str:
         """sbatch the script; returns the job id. sbatch's own refusal is the error."""
-        extra = [gate.sbatch_arg(a) for a in options.extra]
+        extra = [gate.sbatch_arg(a) for a in options.scheduler_args]
         out = _run(["sbatch", "--parsable", *extra, str(script)], "sbatch")
         job = out.strip().split(";")[0]
         if not job.isdigit() or not job.strip("0"):

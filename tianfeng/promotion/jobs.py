@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tianfeng.core.errors import ConfigError
+from tianfeng.core.errors import ConfigError, LaunchError
 from tianfeng.core.states import JOB_LIVE, JobStatus
 from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.ray_jobs import jobs_address
-from tianfeng.launch.scheduler import JobState, LaunchError
+from tianfeng.launch.scheduler import JobState
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 
 log = logging.getLogger("tianfeng.promote")
@@ -36,7 +36,7 @@ def submit_run(launch: Any, run_dir: Path, store: RunStore, run_id: int) -> dict
         log.info("run %d is job %s of %s (%s): not submitted again", run_id, job["job_id"], job["launcher"],
                  state.state)
         return _answer(job["launcher"], job["job_id"], state, run_dir)
-    sched = scheduler(launch.launcher, launch.options.address)
+    sched = scheduler(launch.launcher, launch.options.jobs_address)
     try:
         job_id = sched.submit(run_dir / "launch" / sched.script, launch.options)
     except BaseException:

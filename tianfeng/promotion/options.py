@@ -9,14 +9,14 @@ from typing import Any, ClassVar
 
 from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
-from tianfeng.launch.submit_options import SubmitOptions
+from tianfeng.launch.job_options import SchedulerOptions
 from tianfeng.options import SCHEDULER_FLAGS, option, with_changes
 
 
 @dataclass(frozen=True)
-class PromoteOptions(SubmitOptions):
+class PromoteOptions(SchedulerOptions):
     """What `tianfeng promote` takes besides the trial; each field is the flag of the same name,
-    generated from it (`overrides` is `--set`); the launcher's come from `SubmitOptions`."""
+    generated from it (`overrides` is `--set`); the launcher's come from `SchedulerOptions`."""
     FLAG_GROUPS: ClassVar[dict[str, tuple[str, ...]]] = {
         "what to promote": ("study", "fastest_to", "batch_size", "overrides", "runs_dir", "dry_run"),
         "where it trains": ("nodes", "gpus_per_node", "min_nodes", "device", "master_addr"),
@@ -68,7 +68,7 @@ class PromoteOptions(SubmitOptions):
                             ("--min-nodes", self.min_nodes)):
             if value is not None and value < 1:
                 raise ConfigError(flag, "", f"must be >= 1, got {value}")
-        self.check_submit()
+        self.check()
         if self.min_nodes is not None and self.nodes is None:
             raise ConfigError("--min-nodes", "", "needs --nodes and --gpus-per-node")
         if self.min_nodes is not None and self.launcher == "ray":

@@ -15,7 +15,7 @@ import yaml
 from optuna.trial import TrialState
 from rich.console import Console
 
-from tianfeng.core.errors import ConfigError
+from tianfeng.core.errors import ConfigError, LaunchError
 from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
 from tianfeng.core.ports import free_port
 from tianfeng.hpo.judge.scores import best_trial, score
@@ -24,9 +24,9 @@ from tianfeng.hpo.run.objective import objective_value, predict_config
 from tianfeng.hpo.space.read import SearchSpace, parse_space
 from tianfeng.hpo.space.stored import space_text
 from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.launch.job_options import SIGNAL_S, SchedulerOptions
 from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.local import run_here
-from tianfeng.launch.scheduler import SIGNAL_S, LaunchError, SchedulerOptions
 from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
 from tianfeng.launch.slurm import sbatch_directives, slurm_time, time_limit_s
 from tianfeng.promotion.continuation import continue_screen
@@ -107,11 +107,14 @@ class Launch:
     per_node: int
     device: str = "cuda"  # cpu: the plan runs here, as emulated nodes of gloo processes
     master_addr: str = "127.0.0.1"
-    launcher: str = "local"
-    options: SchedulerOptions = SchedulerOptions()
+    options: SchedulerOptions = SchedulerOptions()  # the launcher (local, slurm, ray) and the job's options
     max_restarts: int = 3  # torchrun's, for a submitted or elastic run
     min_nodes: int = 0  # elastic: torchrun --nnodes MIN:MAX; 0: exactly `nodes`
     requeue_at_limit: bool = False  # a Slurm time limit below the predicted run is meant: it trains in pieces
+
+    @property
+    def launcher(self) -> str:
+        return self.options.launcher
 
     @property
     def submitted(self) -> bool:
@@ -138,7 +141,7 @@ def promote(storage: str, study_name: str | None, trial_number: int, *, batch_si
     existing = store.find(study=study.study_name, trial_number=trial_number, config_hash=digest) if store else None
     run_dir = Path(existing["run_dir"]) if existing else folder / f"{kind}-trial-{trial_number}-{digest}"
     if not dry_run and launch is not None and launch.submitted:  # every scheduler check before anything is written
-        scheduler(launch.launcher, launch.options.address).check(launch.options)
+        scheduler(launch.launcher, launch.options.jobs_address).check(launch.options)
         if launch.launcher == "slurm":
             sbatch_directives(launch.options, (run_dir / "launch").resolve())
             _refuse_if_short(full, space, launch)

@@ -10,7 +10,7 @@ from typing import Any
 
 from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import DEFAULT_STORAGE, PRUNER_NAMES, SAMPLER_NAMES, STORAGE_HELP
-from tianfeng.launch.submit_options import SubmitOptions
+from tianfeng.launch.job_options import SchedulerOptions
 from tianfeng.options import option, with_changes
 
 
@@ -31,7 +31,7 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class ScaleOptions(SubmitOptions):
+class ScaleOptions(SchedulerOptions):
     """What `tianfeng scale` takes besides the space; each field is the flag of the same name,
     generated from it (the three budgets are `--budget-per-batch` as trials, seconds or epochs:
     give one). With `--launcher slurm` each batch size's search is a job array of `--workers`
@@ -80,7 +80,7 @@ class ScaleOptions(SubmitOptions):
                 raise ConfigError(flag, "", f"must be one of {', '.join(names)}; got {value!r}")
         if self.workers < 1:
             raise ConfigError("--workers", "", f"must be >= 1, got {self.workers}")
-        self.check_submit()
+        self.check()
         if self.launcher == "ray":
             raise ConfigError("--launcher", "", "scale submits its searches' workers to Slurm (--launcher slurm); "
                                                 "Ray is for promote")

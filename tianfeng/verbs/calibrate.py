@@ -13,16 +13,15 @@ from typing import ClassVar
 
 from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import DEFAULT_STORAGE, STORAGE_HELP
-from tianfeng.launch.scheduler import SchedulerOptions
-from tianfeng.launch.submit_options import SubmitOptions
+from tianfeng.launch.job_options import SchedulerOptions
 from tianfeng.options import SCHEDULER_FLAGS, option
 from tianfeng.verbs import Verb
-from tianfeng.verbs._flags import emit
+from tianfeng.verbs._flags import emit, options_from_flags
 
 
 @dataclass(frozen=True)
-class CalibrateOptions(SubmitOptions):
-    """The scheduler's flags are every submitting verb's (`SubmitOptions`)."""
+class CalibrateOptions(SchedulerOptions):
+    """The scheduler's flags are every submitting verb's (`SchedulerOptions`)."""
     FLAG_GROUPS: ClassVar[dict[str, tuple[str, ...]]] = {
         "which trials": ("study", "storage", "top_k", "random", "seed", "runs_dir", "nodes", "gpus_per_node",
                          "device"),
@@ -67,29 +66,28 @@ class CalibrateOptions(SubmitOptions):
 
 
 def calibrate(study: str | None = None, *, storage: str = DEFAULT_STORAGE, top_k: int = 3, n_random: int = 2,
-              seed: int = 0, runs_dir: str | Path = "runs", launcher: str = "local", nodes: int | None = None,
+              seed: int = 0, runs_dir: str | Path = "runs", nodes: int | None = None,
               gpus_per_node: int | None = None, device: str | None = None,
-              scheduler_options: SchedulerOptions | None = None) -> dict:
+              scheduler: SchedulerOptions | None = None) -> dict:
     """How well the proxies rank recipes: promote the `top_k` best trials and `n_random` others to
     full fidelity and store Spearman's rho of proxy and full scores (None with fewer than the
-    pairs it needs). Returns the pairs and rho. `launcher` slurm or ray submits each full run to
+    pairs it needs). Returns the pairs and rho. `scheduler.launcher` slurm or ray submits each full run to
     `nodes` x `gpus_per_node` and returns at once (`pending` counts the runs still training);
     calling it again collects them and computes rho. As `tianfeng calibrate`."""
-    from tianfeng.launch.submit_options import LAUNCHERS
     from tianfeng.promotion.calibration import calibrate as run_calibration
     from tianfeng.promotion.run import Launch
 
     for flag, value in (("--top-k", top_k), ("--random", n_random)):
         if value < 0:
             raise ConfigError(flag, "", f"must be >= 0, got {value}")
-    if launcher not in LAUNCHERS:
-        raise ConfigError("--launcher", "", f"must be one of {', '.join(LAUNCHERS)}; got {launcher!r}")
+    job = scheduler or SchedulerOptions()
+    job.check()
     launch = None
-    if launcher != "local":
+    if job.launcher != "local":
         if nodes is None or gpus_per_node is None:
-            raise ConfigError("--launcher", "", f"{launcher} submits each full run: give --nodes and --gpus-per-node")
-        launch = Launch(nodes, gpus_per_node, device or "cuda", launcher=launcher,
-                        options=scheduler_options or SchedulerOptions())
+            raise ConfigError("--launcher", "", f"{job.launcher} submits each full run: give --nodes and "
+                              "--gpus-per-node")
+        launch = Launch(nodes, gpus_per_node, device or "cuda", options=job)
     return run_calibration(storage, study, top_k=top_k, n_random=n_random, seed=seed, runs_dir=Path(runs_dir),
                            launch=launch)
 
@@ -97,12 +95,11 @@ def calibrate(study: str | None = None, *, storage: str = DEFAULT_STORAGE, top_k
 def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None = None,
                        batches: Sequence[int] = (32, 128, 512), processes: int = 1, threads: int | None = None,
                        data: str | None = None, output: str | Path | None = None, nodes: int = 1,
-                       launcher: str = "local", device: str | None = None,
-                       scheduler_options: SchedulerOptions | None = None) -> dict:
+                       device: str | None = None, scheduler: SchedulerOptions | None = None) -> dict:
     """Measure and fit the step time of the space's full-fidelity model (default resolutions:
     those its full runs use, and half and 3/4 of the largest), `processes` at once per node as
     GPUs; with several processes the allreduce links inside a node, and with `nodes` > 1 those
-    between nodes: `launcher` local runs them here as emulated nodes, slurm as one job on real
+    between nodes: `scheduler.launcher` local runs them here as emulated nodes, slurm as one job on real
     nodes. `device`: cuda or cpu (default: this machine's GPU if it has one; cuda on Slurm).
     Written as JSON that a space's `cluster: {device: measured, throughput: ...}` reads. Returns
     the measurement with its `path`. As `tianfeng calibrate --throughput`."""
@@ -124,8 +121,9 @@ def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None =
         raise ConfigError("--nodes", "", f"must be >= 1, got {nodes}")
     if device not in (None, "cuda", "cpu"):
         raise ConfigError("--device", "", f"must be one of cuda, cpu; got {device!r}")
-    if launcher != "slurm" and scheduler_options not in (None, SchedulerOptions()):
-        raise ConfigError("--partition", "", "and the other scheduler options go with --launcher slurm")
+    job = scheduler or SchedulerOptions()
+    job.check()
+    launcher = job.launcher
     loaded = load_space(resolve_space(space), data=data)
     targets = [build_config(loaded, sample_active(loaded, functools.partial(corner_value, low=low)), "target")
                for low in (True, False)]
@@ -141,12 +139,12 @@ def measure_throughput(space: str | Path, *, resolutions: Sequence[int] | None =
         result = measure_here(grid, threads, torch.device(device) if device else None)
         write_throughput(result, path)
     else:
-        from tianfeng.launch.throughput_job import measure_launched
+        from tianfeng.cost.throughput_job import measure_launched
 
         kind = device or ("cuda" if launcher == "slurm" or (nodes == 1 and torch.cuda.is_available()) else "cpu")
         # as `launch --device cpu` runs each rank (OMP_NUM_THREADS=1)
         result = measure_launched(grid, path, processes=processes, nodes=nodes, launcher=launcher, device=kind,
-                                  threads=threads or 1, options=scheduler_options)
+                                  threads=threads or 1, options=job)
     return {**result, "path": str(path)}
 
 
@@ -213,11 +211,8 @@ def _sizes(flag: str, text: str | None, low: int) -> list[int] | None:
     return sizes
 
 
-def _scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
-    """The job's options, checked by the same gate as every verb's that submits."""
-    submit = SubmitOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(SubmitOptions)})
-    submit.check_submit()
-    return submit.scheduler_options()
+def _scheduler(args: argparse.Namespace) -> SchedulerOptions:
+    return options_from_flags(args, SchedulerOptions)
 
 
 def _throughput(args: argparse.Namespace) -> int:
@@ -227,10 +222,9 @@ def _throughput(args: argparse.Namespace) -> int:
     if args.gpus_per_node is not None:
         raise ConfigError("--gpus-per-node", "", "is a calibration run's: with --throughput give --processes (per node)")
     result = measure_throughput(args.space, resolutions=_sizes("--resolutions", args.resolutions, 4),
-                                    batches=_sizes("--batches", args.batches, 1) or (32, 128, 512),
-                                    processes=args.processes, threads=args.threads, data=args.data,
-                                    output=args.output, nodes=args.nodes or 1, launcher=args.launcher,
-                                    device=args.device, scheduler_options=_scheduler_options(args))
+                                batches=_sizes("--batches", args.batches, 1) or (32, 128, 512),
+                                processes=args.processes, threads=args.threads, data=args.data, output=args.output,
+                                nodes=args.nodes or 1, device=args.device, scheduler=_scheduler(args))
     output = result["path"]
     nodes = result.get("nodes", 1)
     summary = {"throughput": output, "processes": result["processes"], "nodes": nodes, "threads": result["threads"],
@@ -271,9 +265,8 @@ def command(args: argparse.Namespace) -> int:
     if args.throughput:
         return _throughput(args)
     result = calibrate(args.study, storage=args.storage, top_k=args.top_k, n_random=args.random, seed=args.seed,
-                           runs_dir=args.runs_dir, launcher=args.launcher, nodes=args.nodes,
-                           gpus_per_node=args.gpus_per_node, device=args.device,
-                           scheduler_options=_scheduler_options(args))
+                       runs_dir=args.runs_dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node, device=args.device,
+                       scheduler=_scheduler(args))
     result["report"] = str(report(result["study"], storage=args.storage))
     rho = result["spearman_rho"]
     if result["pending"]:

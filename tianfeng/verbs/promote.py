@@ -53,8 +53,7 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
             loaded.user_attrs.get(StudyKey.METRIC, "value"), o.fastest_to, score(pick),
             pick.user_attrs[TrialKey.PREDICTED]["seconds"])
         trial = pick.number
-    launch = Launch(o.nodes, o.gpus_per_node, o.device, o.master_addr, o.launcher, o.scheduler_options(),
-                    min_nodes=o.min_nodes or 0, requeue_at_limit=o.requeue_at_limit) if o.nodes else None
+    launch = Launch(o.nodes, o.gpus_per_node, o.device, o.master_addr, o, min_nodes=o.min_nodes or 0, requeue_at_limit=o.requeue_at_limit) if o.nodes else None
     out = run_promotion(o.storage, o.study, trial, batch_size=o.batch_size, overrides=list(o.overrides),
                         runs_dir=Path(o.runs_dir), dry_run=o.dry_run, launch=launch)
     if (o.mlflow or o.wandb) and not o.dry_run and out["status"] not in (RunRecordStatus.PLANNED,

@@ -17,12 +17,12 @@ import socket
 import sys
 from pathlib import Path
 
+from tianfeng.core.errors import LaunchError
 from tianfeng.hpo.options import SearchOptions
 from tianfeng.hpo.plan import SearchPlan
 from tianfeng.launch import gate
 from tianfeng.launch.launchers import scheduler
-from tianfeng.launch.scheduler import LaunchError
-from tianfeng.launch.slurm import sbatch_directives
+from tianfeng.launch.slurm import batch_script, sbatch_directives
 from tianfeng.options import option_args
 from tianfeng.storage.study_attrs import StudyKey
 
@@ -73,36 +73,22 @@ def array_script(plan: SearchPlan, workers: int, log_dir: Path, check_only: bool
                   *option_args(worker_options(plan))]
     command = " ".join(shlex.quote(a) for a in worker)
     # Slurm allots whole CPUs and GPUs: a share is rounded up
-    resources = [f"#SBATCH --cpus-per-task={math.ceil(o.cpus_per_trial)}\n" if o.cpus_per_trial and not o.cpus_per_task
-                 else "",
-                 f"#SBATCH --gpus-per-task={math.ceil(o.gpus_per_trial)}\n" if o.gpus_per_trial else ""]
-    directives = "".join(f"{d}\n" for d in sbatch_directives(o.scheduler_options(), log_dir, "slurm-%A_%a.out"))
-    task = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
+    resources = [*([f"#SBATCH --cpus-per-task={math.ceil(o.cpus_per_trial)}"] if o.cpus_per_trial and not o.cpus_per_task
+                   else []),
+                 *([f"#SBATCH --gpus-per-task={math.ceil(o.gpus_per_trial)}"] if o.gpus_per_trial else [])]
     throttle = f"%{int(o.array_throttle)}" if o.array_throttle else ""
-    return (f"#!/bin/bash\n#SBATCH --job-name=search-{plan.study}\n#SBATCH --array=0-{workers - 1}{throttle}\n"
-            f"#SBATCH --ntasks=1\n{''.join(resources)}#SBATCH --chdir={gate.script_path('the working folder', str(Path.cwd()))}\n"
-            f"{directives}"
-            "set -uo pipefail\n"
-            "set -m  # job control: a background worker keeps Ctrl-C (SIGINT), which it needs to queue its trial again\n"
-            "requeue() {\n"
-            f"  echo \"tianfeng: task {task[1:-1]}: signal before its time limit: the worker stops, its trial "
-            "is queued again, and the task is requeued\" >&2\n"
-            "  kill -INT \"$worker\" 2> /dev/null; wait \"$worker\"\n"
-            f"  scontrol requeue {task}\n"
-            "}\n"
-            "trap requeue USR1\n"
-            # a worker killed outright (SIGKILL: the OOM killer, a node agent) is replaced in the
-            # same task: the new one joins the study and exits at once if the budget is spent
-            f"for start in $(seq 0 {WORKER_RESTARTS}); do\n"
-            f"  {command} &\n"
-            "  worker=$!\n"
-            "  wait \"$worker\"; status=$?\n"
-            "  while kill -0 \"$worker\" 2> /dev/null; do wait \"$worker\"; status=$?; done  # a trap cut the wait\n"
-            "  [ \"$status\" -eq 137 ] || break\n"
-            f"  echo \"tianfeng: task {task[1:-1]}: its worker was killed; starting another (its trial is "
-            "continued from its checkpoint once its heartbeat is missed)\" >&2\n"
-            "done\n"
-            "exit \"$status\"\n")
+    header = [f"#SBATCH --job-name=search-{plan.study}", f"#SBATCH --array=0-{workers - 1}{throttle}",
+              "#SBATCH --ntasks=1", *resources,
+              f"#SBATCH --chdir={gate.script_path('the working folder', str(Path.cwd()))}",
+              *sbatch_directives(o, log_dir, "slurm-%A_%a.out")]
+    task = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
+    # a worker killed outright (SIGKILL: the OOM killer, a node agent) is replaced in the same
+    # task: the new one joins the study and exits at once if the budget is spent
+    return batch_script(header, command, job=task, who=f"task {task[1:-1]}", interrupt_first=True,
+                        on_signal="the worker stops, its trial is queued again, and the task is requeued",
+                        replace_killed=WORKER_RESTARTS,
+                        replaced="its worker was killed; starting another (its trial is continued from its "
+                                 "checkpoint once its heartbeat is missed)")
 
 
 def check_workers_submission(plan: SearchPlan) -> None:
@@ -111,11 +97,11 @@ def check_workers_submission(plan: SearchPlan) -> None:
     workers may run on other machines (SQLite's file locks do not hold on network file systems;
     a cluster whose every node is this machine, as a workstation's Slurm, may use it)."""
     o = plan.options
-    scheduler(o.launcher).check(o.scheduler_options())
+    scheduler(o.launcher).check(o)
     array_script(plan, int(o.workers), plan.runs_root.resolve() / plan.study / o.launcher, check_only=True)
     if not o.storage.startswith("sqlite"):
         return
-    nodes = scheduler(o.launcher).nodes(o.scheduler_options())
+    nodes = scheduler(o.launcher).nodes(o)
     here = socket.gethostname().split(".")[0]
     elsewhere = sorted(n for n in nodes if n.split(".")[0] != here)
     if elsewhere:
@@ -129,14 +115,14 @@ def submit_workers(plan: SearchPlan, study) -> dict:
     as the study records it."""
     o = plan.options
     sched = scheduler(o.launcher)
-    sched.check(o.scheduler_options())
+    sched.check(o)
     workers = int(o.workers)
     log_dir = plan.runs_root.resolve() / plan.study / o.launcher
     log_dir.mkdir(parents=True, exist_ok=True)
     script = log_dir / "search-workers.sh"
     script.write_text(array_script(plan, workers, log_dir))
     script.chmod(0o755)
-    job = sched.submit(script, o.scheduler_options())
+    job = sched.submit(script, o)
     record = {"launcher": o.launcher, "job": job, "workers": workers, "script": str(script), "log_dir": str(log_dir)}
     study.set_user_attr(StudyKey.WORKERS_JOB, record)
     log.info("study %s: %d workers submitted as %s job array %s (logs in %s)", plan.study, workers, o.launcher,

@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tianfeng.core.errors import LaunchError
 from tianfeng.core.ports import free_port
 from tianfeng.core.states import JobStatus
 from tianfeng.cost.measure import Grid, write_throughput
 from tianfeng.cost.measure_ranks import write_request
+from tianfeng.launch.job_options import SchedulerOptions
 from tianfeng.launch.local import run_here
-from tianfeng.launch.scheduler import LaunchError, SchedulerOptions
 from tianfeng.launch.scripts import LaunchPlan
 from tianfeng.launch.slurm import Slurm, sbatch_directives
 

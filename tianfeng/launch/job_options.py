@@ -1,21 +1,27 @@
-"""The options of a verb that can go to a scheduler (`tianfeng search`, `tianfeng promote`): which
-launcher, and the job's partition, account, time limit and extra sbatch arguments. One typed
-definition both verbs inherit, so their flags are the same."""
+"""The options of a job that goes to a scheduler, one type from the flag to the batch script:
+the launcher, and the job's partition, account, time limit, QoS, name, memory, CPUs and extra
+sbatch arguments (Slurm), or the Jobs API and working folder (Ray). Every verb that submits
+(`search`, `scale`, `promote`, `calibrate`) inherits it, so their flags are the same, and one
+method checks it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from tianfeng.core.errors import LaunchError
 from tianfeng.launch import gate
-from tianfeng.launch.scheduler import SIGNAL_S, LaunchError, SchedulerOptions
 from tianfeng.options import option
 
 LAUNCHERS = ("local", "slurm", "ray")
+SIGNAL_S = 120  # the pre-timeout signal comes this long before the time limit: a checkpoint's time
 
 
 @dataclass(frozen=True)
-class SubmitOptions:
+class SchedulerOptions:
+    """Where a job goes and what its scheduler is told: the flags of every verb that submits (each
+    field is its flag; the verbs' options inherit them), read as they are by the checks, the batch
+    script and the schedulers."""
     launcher: str = option("local", "local: run here; slurm: submit to Slurm with sbatch (requeueable, signalled "
                            "before its time limit) and return at once; ray: submit to a Ray cluster's Jobs API "
                            "(ranks as Ray Train workers, restarted from the last checkpoint) and return at once",
@@ -38,13 +44,11 @@ class SubmitOptions:
                                      "uploads to every node, where the run's processes start and import from; for "
                                      "nodes that do not share this machine's files", metavar="DIR")
 
-    def scheduler_options(self) -> SchedulerOptions:
-        return SchedulerOptions(self.partition, self.account, self.time, tuple(self.scheduler_args),
-                                address=self.jobs_address, qos=self.qos, job_name=self.job_name, mem=self.mem,
-                                cpus_per_task=self.cpus_per_task, working_dir=self.working_dir)
+    signal_s: int = SIGNAL_S  # no flag: the pre-timeout signal's lead
 
-    def check_submit(self) -> None:
-        """The launcher known, and the scheduler's flags only with a scheduler."""
+    def check(self) -> None:
+        """The one check of a job's options, before anything is written or submitted: the launcher
+        known, each scheduler flag only with its scheduler, and every value in its grammar (`gate`)."""
         if self.launcher not in LAUNCHERS:
             raise LaunchError(f"--launcher: must be one of {', '.join(LAUNCHERS)}; got {self.launcher!r}")
         scheduler_only = [f for f, v in (("--partition", self.partition), ("--account", self.account),
