@@ -54,7 +54,7 @@ from common import ROOT, add_results_argument, print_table, provenance, write_re
 from tianfeng.hpo.judge.past_warmup import PastWarmup
 from tianfeng.hpo.judge.peers import PeerPruner
 from tianfeng.hpo.judge.screen_check import next_length
-from tianfeng.hpo.run.objective import judge_epoch
+from tianfeng.hpo.running.objective import judge_epoch
 from tianfeng.hpo.sampling.registry import PRUNERS, make_sampler
 
 DATA = Path(__file__).resolve().parent / "data" / "yahpo-lcbench"  # shipped beside the benchmark (Apache-2.0)

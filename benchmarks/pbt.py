@@ -33,7 +33,7 @@ import optuna
 import torch
 
 from tianfeng.core.states import RunStatus
-from tianfeng.hpo.run.objective import prepare_trial
+from tianfeng.hpo.running.objective import prepare_trial
 from tianfeng.hpo.space.materialize import build_config, stopping_after
 from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey

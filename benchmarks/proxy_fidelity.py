@@ -26,7 +26,7 @@ from common import ROOT, data_source, print_table
 from optuna.trial import TrialState
 from scipy.stats import spearmanr
 
-from tianfeng.hpo.run.objective import objective_value, suggest
+from tianfeng.hpo.running.objective import objective_value, suggest
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import SearchSpace, load_space
 from tianfeng.hpo.trial_attrs import TrialKey

@@ -107,7 +107,7 @@ def finite(x: float) -> float | None:
 
 
 def predicted_seconds(space: SearchSpace, values: dict[str, Any]) -> float | None:
-    from tianfeng.hpo.run.objective import predict_trial
+    from tianfeng.hpo.running.objective import predict_trial
 
     try:
         return round(predict_trial(space, values).seconds, 3)

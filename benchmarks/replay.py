@@ -50,8 +50,8 @@ from optuna.trial import TrialState
 
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.judge.screen_check import next_length
-from tianfeng.hpo.run.objective import judge_epoch, suggest
-from tianfeng.hpo.run.runner import derived_seed
+from tianfeng.hpo.running.objective import judge_epoch, suggest
+from tianfeng.hpo.running.runner import derived_seed
 from tianfeng.hpo.sampling.registry import make_sampler
 from tianfeng.hpo.space.read import Parameter, SearchSpace, load_space
 from tianfeng.hpo.trial_attrs import TrialKey

@@ -17,8 +17,8 @@ from common import ROOT, print_table
 from null_trainer import empty_trainer
 
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.run.objective import ProxyObjective
-from tianfeng.hpo.run.study import open_study
+from tianfeng.hpo.running.objective import ProxyObjective
+from tianfeng.hpo.running.study import open_study
 from tianfeng.hpo.space.read import load_space
 from tianfeng.reporting.build import build_report
 

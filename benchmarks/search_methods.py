@@ -26,7 +26,7 @@ from ttt_settings import SHIPPED
 
 from tianfeng.core.cores import usable_cores
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.runs import RunRecordStatus, RunStore
@@ -82,9 +82,9 @@ def _proxy_worker(plan: SearchPlan, space: SearchSpace, worker: int) -> tuple[op
     """The study as worker `worker` sees it (its own sampler stream) and a call that runs one
     proxy trial, logged as the search logs it."""
     from tianfeng.hpo.judge.pruning import judging
-    from tianfeng.hpo.run.objective import ProxyObjective
-    from tianfeng.hpo.run.runner import sampler_seed
-    from tianfeng.hpo.run.trial_log import TrialLogger
+    from tianfeng.hpo.running.objective import ProxyObjective
+    from tianfeng.hpo.running.runner import sampler_seed
+    from tianfeng.hpo.running.trial_log import TrialLogger
     from tianfeng.hpo.sampling.registry import make_sampler
 
     study = optuna.load_study(study_name=plan.study, storage=plan.options.storage, pruner=judging(space, plan.rung, plan.options.pruner).pruner,
@@ -113,7 +113,7 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) 
 
     import torch
 
-    from tianfeng.hpo.run.study import open_study
+    from tianfeng.hpo.running.study import open_study
     from tianfeng.terminal.interrupts import run_quietly
 
     space = plan_space(plan)
@@ -124,7 +124,7 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) 
         searcher = ctx.Process(target=_pausable_searcher, args=(plan, paused), daemon=True)
     else:
         searcher = ctx.Process(target=run_quietly, daemon=True,
-                               args=("tianfeng.hpo.run.runner", "_worker_process", pickle.dumps((plan, 1, 1, 0))))
+                               args=("tianfeng.hpo.running.runner", "_worker_process", pickle.dumps((plan, 1, 1, 0))))
     searcher.start()
     torch.set_num_threads(1)
     study, one_trial = _proxy_worker(plan, space, 2)
@@ -186,7 +186,7 @@ def _random_target_study(directory: Path, method: str, seed: int, data: str | No
                          heartbeat: bool = True) -> tuple[SearchPlan, SearchSpace, optuna.Study]:
     """A study of random recipes at the space's target rung, no priors (ask and tell need no
     heartbeat)."""
-    from tianfeng.hpo.run.study import open_study
+    from tianfeng.hpo.running.study import open_study
 
     plan = _plan(directory, method, seed, data, space_path, rung="target", priors=False, sampler="random")
     space = plan_space(plan)
@@ -200,7 +200,7 @@ def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: s
     objective that screens its trials (the engine told they stop after the first epoch, as a
     screening rung tells it, so its compile choice weighs that epoch only; the pruner stops them)
     and the one that trains them whole."""
-    from tianfeng.hpo.run.objective import ProxyObjective
+    from tianfeng.hpo.running.objective import ProxyObjective
     from tianfeng.hpo.space.materialize import stopping_after
     from tianfeng.trainers.engine import train
 
@@ -256,7 +256,7 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         run_search(_plan(directory, method, seed, data, space, rung="target", priors=False, pruner=pruner), 2, resume=False,
                    progress=False)
     elif method == "ray-asha":
-        from tianfeng.hpo.run.ray_backend import RayOptions, run_ray_search
+        from tianfeng.hpo.running.ray_backend import RayOptions, run_ray_search
 
         run_ray_search(_plan(directory, method, seed, data, space, rung="target", priors=False, sampler="random"),
                        RayOptions(cpus_per_trial=1), resume=False)

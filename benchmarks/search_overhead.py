@@ -17,8 +17,8 @@ from common import ROOT, print_table
 from null_trainer import empty_trainer
 
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.run.objective import ProxyObjective
-from tianfeng.hpo.run.study import open_storage, open_study
+from tianfeng.hpo.running.objective import ProxyObjective
+from tianfeng.hpo.running.study import open_storage, open_study
 from tianfeng.hpo.space.read import load_space
 
 
@@ -39,7 +39,7 @@ def ray_per_trial(tmp: Path, trials: int) -> tuple[float, float]:
     """(wall seconds per trial, Ray start-up seconds), the trials placed one CPU each."""
     import ray
 
-    from tianfeng.hpo.run.ray_backend import RayOptions, run_ray_search
+    from tianfeng.hpo.running.ray_backend import RayOptions, run_ray_search
 
     start = time.perf_counter()
     ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,

@@ -33,8 +33,8 @@ from common import ROOT, data_source, own_cache, print_table
 from optuna.trial import TrialState
 
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.run.objective import suggest
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.objective import suggest
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.read import load_space
 from tianfeng.terminal.logs import setup_logging
 
@@ -64,7 +64,7 @@ def unstopped_hook(tmp: Path) -> Path:
     worker it spawns, hands screened trials to the engine without their stop."""
     folder = tmp / "unstopped-hook"
     folder.mkdir(exist_ok=True)
-    (folder / "sitecustomize.py").write_text("import tianfeng.hpo.run.objective as objective\n"
+    (folder / "sitecustomize.py").write_text("import tianfeng.hpo.running.objective as objective\n"
                                              "objective.stopping_after = lambda cfg, epochs: cfg\n")
     return folder
 

@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 from ttt_settings import SETTINGS, space_for
 
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.terminal.logs import quiet_optuna
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from tianfeng.hpo.run.runner import worker_gpus
+from tianfeng.hpo.running.runner import worker_gpus
 from tianfeng.trainers import distributed
 from tianfeng.trainers.data import dali
 from tianfeng.trainers.precision import resolve_mode
@@ -45,7 +45,7 @@ def test_search_workers_get_a_gpu_each_round_robin() -> None:
 
 def test_ray_trials_get_a_gpu_where_the_cluster_has_them() -> None:
     # imported here: without Ray (an optional extra) this test fails, the rest of the module runs
-    from tianfeng.hpo.run.ray_backend import RayOptions, default_gpus
+    from tianfeng.hpo.running.ray_backend import RayOptions, default_gpus
 
     assert default_gpus(RayOptions(), {"CPU": 64, "GPU": 8}).gpus_per_trial == 1
     assert default_gpus(RayOptions(), {"CPU": 2}).gpus_per_trial == 0

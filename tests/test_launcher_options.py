@@ -53,7 +53,7 @@ def test_promotion_launcher_options_are_checked(changes: dict, expected: str) ->
 def test_a_time_limit_below_the_runs_own_prediction_is_refused_unless_it_is_meant() -> None:
     """The run's own prediction: its config on the space's devices at the launch's world (here two
     V100 nodes, far slower than the 128 GPUs the search predicted for), not the trial's."""
-    from tianfeng.hpo.run.objective import predict_config
+    from tianfeng.hpo.running.objective import predict_config
     from tianfeng.hpo.space.materialize import build_config
     from tianfeng.hpo.space.read import load_space
     from tianfeng.promotion.run import Launch, _refuse_if_short

@@ -160,10 +160,14 @@ def test_every_import_of_a_tianfeng_name_resolves() -> None:
 
 
 def test_the_search_package_points_no_way_but_down() -> None:
-    """Inside tianfeng.hpo the spaces, judges, samplers, options and the plan sit below the
-    running study (hpo.run): none of them imports it."""
+    """Inside tianfeng.hpo the spaces, judges, samplers, options and the plan sit below what the
+    trials say (hpo.results), which sits below the running study (hpo.running): none imports a
+    room above its own."""
     edges = _graph(_modules())
+
+    def room(m: str) -> int:
+        return 2 if m.startswith("tianfeng.hpo.running") else 1 if m.startswith("tianfeng.hpo.results") else 0
+
     upward = sorted((m, t) for m, targets in edges.items() for t in targets
-                    if m.startswith("tianfeng.hpo.") and not m.startswith("tianfeng.hpo.run")
-                    and t.startswith("tianfeng.hpo.run"))
+                    if m.startswith("tianfeng.hpo.") and t.startswith("tianfeng.hpo.") and room(t) > room(m))
     assert not upward, upward

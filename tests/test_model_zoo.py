@@ -102,7 +102,7 @@ def test_a_two_trial_search_of_a_timm_model(tmp_path) -> None:
 
     from tests.search.conftest import TINY_SPACE, write_space
     from tests.search.test_study import plan_for
-    from tianfeng.hpo.run.runner import run_search
+    from tianfeng.hpo.running.runner import run_search
 
     space = copy.deepcopy(TINY_SPACE)
     space["base"]["model"] = {"name": "timm:resnet10t", "kwargs": {"drop_rate": 0.1}}

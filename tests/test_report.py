@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 from tests.search.test_study import plan_for
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.promotion.calibration import calibrate
 from tianfeng.reporting.build import build_report
 

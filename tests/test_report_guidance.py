@@ -13,7 +13,7 @@ import pytest
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
 from tianfeng.hpo.judge.scores import pareto_front, predicted_s, score
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.reporting import figures
 from tianfeng.reporting.build import build_report
 from tianfeng.reporting.guidance import FEW_FOR_IMPORTANCES, front_rows, next_step

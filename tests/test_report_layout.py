@@ -13,8 +13,8 @@ import pytest
 
 from tests.test_report import chromium
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.run.objective import ProxyObjective
-from tianfeng.hpo.run.study import open_study
+from tianfeng.hpo.running.objective import ProxyObjective
+from tianfeng.hpo.running.study import open_study
 from tianfeng.hpo.space.read import load_space
 from tianfeng.reporting.build import build_report
 from tianfeng.trainers.engine import EpochMetrics, RunResult

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.reporting.build import build_report
 
 

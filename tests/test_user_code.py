@@ -74,7 +74,7 @@ def test_one_epoch_on_a_user_data_set(tmp_path: Path, user_module: str) -> None:
 
 def test_a_two_trial_search_on_a_user_data_set(tmp_path: Path, user_module: str) -> None:
     from tests.search.test_study import plan_for, trials_of
-    from tianfeng.hpo.run.runner import run_search
+    from tianfeng.hpo.running.runner import run_search
 
     space = yaml.safe_load(yaml.safe_dump(TINY_SPACE))
     space["base"]["data"] = {"source": f"{user_module}:zero_one_seven"}

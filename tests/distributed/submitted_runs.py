@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 
 
 def searched_study(root: Path, trials: int = 2) -> Path:

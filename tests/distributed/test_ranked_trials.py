@@ -14,9 +14,9 @@ from tests.conftest import make_config
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
 from tianfeng.core.states import RunStatus
-from tianfeng.hpo.run.budget import SearchFailed
-from tianfeng.hpo.run.ranked_trial import LOG_NAME, RankedTrainer
-from tianfeng.hpo.run.runner import run_search, worker_gpus
+from tianfeng.hpo.running.budget import SearchFailed
+from tianfeng.hpo.running.ranked_trial import LOG_NAME, RankedTrainer
+from tianfeng.hpo.running.runner import run_search, worker_gpus
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.hpo.workers import resolve_workers
 from tianfeng.trainers.engine import StopTraining, train

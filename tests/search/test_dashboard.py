@@ -15,8 +15,8 @@ from optuna_dashboard import wsgi
 
 from tests.search.conftest import write_space
 from tests.search.test_study import plan_for
-from tianfeng.hpo.run.dashboard import CURVES_ID, publish_curves
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.results.dashboard import CURVES_ID, publish_curves
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.stored import space_text
 
 

@@ -15,7 +15,7 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.peers import PeerPruner, record_rung, rung_passed
 from tianfeng.hpo.judge.scores import best_trial, front_floor, pareto_front
 from tianfeng.hpo.optuna_private import frozen_trial
-from tianfeng.hpo.run.budget import counted
+from tianfeng.hpo.running.budget import counted
 from tianfeng.hpo.trial_attrs import TrialStatus
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 import tianfeng
 from tests.search.conftest import write_space
-from tianfeng.hpo.run.locked_storage import worker_id
+from tianfeng.hpo.running.locked_storage import worker_id
 from tianfeng.promotion.leaders import FIRST_AFTER, LeaderPromotion, full_run_estimate, proxy_leader
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 

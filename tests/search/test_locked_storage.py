@@ -14,8 +14,8 @@ import pytest
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from tianfeng.hpo.run.locked_storage import interrupts_through_optuna
-from tianfeng.hpo.run.study import open_storage
+from tianfeng.hpo.running.locked_storage import interrupts_through_optuna
+from tianfeng.hpo.running.study import open_storage
 from tianfeng.terminal import interrupts
 
 ENQUEUED = 60
@@ -61,8 +61,8 @@ BUDGET = 10
 
 
 def _run_until_budget(url: str, start: multiprocessing.Event) -> None:
-    from tianfeng.hpo.run.budget import counted
-    from tianfeng.hpo.run.locked_storage import BudgetReached
+    from tianfeng.hpo.running.budget import counted
+    from tianfeng.hpo.running.locked_storage import BudgetReached
 
     storage = open_storage(url, heartbeat_s=None)
     storage.limit("budget", lambda trials: len(counted(trials)) >= BUDGET)

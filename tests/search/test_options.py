@@ -66,7 +66,7 @@ def test_the_workers_command_gives_the_resolved_search_again(tmp_path: Path) -> 
     here (study, rung, sampler, floor), joining the study with paths that hold on any node; a
     flag dropped or a default taken for a change fails here."""
     from tianfeng.hpo.plan import SearchPlan
-    from tianfeng.hpo.run.submitted import array_script, worker_options
+    from tianfeng.hpo.running.submitted import array_script, worker_options
 
     plan = SearchPlan.of(tmp_path / "s.yaml", study="s", rung="screen", sampler="random", floor=41.5, trials=9,
                          launcher="slurm", workers=3, time="1:00:00", seed=4, timeout_s=600.0,
@@ -111,7 +111,7 @@ def test_the_space_is_read_once_by_a_search_in_one_process(tmp_path: Path, tiny_
 
 def test_ctrl_c_in_a_python_search_raises_with_the_study_and_the_trials_queued_again(
         tmp_path: Path, tiny_space: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tianfeng.hpo.run.objective as objective_module
+    import tianfeng.hpo.running.objective as objective_module
 
     def cut(*args, **kwargs):
         raise KeyboardInterrupt

@@ -16,7 +16,7 @@ from tianfeng.hpo.optuna_private import (
     study_id,
     trial_id,
 )
-from tianfeng.hpo.run.locked_storage import MarkingStorage
+from tianfeng.hpo.running.locked_storage import MarkingStorage
 
 
 def test_the_study_and_trial_ids_are_the_storages_own(tmp_path) -> None:
@@ -52,7 +52,7 @@ def test_a_running_trial_reads_back_as_the_frozen_trial_a_pruner_is_given(tmp_pa
 
 
 def test_the_trials_with_a_heartbeat_are_read_through_optunas_cache(tmp_path) -> None:
-    from tianfeng.hpo.run.study import open_storage
+    from tianfeng.hpo.running.study import open_storage
 
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'h.db'}", heartbeat_s=1, grace_s=2))
     study.ask()  # running, no heartbeat

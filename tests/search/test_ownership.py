@@ -12,7 +12,7 @@ import pytest
 
 from tests.search.test_study import plan_for
 from tianfeng.core.errors import ConfigError
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.promotion.run import promote
 from tianfeng.reporting.build import build_report
 

@@ -15,7 +15,7 @@ import pytest
 from tests.search.conftest import TINY_SPACE, write_space
 from tests.search.test_study import plan_for
 from tianfeng.core.errors import ConfigError
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
 from tianfeng.promotion.run import promote

@@ -72,8 +72,8 @@ def test_a_trial_that_trained_all_its_epochs_is_complete_whatever_its_length(tmp
     """Trials of one study train different epochs (here half of a searched 2 or 6): one that
     reached its own last epoch completes, even when another trial's proxy is longer."""
     from tianfeng.hpo.plan import SearchPlan, plan_space
-    from tianfeng.hpo.run.ray_backend import RayOptions, StudySearcher
-    from tianfeng.hpo.run.study import open_study
+    from tianfeng.hpo.running.ray_backend import RayOptions, StudySearcher
+    from tianfeng.hpo.running.study import open_study
 
     tiny_space["parameters"]["epochs"] = {"type": "categorical", "choices": [2, 6]}
     tiny_space["phases"] = {**tiny_space["phases"], "epochs": "epochs"}
@@ -101,9 +101,9 @@ def test_ctrl_c_while_a_finished_trial_is_written_lets_the_write_end_then_stops(
     import os
     import signal
 
-    import tianfeng.hpo.run.ray_backend as ray_backend
+    import tianfeng.hpo.running.ray_backend as ray_backend
     from tianfeng.hpo.plan import SearchPlan, plan_space
-    from tianfeng.hpo.run.study import open_study
+    from tianfeng.hpo.running.study import open_study
     from tianfeng.terminal import interrupts
 
     plan = SearchPlan.of(space_path=str(write_space(tmp_path, tiny_space)), data=None,

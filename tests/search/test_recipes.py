@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tianfeng.hpo.run.objective import suggest
+from tianfeng.hpo.running.objective import suggest
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
 from tianfeng.trainers.schedules import learning_rate, warmup_start

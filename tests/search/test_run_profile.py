@@ -18,7 +18,7 @@ from tianfeng.cli import main
 from tianfeng.core.errors import ConfigError
 from tianfeng.cost.cluster import DEFAULT as V100_CLUSTER
 from tianfeng.cost.step_time import DEVICES
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
 from tianfeng.promotion.run import promote

@@ -6,7 +6,7 @@ from __future__ import annotations
 import optuna
 
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.run.runner import sampler_seed
+from tianfeng.hpo.running.runner import sampler_seed
 
 
 def _plan(seed: int) -> SearchPlan:
@@ -31,7 +31,7 @@ def test_a_one_worker_search_keeps_its_stream_and_every_stream_repeats() -> None
     import subprocess
     import sys
 
-    code = ("from tests.search.test_sampler_streams import _plan; from tianfeng.hpo.run.runner import sampler_seed; "
+    code = ("from tests.search.test_sampler_streams import _plan; from tianfeng.hpo.running.runner import sampler_seed; "
             "print(sampler_seed(_plan(3), 2, 7))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                            env={**__import__("os").environ, "PYTHONHASHSEED": "random"})

@@ -143,7 +143,7 @@ def test_budget_and_batch_parsing() -> None:
 
 def test_budget_is_described_as_given() -> None:
     from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan
-    from tianfeng.hpo.run.trial_log import budget_text
+    from tianfeng.hpo.running.trial_log import budget_text
 
     plan = SearchPlan.of("s.yaml", study="st", rung="proxy", trials=UNLIMITED_TRIALS, timeout_s=2700.0)
     assert budget_text(plan) == "45 min"

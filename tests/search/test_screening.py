@@ -30,7 +30,7 @@ from tianfeng.hpo.judge.screen_check import (
     screened_alike,
 )
 from tianfeng.hpo.plan import SearchPlan, with_objective
-from tianfeng.hpo.run.summary import print_summary
+from tianfeng.hpo.results.summary import print_summary
 from tianfeng.hpo.sampling.registry import make_sampler, resolve_sampler
 from tianfeng.hpo.space.materialize import max_rung_epochs, sample_active
 from tianfeng.hpo.space.read import load_space
@@ -195,8 +195,8 @@ def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole
 def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(
         tmp_path: Path, tiny_space: dict) -> None:
     from tianfeng.hpo.plan import SearchPlan, plan_space
-    from tianfeng.hpo.run.ray_backend import RayOptions, StudySearcher
-    from tianfeng.hpo.run.study import open_study
+    from tianfeng.hpo.running.ray_backend import RayOptions, StudySearcher
+    from tianfeng.hpo.running.study import open_study
 
     plan = SearchPlan.of(space_path=str(write_space(tmp_path, _screening_space(tiny_space))), data=None,
                       storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="asha", seed=0,

@@ -8,8 +8,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from tianfeng.hpo.run.stale_trials import watch_until_others_end
-from tianfeng.hpo.run.study import open_storage
+from tianfeng.hpo.running.stale_trials import watch_until_others_end
+from tianfeng.hpo.running.study import open_storage
 
 
 def _study(tmp_path: Path) -> optuna.Study:

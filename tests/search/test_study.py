@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from tests.search.conftest import write_space
 from tianfeng.core.cores import usable_cores
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.sampling.registry import PRUNERS, SAMPLERS
 
 
@@ -229,10 +229,10 @@ def test_priors_beyond_the_budget_wait_for_a_larger_one_instead_of_the_queue(
 
 def test_a_trial_cut_while_it_is_being_prepared_is_queued_again_with_its_parameters(
         tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tianfeng.hpo.run.objective as objective_module
+    import tianfeng.hpo.running.objective as objective_module
     from tianfeng.hpo.plan import plan_space
-    from tianfeng.hpo.run.objective import ProxyObjective
-    from tianfeng.hpo.run.runner import requeue_interrupted
+    from tianfeng.hpo.running.objective import ProxyObjective
+    from tianfeng.hpo.running.runner import requeue_interrupted
 
     plan = plan_for(tmp_path, tiny_space_file)
     space = plan_space(plan)
@@ -255,7 +255,7 @@ def test_a_trial_cut_after_training_while_its_results_are_written_is_queued_agai
         tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C after the engine returned but before the objective did: the trial used to fail with
     the engine's status ("complete"), so it was neither requeued nor scored, and its run was lost."""
-    import tianfeng.hpo.run.objective as objective_module
+    import tianfeng.hpo.running.objective as objective_module
     from tianfeng.trainers.checkpoint import load as load_checkpoint
 
     plan = plan_for(tmp_path, tiny_space_file, trials=1)
@@ -320,7 +320,7 @@ def test_the_study_records_the_pruner_by_the_name_its_start_line_gives(tmp_path:
     """A pareto study is judged by its peers whatever --pruner says: the report must not say asha."""
     from tianfeng.hpo.judge.pruning import judging
     from tianfeng.hpo.plan import plan_space
-    from tianfeng.hpo.run.study import open_study
+    from tianfeng.hpo.running.study import open_study
     from tianfeng.storage.study_attrs import StudyKey
 
     tiny_space["objective"]["mode"] = mode

@@ -14,7 +14,7 @@ import pandas as pd
 from tests.search.conftest import write_space
 from tests.search.test_study import plan_for
 from tianfeng.cli import main
-from tianfeng.hpo.run.runner import run_search
+from tianfeng.hpo.running.runner import run_search
 
 CLI = [sys.executable, "-m", "tianfeng.cli", "export"]
 

@@ -7,7 +7,7 @@ import logging
 import optuna
 import pytest
 
-from tianfeng.hpo.run.trial_log import TrialLogger
+from tianfeng.hpo.running.trial_log import TrialLogger
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
 from tianfeng.trainers.config import config_to_dict
@@ -33,7 +33,7 @@ def test_the_trial_line_shows_lambs_effective_lr(caplog) -> None:
 def test_the_progress_line_names_running_trials_with_their_epoch() -> None:
     import optuna
 
-    from tianfeng.hpo.run.progress import running_text
+    from tianfeng.hpo.running.progress import running_text
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     config = {"phases": [{"epochs": 3}, {"epochs": 5}]}
@@ -58,7 +58,7 @@ def test_the_progress_line_names_running_trials_with_their_epoch() -> None:
 def test_verbose_epoch_lines_name_their_trial(tmp_path, tiny_space, caplog) -> None:
     from tests.search.conftest import write_space
     from tests.search.test_study import plan_for
-    from tianfeng.hpo.run.runner import run_search
+    from tianfeng.hpo.running.runner import run_search
 
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=2, verbose=True)
     with caplog.at_level("INFO", logger="tianfeng.engine"):

@@ -10,7 +10,7 @@ import pandas as pd
 
 from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.judge.outcomes import outcome
-from tianfeng.hpo.run.dashboard import metric_names
+from tianfeng.hpo.results.dashboard import metric_names
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.storage.study_attrs import StudyKey

@@ -1,2 +1,4 @@
-"""Hyper-parameter search: spaces, sampling, proxy trials, pruning, the wall-time model, studies
-and their summaries."""
+"""The search (`tianfeng search`): spaces, sampling, the judges of trials (scores, the Pareto
+front, pruning, screening), the plan, what the trials say and the running study. Named `hpo`
+because `tianfeng.search` is the API's function; the time model it prices recipes with is
+`tianfeng.cost`."""

@@ -20,7 +20,7 @@ from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
 from tianfeng.core.ports import free_port
 from tianfeng.hpo.judge.scores import best_trial, score
 from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
-from tianfeng.hpo.run.objective import objective_value, predict_config
+from tianfeng.hpo.running.objective import objective_value, predict_config
 from tianfeng.hpo.space.read import SearchSpace, parse_space
 from tianfeng.hpo.space.stored import space_text
 from tianfeng.hpo.trial_attrs import TrialKey

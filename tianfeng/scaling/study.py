@@ -17,7 +17,7 @@ from tianfeng.core.errors import ConfigError
 from tianfeng.cost.walltime import format_seconds
 from tianfeng.hpo.judge.outcomes import Outcome
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
-from tianfeng.hpo.run.runner import derived_seed, run_search
+from tianfeng.hpo.running.runner import derived_seed, run_search
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.pinned import batch_parameter
 from tianfeng.hpo.trial_attrs import TrialKey
@@ -183,9 +183,9 @@ def searched(search: SearchPlan, workers: int, *, resume: bool) -> None:
     if search.options.launcher == "local":
         run_search(search, workers, resume=resume)
         return
-    from tianfeng.hpo.run.follow import follow
-    from tianfeng.hpo.run.study import open_study
-    from tianfeng.hpo.run.submitted import check_workers_submission, submit_workers
+    from tianfeng.hpo.results.follow import follow
+    from tianfeng.hpo.running.study import open_study
+    from tianfeng.hpo.running.submitted import check_workers_submission, submit_workers
     from tianfeng.launch.launchers import scheduler
 
     search = search.changed(workers=workers)

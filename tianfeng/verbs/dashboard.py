@@ -29,7 +29,7 @@ def publish_curves(study: str | None = None, *, storage: str = DEFAULT_STORAGE) 
     (`study` None) all of `storage`'s; returns the studies done. Needs optuna-dashboard."""
     import optuna
 
-    from tianfeng.hpo.run.dashboard import publish_curves as publish
+    from tianfeng.hpo.results.dashboard import publish_curves as publish
     from tianfeng.promotion.run import load_study
 
     chosen = [load_study(storage, study, flag="--study")] if study else \

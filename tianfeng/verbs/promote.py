@@ -116,7 +116,7 @@ def command(args: argparse.Namespace) -> int:
 
 def _print_front(args: argparse.Namespace) -> int:
     from tianfeng.hpo.judge.front import print_front
-    from tianfeng.hpo.run.rows import trial_row
+    from tianfeng.hpo.results.rows import trial_row
 
     study = load(args.study, storage=args.storage)
     if args.json:

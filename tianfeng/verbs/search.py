@@ -31,7 +31,7 @@ def search(space: str | Path, options: SearchOptions | None = None, **changes: A
     `launcher="slurm"` the study is created, its workers submitted as a job array, and the study
     returned at once (the job in `study.user_attrs[StudyKey.WORKERS_JOB]`); the trials come as they run."""
     from tianfeng.hpo.options import SearchInterrupted
-    from tianfeng.hpo.run.runner import requeue_interrupted
+    from tianfeng.hpo.running.runner import requeue_interrupted
     from tianfeng.terminal.interrupts import clear
 
     checked = (options or SearchOptions()).changed(**changes).checked()
@@ -62,7 +62,7 @@ def search_dry_run(space: str | Path, options: SearchOptions | None = None, **ch
            "timeout_s": o.timeout_s, "workers": o.workers, "backend": o.backend, "launcher": o.launcher,
            "promote": o.promote, "resume": o.resume}
     if o.launcher != "local":
-        from tianfeng.hpo.run.submitted import array_script
+        from tianfeng.hpo.running.submitted import array_script
 
         out["script"] = array_script(plan, int(o.workers), plan.runs_root.resolve() / plan.study / o.launcher,
                                      check_only=True)
@@ -74,14 +74,14 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
 
     from tianfeng.export import track_study
     from tianfeng.hpo.plan import plan_search
-    from tianfeng.hpo.run.dashboard import publish_curves
-    from tianfeng.hpo.run.runner import run_search
+    from tianfeng.hpo.results.dashboard import publish_curves
+    from tianfeng.hpo.running.runner import run_search
 
     plan, loaded = plan_search(space, o)  # the space, read once in this process
     named.append(plan.study)
     if o.launcher != "local":
-        from tianfeng.hpo.run.study import open_study
-        from tianfeng.hpo.run.submitted import check_workers_submission, submit_workers
+        from tianfeng.hpo.running.study import open_study
+        from tianfeng.hpo.running.submitted import check_workers_submission, submit_workers
 
         check_workers_submission(plan)  # before the study is created
         study = open_study(plan, loaded, resume=o.resume, heartbeat=False)
@@ -93,7 +93,7 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
             raise
         return study
     if o.backend == "ray":
-        from tianfeng.hpo.run.ray_backend import RayOptions, run_ray_search
+        from tianfeng.hpo.running.ray_backend import RayOptions, run_ray_search
 
         cpus = 1.0 if o.cpus_per_trial is None else o.cpus_per_trial
         run_ray_search(plan, RayOptions(address=o.ray_address, cpus_per_trial=cpus, gpus_per_trial=o.gpus_per_trial),
@@ -155,7 +155,7 @@ def _interrupted(args: argparse.Namespace, cut: KeyboardInterrupt) -> int:
 def _search_command(args: argparse.Namespace) -> int:
     options = search_options(args).checked()  # flags first: they need nothing loaded, so a typo fails at once
 
-    from tianfeng.hpo.run.summary import print_summary, summary_row
+    from tianfeng.hpo.results.summary import print_summary, summary_row
     from tianfeng.terminal.interrupts import raise_if_interrupted
     from tianfeng.verbs.report import report
 

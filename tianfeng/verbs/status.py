@@ -29,7 +29,7 @@ def studies(storage: str = DEFAULT_STORAGE) -> list[dict]:
     As `tianfeng status` without a study."""
     import optuna
 
-    from tianfeng.hpo.run.rows import study_row
+    from tianfeng.hpo.results.rows import study_row
 
     return [study_row(s) for s in optuna.get_all_study_summaries(storage, include_best_trial=True)]
 
@@ -37,7 +37,7 @@ def studies(storage: str = DEFAULT_STORAGE) -> list[dict]:
 def trials(study: str | None = None, *, storage: str = DEFAULT_STORAGE) -> list[dict]:
     """A row per trial of a study: state, value, predicted full run, epochs reported, prior and
     parameters. As `tianfeng status STUDY`."""
-    from tianfeng.hpo.run.rows import trial_row
+    from tianfeng.hpo.results.rows import trial_row
 
     return [trial_row(t) for t in load(study, storage=storage).get_trials(deepcopy=False)]
 
@@ -95,7 +95,7 @@ def _follow(args: argparse.Namespace, name: str) -> int:
     from collections import Counter
 
     from tianfeng.hpo.judge.outcomes import Outcome, outcomes_text
-    from tianfeng.hpo.run.follow import follow
+    from tianfeng.hpo.results.follow import follow
 
     if not args.interval > 0:
         raise ConfigError("--interval", "", f"must be > 0 seconds, got {args.interval:g}")

@@ -15,7 +15,7 @@ def summary_row(study, storage: str) -> dict:
     trial time in pruned trials, the best trial and, for a pareto study, the front."""
     from tianfeng.hpo.judge.outcomes import count_outcomes
     from tianfeng.hpo.judge.scores import best_trial, mode_of, pareto_front, pruned_share
-    from tianfeng.hpo.run.rows import trial_row
+    from tianfeng.hpo.results.rows import trial_row
 
     trials = study.get_trials(deepcopy=False)
     mode = mode_of(study)

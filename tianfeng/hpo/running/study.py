@@ -16,9 +16,9 @@ from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.plan import SearchPlan
-from tianfeng.hpo.run.budget import counted
-from tianfeng.hpo.run.dashboard import metric_names
-from tianfeng.hpo.run.locked_storage import rdb_storage
+from tianfeng.hpo.results.dashboard import metric_names
+from tianfeng.hpo.running.budget import counted
+from tianfeng.hpo.running.locked_storage import rdb_storage
 from tianfeng.hpo.sampling.registry import make_sampler
 from tianfeng.hpo.space.read import SearchSpace, per_gpu_range
 from tianfeng.hpo.space.stored import store_space_text

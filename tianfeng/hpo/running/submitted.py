@@ -66,7 +66,7 @@ def array_script(plan: SearchPlan, workers: int, log_dir: Path, check_only: bool
     if needs_plan_file(plan) and check_only:
         worker = [sys.executable]
     elif needs_plan_file(plan):  # a scale study's search: what its flags cannot say travels in a file
-        worker = [sys.executable, "-m", "tianfeng.hpo.run.plan_worker",
+        worker = [sys.executable, "-m", "tianfeng.hpo.running.plan_worker",
                   str(write_plan_file(plan, log_dir / "search-plan.pickle"))]
     else:
         worker = [sys.executable, "-m", "tianfeng.cli", "search", "--space", str(Path(plan.space_path).resolve()),

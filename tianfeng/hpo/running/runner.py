@@ -23,27 +23,27 @@ from tianfeng.core.cores import usable_cores
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.optuna_private import storage_of, trial_id
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epochs
-from tianfeng.hpo.run.budget import (
+from tianfeng.hpo.running.budget import (
     Budget,
     StopOnRepeatedFailure,
     finished_count,
     raise_if_failing,
     repeated_failure,
 )
-from tianfeng.hpo.run.locked_storage import (
+from tianfeng.hpo.running.locked_storage import (
     BudgetReached,
     LockedSQLiteStorage,
     interrupts_through_optuna,
     worker_id,
 )
-from tianfeng.hpo.run.objective import ProxyObjective
-from tianfeng.hpo.run.progress import StudyProgress
-from tianfeng.hpo.run.stale_trials import watch_until_others_end
-from tianfeng.hpo.run.study import (
+from tianfeng.hpo.running.objective import ProxyObjective
+from tianfeng.hpo.running.progress import StudyProgress
+from tianfeng.hpo.running.stale_trials import watch_until_others_end
+from tianfeng.hpo.running.study import (
     open_storage,
     open_study,
 )
-from tianfeng.hpo.run.trial_log import TrialLogger, budget_text, log_objective
+from tianfeng.hpo.running.trial_log import TrialLogger, budget_text, log_objective
 from tianfeng.hpo.sampling.registry import make_sampler
 from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus
@@ -197,7 +197,7 @@ def ranked_trainer(ranks: int, threads: int | None):
     (gloo) sharing its cores."""
     import torch
 
-    from tianfeng.hpo.run.ranked_trial import RankedTrainer
+    from tianfeng.hpo.running.ranked_trial import RankedTrainer
 
     if torch.cuda.is_available():
         return RankedTrainer(ranks, "cuda")

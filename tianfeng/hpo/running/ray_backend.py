@@ -26,19 +26,19 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.peers import PeerPruner
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
-from tianfeng.hpo.run.budget import Budget, counted, raise_if_failing, repeated_failure
-from tianfeng.hpo.run.locked_storage import worker_id
-from tianfeng.hpo.run.objective import (
+from tianfeng.hpo.running.budget import Budget, counted, raise_if_failing, repeated_failure
+from tianfeng.hpo.running.locked_storage import worker_id
+from tianfeng.hpo.running.objective import (
     objective_value,
     objective_values,
     prepare_trial,
     record_final,
     stop_if_screened,
 )
-from tianfeng.hpo.run.progress import StudyProgress
-from tianfeng.hpo.run.runner import new_stream, requeue_interrupted, sampler_seed
-from tianfeng.hpo.run.study import open_study
-from tianfeng.hpo.run.trial_log import TrialLogger, log_objective
+from tianfeng.hpo.running.progress import StudyProgress
+from tianfeng.hpo.running.runner import new_stream, requeue_interrupted, sampler_seed
+from tianfeng.hpo.running.study import open_study
+from tianfeng.hpo.running.trial_log import TrialLogger, log_objective
 from tianfeng.hpo.space.materialize import screened_epochs, stopping_after
 from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status

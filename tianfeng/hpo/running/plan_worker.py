@@ -1,7 +1,7 @@
 """A submitted worker of a search whose plan holds more than its command-line options (a scale
 study's search: the batch pinned, extra `set:` entries, an epoch budget): the submitting process
 writes the plan to a file beside the job's script and each task runs
-`python -m tianfeng.hpo.run.plan_worker PLAN` with it, joining the study as one local worker."""
+`python -m tianfeng.hpo.running.plan_worker PLAN` with it, joining the study as one local worker."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tianfeng.hpo.run.runner import run_search
-    from tianfeng.hpo.run.submitted import worker_options
+    from tianfeng.hpo.running.runner import run_search
+    from tianfeng.hpo.running.submitted import worker_options
     from tianfeng.terminal.logs import setup_logging
 
     setup_logging()

@@ -21,7 +21,7 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.peers import record_rung, rung_passed
 from tianfeng.hpo.judge.screen_check import SCREENED_ATTR, screen_length
 from tianfeng.hpo.optuna_private import frozen_trial
-from tianfeng.hpo.run.locked_storage import worker_id
+from tianfeng.hpo.running.locked_storage import worker_id
 from tianfeng.hpo.space.materialize import build_config, sample_active, stopping_after
 from tianfeng.hpo.space.read import Parameter, SearchSpace
 from tianfeng.hpo.space.schema import Fidelity
