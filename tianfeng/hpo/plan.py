@@ -21,7 +21,6 @@ from tianfeng.hpo.sampling.registry import resolve_sampler
 from tianfeng.hpo.space.materialize import max_rung_epochs
 from tianfeng.hpo.space.pinned import at_batch
 from tianfeng.hpo.space.read import SearchSpace, load_space
-from tianfeng.hpo.space.shipped import resolve_space
 from tianfeng.storage.ownership import check_report_of, default_report_path
 from tianfeng.storage.study_attrs import StudyKey
 
@@ -51,6 +50,9 @@ class SearchPlan:
     study_attrs: dict[str, Any] = field(default_factory=dict)
     epoch_budget: int | None = None  # training epochs summed over trials (pruned ones count what they ran)
     pause_file: str | None = None  # while this file exists the worker starts no trial (a promoted run has the cores)
+    # the space as read once, its objective and floor resolved: what every worker, Ray and a scale
+    # study search (pinned by `plan_space`), handed on rather than read again
+    space: SearchSpace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_name(self.study, "--study", "", max_length=STUDY_MAX_LENGTH)  # runs/<study>/trial-N
@@ -93,10 +95,9 @@ def plan_search(space: str | Path, options: SearchOptions) -> tuple[SearchPlan, 
     """The plan of a search over `space` (a file, or a shipped space's bare name) with checked
     `options`, and the space it searches, read once: the rung checked, the sampler and the
     default Pareto floor resolved, and a report path of another study refused before any trial."""
-    path = resolve_space(space)
     o = options
-    loaded = with_objective(load_space(path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node, profile=o.profile), o.objective,
-                            o.target, o.min_accuracy)
+    loaded = with_objective(load_space(space, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
+                                       profile=o.profile), o.objective, o.target, o.min_accuracy)
     study = o.study or loaded.name
     if not o.dry_run:  # a dry run touches no database; the real run checks this before its first trial
         check_report_of(o.storage, study, default_report_path(study))
@@ -114,15 +115,19 @@ def plan_search(space: str | Path, options: SearchOptions) -> tuple[SearchPlan, 
         loaded = with_objective(loaded, None, None, floor)
         # the default floor also rises with the study's best: the front reads the chance level
         attrs = {StudyKey.CHANCE: chance_level(obj.metric, classes)} if floor is not None else {}
-    plan = SearchPlan(str(path), o, study, rung, resolve_sampler(o.sampler, loaded, rung), floor, study_attrs=attrs)
+    plan = SearchPlan(loaded.path, o, study, rung, resolve_sampler(o.sampler, loaded, rung), floor, study_attrs=attrs,
+                      space=loaded)
     return plan, loaded
 
 
 def plan_space(plan: SearchPlan) -> SearchSpace:
-    """The space a plan searches: the file's, pinned and adjusted as the plan says."""
+    """The space a plan searches, pinned and adjusted as the plan says: the one it carries, or
+    (a plan made in another process from flags alone) the file's."""
     o = plan.options
-    space = load_space(plan.space_path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
-                       profile=o.profile)
+    space = plan.space
+    if space is None:
+        space = load_space(plan.space_path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
+                           profile=o.profile)
     space = with_objective(space, o.objective, o.target, plan.accuracy_floor)
     if plan.batch_size is None and not plan.set_overrides and plan.priors:
         return space

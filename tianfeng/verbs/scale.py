@@ -65,7 +65,7 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
         raise ConfigError("--budget-per-batch", "", f"{o.epochs_per_batch}epochs allows no trial: one trial at rung "
                           f"{rung} trains {trial_epochs} epochs")
     study = o.name or f"{loaded.name}-scale"
-    search_plan = SearchPlan.of(path, study=study, rung=rung, sampler=resolve_sampler(o.sampler, loaded, rung),
+    search_plan = SearchPlan.of(path, study=study, rung=rung, sampler=resolve_sampler(o.sampler, loaded, rung), space=loaded,
                                 data=o.data, storage=o.storage, pruner=o.pruner, seed=o.seed,
                                 trials=o.trials_per_batch or UNLIMITED_TRIALS, timeout_s=o.timeout_s_per_batch,
                                 epoch_budget=o.epochs_per_batch, runs_dir=o.runs_dir, verbose=o.verbose,

@@ -43,6 +43,12 @@ class Expression:
         self.names: set[str] = set()
         self._check(self._tree, 0)
 
+    def __eq__(self, other: object) -> bool:  # the same text is the same expression (a pickled space's too)
+        return isinstance(other, Expression) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
     def _check(self, node: ast.AST, depth: int) -> None:
         if depth > MAX_DEPTH:
             raise ExpressionError(f"{self.text[:80]!r}: nested more than {MAX_DEPTH} levels deep")

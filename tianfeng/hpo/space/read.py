@@ -22,6 +22,7 @@ from tianfeng.core.errors import ConfigError
 from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
 from tianfeng.core.yaml_input import parse_yaml, read_yaml
 from tianfeng.cost.cluster import ClusterSpec, read_cluster, with_overrides
+from tianfeng.cost.space_constants import space_constants
 from tianfeng.defaults import OBJECTIVE_MODES, ObjectiveMode
 from tianfeng.hpo.space.expressions import Expression, ExpressionError
 from tianfeng.hpo.space.schema import (
@@ -247,36 +248,6 @@ def parse_space(text: str, source: str, *, data: str | None = None, gpus: int | 
                       legacy=stored_format < 2, profile=profile)
 
 
-def data_constants(base: RunConfig, cluster: ClusterSpec) -> dict[str, int]:
-    """The values of CONSTANTS: the cluster's, and the base run's training images."""
-    from tianfeng.trainers.data.sources import open_source
-
-    d = base.data
-    source = open_source(d.source, synthetic_images=d.synthetic_images, synthetic_classes=d.synthetic_classes)
-    train = len(source.train)
-    return {**cluster_constants(base, cluster, source.channels, source.num_classes),
-            "train_images": int(train * d.fraction), "all_train_images": train, "channels": source.channels,
-            "classes": source.num_classes}
-
-
-def cluster_constants(base: RunConfig, cluster: ClusterSpec, channels: int = 3, classes: int = 1000) -> dict[str, int]:
-    """The cluster's sizes, and the per-GPU batch range: from cluster.min_per_gpu_batch to what
-    one GPU's memory holds of the base run's model at its largest resolution, precision and
-    optimizer (tianfeng.cost.memory; unbounded on a measured cluster, whose memory is not modelled)."""
-    from tianfeng.cost.memory import per_gpu_fit
-    from tianfeng.cost.step_time import step_cost
-
-    memory = cluster.device_memory_gib
-    most = 2**31 - 1
-    if memory is not None:
-        resolution = max(p.resolution for p in base.phases)
-        most = per_gpu_fit(base.model, resolution, mixed=base.precision.mode != "fp32", optimizer=base.optimizer.name,
-                           memory_gib=memory, params=step_cost(base.model, resolution, channels, classes).params,
-                           in_channels=channels, classes=classes).max_per_gpu
-    return {"gpus": cluster.gpus, "gpus_per_node": cluster.gpus_per_node, "min_per_gpu": cluster.min_per_gpu_batch,
-            "max_per_gpu": most}
-
-
 def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = None,
                gpus_per_node: int | None = None, legacy: bool = False, profile: str | None = None) -> SearchSpace:
     top = _Reader(source, "", raw, ("name", "description", "base", "parameters", "set", "phases",
@@ -303,11 +274,9 @@ def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = No
     def known_constants(names: set[str] | None = None) -> dict[str, int]:
         """The constants `names` read: the cluster's alone need no data (a space for a data set
         that is elsewhere still loads); None: all of them."""
-        if names is not None and names <= set(CLUSTER_CONSTANTS):
-            if "gpus" not in constants:
-                constants.update(cluster_constants(base, cluster))
-        elif "train_images" not in constants:
-            constants.update(data_constants(base, cluster))
+        with_data = names is None or not names <= set(CLUSTER_CONSTANTS)
+        if ("train_images" if with_data else "gpus") not in constants:
+            constants.update(space_constants(base, cluster, with_data=with_data))
         return constants
 
     params_raw = raw.get("parameters") or {}
