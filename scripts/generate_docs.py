@@ -434,7 +434,17 @@ def first_hour_table() -> str:
                        "and kernel caches and pip's cache warm."])
 
 
-GENERATORS = {"cli": cli_reference, "run-config": run_config_reference, "space": space_reference,
+def call_paths_table() -> str:
+    saved = _results("call_paths")
+    rows = ["| path | stops (files) on the stack | climbs | functions (files) entered on the way | space file "
+            "reads | run configs built from dicts |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    rows += [f"| `{p['from']}` to `{p['to']}` | {p['stops']} ({p['files']}) | {p['climbs']} | {p['called']} "
+             f"({p['called_files']}) | {p['space_reads']} | {p['configs_built']} |" for p in saved["paths"]]
+    return "\n".join([*rows, "", f"{_measured(saved).capitalize()}: `python scripts/call_paths.py --results "
+                       "docs/results/call_paths.json` (it prints each stop)."])
+
+
+GENERATORS = {"cli": cli_reference, "call-paths": call_paths_table, "run-config": run_config_reference, "space": space_reference,
               "first-hour": first_hour_sentence, "first-hour-table": first_hour_table,
               "published-records": published_records_table, "whole-run-share": whole_run_share_table,
               "test-suite": test_suite_sentence, "readme-claims": readme_claims, "default-edge": default_edge,
