@@ -440,8 +440,9 @@ def call_paths_table() -> str:
             "reads | run configs built from dicts |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     rows += [f"| `{p['from']}` to `{p['to']}` | {p['stops']} ({p['files']}) | {p['climbs']} | {p['called']} "
              f"({p['called_files']}) | {p['space_reads']} | {p['configs_built']} |" for p in saved["paths"]]
-    return "\n".join([*rows, "", f"{_measured(saved).capitalize()}: `python scripts/call_paths.py --results "
-                       "docs/results/call_paths.json` (it prints each stop)."])
+    measured = _measured(saved)
+    return "\n".join([*rows, "", f"{measured[0].upper()}{measured[1:]}: `python scripts/call_paths.py --results` "
+                       "(it prints each stop)."])
 
 
 GENERATORS = {"cli": cli_reference, "call-paths": call_paths_table, "run-config": run_config_reference, "space": space_reference,
