@@ -34,8 +34,8 @@ FRONT = [*DECISIONS, *(f"tests/search/test_time_to_accuracy.py::{name}" for name
     "test_peer_pruner_compares_only_with_trials_as_fast_or_faster", "test_rungs_are_fractions_of_each_trials_own_run",
     "test_pareto_front_by_hand", "test_the_default_floor_is_never_chance_and_follows_the_classes"))]
 TRANSFER = ["tests/search/test_promote.py::test_transfer_rules_are_explicit",
-            "tests/search/test_promote.py::test_every_phase_shows_its_own_peak_lr", "tests/test_config.py"]
-WALLTIME = ["tests/test_accumulation.py", "tests/search/test_walltime_by_hand.py", "tests/test_costmodel.py"]
+            "tests/search/test_promote.py::test_every_phase_shows_its_own_peak_lr", "tests/trainers/test_config.py"]
+WALLTIME = ["tests/trainers/test_accumulation.py", "tests/search/test_walltime_by_hand.py", "tests/cost/test_costmodel.py"]
 
 
 @dataclass(frozen=True)

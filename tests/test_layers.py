@@ -171,3 +171,15 @@ def test_the_search_package_points_no_way_but_down() -> None:
     upward = sorted((m, t) for m, targets in edges.items() for t in targets
                     if m.startswith("tianfeng.hpo.") and t.startswith("tianfeng.hpo.") and room(t) > room(m))
     assert not upward, upward
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    """A test file sits in the folder of the package it tests (`search` for tianfeng.hpo), or in
+    distributed/ (several processes), benchmarks/ or docs/; at the top only what checks the
+    whole tree."""
+    tests = Path(__file__).resolve().parent
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.parent.name for p in tests.rglob("test_*.py") if p.parent != tests}
+    assert folders - packages <= {"search", "distributed", "benchmarks", "docs"}, folders - packages
+    top = {p.stem for p in tests.glob("test_*.py")}
+    assert top <= {"test_layers", "test_lint", "test_call_paths", "test_gpu_check", "test_suite_timing"}, top

@@ -31,7 +31,7 @@ def test_no_job_state_is_typed_as_a_bare_word() -> None:
     words = {s.value for s in State}
     typed = []
     for path in (*PACKAGE.joinpath("launch").rglob("*.py"), *PACKAGE.joinpath("promotion").rglob("*.py"),
-                 PACKAGE / "hpo" / "run" / "follow.py", PACKAGE / "verbs" / "runs.py"):
+                 PACKAGE / "hpo" / "results" / "follow.py", PACKAGE / "verbs" / "runs.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             operands = []
             if isinstance(node, ast.Compare):

@@ -89,7 +89,7 @@ def test_scale_study_end_to_end(tmp_path: Path, tiny_space: dict) -> None:
     html = report.read_text()
     assert "Best val_top1 against batch size" in html and "naive linear scaling" in html
     assert "winning peak LR" in html and "curve-b128" in html
-    from tests.test_report import chromium
+    from tests.reporting.test_report import chromium
 
     dom = chromium("--window-size=1300,8000", "--dump-dom", report.as_uri(), profile=tmp_path / "chromium")
     assert dom.returncode == 0, dom.stderr[-2000:]

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tianfeng.core.errors import LaunchError
 from tianfeng.launch import gate
-from tianfeng.options import option
+from tianfeng.options import option, with_changes
 
 LAUNCHERS = ("local", "slurm", "ray")
 SIGNAL_S = 120  # the pre-timeout signal comes this long before the time limit: a checkpoint's time
@@ -45,6 +46,10 @@ class SchedulerOptions:
                                      "nodes that do not share this machine's files", metavar="DIR")
 
     signal_s: int = SIGNAL_S  # no flag: the pre-timeout signal's lead
+
+    def changed(self, **changes: Any) -> SchedulerOptions:
+        """A copy with `changes`; an unknown name is one line with the closest known one."""
+        return with_changes(self, "launcher", changes)
 
     def check(self) -> None:
         """The one check of a job's options, before anything is written or submitted: the launcher

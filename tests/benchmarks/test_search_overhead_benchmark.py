@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import search_overhead  # noqa: E402
 
 

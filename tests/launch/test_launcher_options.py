@@ -121,7 +121,7 @@ def test_one_options_type_and_one_batch_script_writer() -> None:
     fails here."""
     import ast
 
-    package = Path(__file__).resolve().parents[1] / "tianfeng"
+    package = Path(__file__).resolve().parents[2] / "tianfeng"
     declaring, requeuing = [], []
     for path in package.rglob("*.py"):
         text = path.read_text()

@@ -18,7 +18,7 @@ from tianfeng.cli import main
 from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.space.shipped import SPACES_DIR, resolve_space, shipped_spaces
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_bare_name_resolves_to_the_shipped_space(tmp_path: Path, monkeypatch) -> None:

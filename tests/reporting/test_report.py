@@ -16,7 +16,7 @@ from tianfeng.hpo.running.runner import run_search
 from tianfeng.promotion.calibration import calibrate
 from tianfeng.reporting.build import build_report
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--virtual-time-budget=8000", "--enable-logging=stderr", "--v=0"]

@@ -72,7 +72,7 @@ def test_accumulation_without_batchnorm_trains_as_the_whole_batch(tmp_path) -> N
     """With no per-GPU statistics to change, accumulating is the same optimisation."""
     phases = [{"epochs": 1, "resolution": 8, "batch_size": 64}]
     runs = [train(make_config(tmp_path / str(k), phases=phases, accumulate_steps=k, noise_scale_every=0,
-                              data={"augment": "none"}, model={"name": "tests.test_accumulation:no_norm_net"}))
+                              data={"augment": "none"}, model={"name": "tests.trainers.test_accumulation:no_norm_net"}))
             for k in (1, 4)]
     assert runs[0].epochs[-1].train_loss == pytest.approx(runs[1].epochs[-1].train_loss, rel=1e-3)  # summation order differs: any CPU, any thread count
     assert runs[0].epochs[-1].val_loss == pytest.approx(runs[1].epochs[-1].val_loss, rel=1e-3)  # summation order differs: any CPU, any thread count

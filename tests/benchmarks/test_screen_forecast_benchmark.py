@@ -14,7 +14,7 @@ import optuna
 
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # (epochs, first epoch, end): the short recipes start fastest, the long ones end best, each
 # gaining 12 points per ln(epochs) over its first epoch
 RECIPES = [(epochs, first, first + 12.0 * math.log(epochs))

@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.test_report import chromium
+from tests.reporting.test_report import chromium
 from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.running.objective import ProxyObjective
 from tianfeng.hpo.running.study import open_study
@@ -19,7 +19,7 @@ from tianfeng.hpo.space.read import load_space
 from tianfeng.reporting.build import build_report
 from tianfeng.trainers.engine import EpochMetrics, RunResult
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Runs in the page once every figure is drawn; writes what it measured into <pre id="layout">.
 CHECK = """

@@ -13,7 +13,7 @@ import numpy as np
 import optuna
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import record_pool  # noqa: E402
 import replay  # noqa: E402
 

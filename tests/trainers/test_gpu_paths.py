@@ -84,7 +84,7 @@ def test_gpu_check_says_there_is_no_gpu_and_runs_nothing() -> None:
     import subprocess
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     # five checks of up to 10 minutes each on a GPU machine; seconds without one
     out = subprocess.run(["bash", str(repo / "scripts" / "gpu_check.sh")], capture_output=True, text=True,
                          timeout=3600 if torch.cuda.is_available() else 120)
@@ -105,7 +105,7 @@ def test_the_dali_extra_is_built_for_the_cuda_of_the_pinned_torch() -> None:
 
     import torch
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     pins = {m.group(1) for group in ("dali", "dev") for req in extras[group]
             if (m := re.match(r"nvidia-dali-cuda(\d+)", req))}

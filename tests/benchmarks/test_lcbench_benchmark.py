@@ -14,7 +14,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

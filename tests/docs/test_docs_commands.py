@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from doc_commands import commands  # noqa: E402
 
 from tianfeng.cli import build_parser
@@ -26,7 +26,7 @@ from tianfeng.hpo.plan import plan_search
 from tianfeng.hpo.space.shipped import resolve_space
 from tianfeng.verbs.search import search_options
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", REPO / "docs" / "tutorial.md", *sorted((REPO / "docs" / "how-to").glob("*.md"))]
 
 

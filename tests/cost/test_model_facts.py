@@ -12,7 +12,7 @@ from pathlib import Path
 from tianfeng.cost import model_facts
 from tianfeng.trainers.config import ModelConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 READ = ("import sys, json; from tianfeng.hpo.space.read import load_space; "
         "s = load_space('tianfeng/spaces/large_batch.yaml'); "
         "print(json.dumps({'torch': 'torch' in sys.modules, 'max_per_gpu': s.constants.get('max_per_gpu')}))")
@@ -47,7 +47,7 @@ def test_another_model_or_stack_is_measured_again(tmp_path: Path, monkeypatch) -
     assert model_facts.known("a", small, 16, 3, 10, measure(4.0))["bytes"] == 4.0
     monkeypatch.setattr(model_facts, "_versions", lambda: "torch=another")
     assert model_facts.known("a", small, 8, 3, 10, measure(5.0))["bytes"] == 5.0
-    user = ModelConfig(name="tests.test_accumulation:no_norm_net")
+    user = ModelConfig(name="tests.trainers.test_accumulation:no_norm_net")
     model_facts.known("a", user, 8, 3, 10, measure(6.0))
     model_facts.known("a", user, 8, 3, 10, measure(7.0))  # the user's code may change: never kept
     assert calls == [1.0, 3.0, 4.0, 5.0, 6.0, 7.0]

@@ -11,7 +11,7 @@ import optuna
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from pbt import FACTORS, explore, run_pbt, take_over  # noqa: E402
