@@ -29,7 +29,7 @@ def test_every_flag_of_search_is_generated_from_an_option_with_its_default() -> 
     assert options == dataclasses.replace(SearchOptions(), runs_dir=Path("runs"))
     flags = {a.dest for a in parser._actions} - {"help", "space", "json"}  # --json: the printing's
     assert flags == {f.name for f in dataclasses.fields(SearchOptions) if flag_of(f)}
-    assert flags == {f.name for f in dataclasses.fields(SearchOptions)} - {"progress"}
+    assert flags == {f.name for f in dataclasses.fields(SearchOptions)} - {"progress", "signal_s"}
     changed = search_options(parser.parse_args(["--space", "s.yaml", "--timeout", "10m", "--backend", "ray",
                                                 "--address", "auto", "--trials", "7", "--failure-limit", "5"]))
     assert (changed.timeout_s, changed.ray_address, changed.trials, changed.failure_limit) == (600.0, "auto", 7, 5)
