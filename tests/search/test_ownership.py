@@ -13,6 +13,7 @@ import pytest
 from tests.search.test_study import plan_for
 from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.running.runner import run_search
+from tianfeng.promotion.options import PromoteOptions
 from tianfeng.promotion.run import promote
 from tianfeng.reporting.build import build_report
 
@@ -46,7 +47,7 @@ def test_a_same_named_study_in_another_database_is_refused_before_it_exists(tmp_
     before = _files(folder)
     for dry_run in (True, False):
         with pytest.raises(ConfigError, match="holds the runs of study x"):
-            promote(other.options.storage, "x", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "runs", dry_run=dry_run)
+            promote(PromoteOptions(storage=other.options.storage, study='x', runs_dir=tmp_path / 'runs', dry_run=dry_run), 0)
     assert _files(folder) == before
 
 

@@ -18,6 +18,7 @@ from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
+from tianfeng.promotion.options import PromoteOptions
 from tianfeng.promotion.run import promote
 from tianfeng.promotion.transfer import transfer
 from tianfeng.storage.runs import RunStore
@@ -82,18 +83,18 @@ def test_every_phase_shows_its_own_peak_lr(tmp_path: Path, tiny_space: dict) -> 
 def test_promote_dry_run_then_real_run_then_resume(finished_study, tmp_path: Path) -> None:
     plan = finished_study
     runs_dir = tmp_path / "promoted"
-    dry = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True)
+    dry = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=True), 0)
     assert dry["config"]["model"]["width"] == 8 and not Path(dry["run_dir"]).exists()
     assert RunStore(plan.options.storage).runs() == []
 
-    first = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
+    first = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0)
     assert first["status"] == "completed" and first["resumed"] is False
     rows = RunStore(plan.options.storage).runs("p")
     assert len(rows) == 1 and rows[0]["status"] == "completed" and len(rows[0]["epochs"]) == 3
     assert rows[0]["final_score"] == first["full_val_top1"] and rows[0]["proxy_score"] is not None
     assert Path(rows[0]["checkpoint"]).exists()
 
-    again = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
+    again = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0)
     assert again["resumed"] is True and again["run"] == first["run"]
     assert again["full_val_top1"] == first["full_val_top1"]  # resumed the finished run, no retraining
     assert len(RunStore(plan.options.storage).runs("p")) == 1
@@ -101,9 +102,9 @@ def test_promote_dry_run_then_real_run_then_resume(finished_study, tmp_path: Pat
 
 def test_promote_rejects_unknown_and_pruned_trials(finished_study, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such trial"):
-        promote(finished_study.options.storage, "p", 99, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True)
+        promote(PromoteOptions(storage=finished_study.options.storage, study='p', runs_dir=tmp_path, dry_run=True), 99)
     with pytest.raises(ConfigError, match="no such study"):
-        promote(finished_study.options.storage, "nope", 0, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True)
+        promote(PromoteOptions(storage=finished_study.options.storage, study='nope', runs_dir=tmp_path, dry_run=True), 0)
 
 
 def test_cli_promote_and_runs(finished_study, tmp_path: Path) -> None:
@@ -139,7 +140,7 @@ def test_calibrate_reuses_promoted_runs_and_ranks_like_with_like(tmp_path: Path,
     plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=5, study="cal")
     run_search(plan, workers=1, resume=False)
     best = optuna.load_study(study_name="cal", storage=plan.options.storage).best_trial.number
-    first = promote(plan.options.storage, "cal", best, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=False)
+    first = promote(PromoteOptions(storage=plan.options.storage, study='cal', runs_dir=tmp_path / 'p', dry_run=False), best)
     trained = []
     real_train = promote_run.train
     monkeypatch.setattr(promote_run, "train", lambda cfg, cb: trained.append(cfg.name) or real_train(cfg, cb))
@@ -186,25 +187,22 @@ def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
 
     plan = finished_study
     runs_dir = tmp_path / "promoted"
-    dry = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=True,
-                  launch=Launch(nodes=2, per_node=1, device="cuda"))
+    dry = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=True), 0, launch=Launch(nodes=2, per_node=1, device='cuda'))
     launch_dir = Path(dry["launch"])
     assert sorted(p.name for p in launch_dir.iterdir()) == ["config.yaml", "node-0.sh", "node-1.sh", "ray-entry.sh",
                                                           "ray-job.sh", "sbatch.sh"]
     assert "--nnodes=2" in (launch_dir / "node-0.sh").read_text()
     assert "#SBATCH --gpus-per-node=1" in (launch_dir / "sbatch.sh").read_text()
 
-    planned = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False,
-                      launch=Launch(nodes=2, per_node=1, device="cuda"))
+    planned = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0, launch=Launch(nodes=2, per_node=1, device='cuda'))
     assert planned["status"] == "planned" and RunStore(plan.options.storage).runs("p")[0]["status"] == "planned"
 
-    ran = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False,
-                  launch=Launch(nodes=2, per_node=1, device="cpu"))
+    ran = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0, launch=Launch(nodes=2, per_node=1, device='cpu'))
     assert ran["status"] == "completed", ran
     row = next(r for r in RunStore(plan.options.storage).runs("p") if r["id"] == ran["run"])
     assert row["status"] == "completed" and len(row["epochs"]) == 3 and row["final_score"] == ran["full_val_top1"]
     assert ran["run"] == planned["run"] and ran["run_dir"].endswith("-2x1")
-    single = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=runs_dir, dry_run=False)
+    single = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0)
     assert single["run_dir"] != ran["run_dir"]  # one process is another run than 2 nodes x 1
 
     # the report sets the measured scaling beside the cost model's prediction
@@ -233,8 +231,7 @@ def test_promote_plan_must_fit_the_world(finished_study, tmp_path: Path) -> None
     from tianfeng.promotion.run import Launch
 
     with pytest.raises(ConfigError, match=r"must be divisible by nodes x GPUs \(3 x 1 = 3\)"):
-        promote(finished_study.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=tmp_path, dry_run=True,
-                launch=Launch(nodes=3, per_node=1))
+        promote(PromoteOptions(storage=finished_study.options.storage, study='p', runs_dir=tmp_path, dry_run=True), 0, launch=Launch(nodes=3, per_node=1))
 
 
 def test_runs_set_each_promoted_runs_measured_time_beside_its_trials_prediction(finished_study, tmp_path: Path) -> None:
@@ -245,8 +242,7 @@ def test_runs_set_each_promoted_runs_measured_time_beside_its_trials_prediction(
     from tianfeng import api
 
     study = optuna.load_study(study_name="p", storage=finished_study.options.storage)
-    ran = promote(finished_study.options.storage, "p", 1, batch_size=None, overrides=[], runs_dir=tmp_path,
-                  dry_run=False)
+    ran = promote(PromoteOptions(storage=finished_study.options.storage, study='p', runs_dir=tmp_path, dry_run=False), 1)
     row = next(r for r in api.runs("p", storage=finished_study.options.storage) if r["id"] == ran["run"])
     check = row["time_check"]
     predicted = study.trials[1].user_attrs["predicted"]
@@ -268,14 +264,12 @@ def test_an_elastic_promotion_writes_a_range_of_nodes_and_restarts(finished_stud
     at the smaller node counts it may run at."""
     from tianfeng.promotion.run import Launch
 
-    dry = promote(finished_study.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=tmp_path,
-                  dry_run=True, launch=Launch(nodes=2, per_node=1, device="cuda", min_nodes=1))
+    dry = promote(PromoteOptions(storage=finished_study.options.storage, study='p', runs_dir=tmp_path, dry_run=True), 0, launch=Launch(nodes=2, per_node=1, device='cuda', min_nodes=1))
     node = (Path(dry["launch"]) / "node-0.sh").read_text()
     assert "--nnodes=1:2" in node and "--max-restarts=3" in node
     assert "#SBATCH --nodes=1-2" in (Path(dry["launch"]) / "sbatch.sh").read_text()
     with pytest.raises(ConfigError, match=r"\(3 x 1 = 3\) at 3 of the elastic launch's up to 4 nodes"):
-        promote(finished_study.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=tmp_path,
-                dry_run=True, launch=Launch(nodes=4, per_node=1, min_nodes=2))
+        promote(PromoteOptions(storage=finished_study.options.storage, study='p', runs_dir=tmp_path, dry_run=True), 0, launch=Launch(nodes=4, per_node=1, min_nodes=2))
 
 
 def test_a_study_made_before_complete_priors_still_promotes(tmp_path: Path, tiny_space: dict) -> None:
@@ -292,11 +286,11 @@ def test_a_study_made_before_complete_priors_still_promotes(tmp_path: Path, tiny
     del old["min_steps"]
     store_space_text(study, yaml.safe_dump(old))
     study.set_user_attr("space_format", 1)
-    out = promote(plan.options.storage, "old", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=True)
+    out = promote(PromoteOptions(storage=plan.options.storage, study='old', runs_dir=tmp_path / 'p', dry_run=True), 0)
     assert out["dry_run"] and out["trial"] == 0
     study.set_user_attr("space_format", 2)  # the same space in a new study is refused
     with pytest.raises(ConfigError, match="sets no value for 'warmup_epochs'"):
-        promote(plan.options.storage, "old", 0, batch_size=None, overrides=[], runs_dir=tmp_path / "p", dry_run=True)
+        promote(PromoteOptions(storage=plan.options.storage, study='old', runs_dir=tmp_path / 'p', dry_run=True), 0)
 
 
 @pytest.mark.slow
@@ -339,8 +333,7 @@ def test_a_killed_promotion_is_listed_as_interrupted_and_resumes(finished_study,
     assert [r["status"] for r in json.loads(listed.stdout)] == ["interrupted"]
 
     with caplog.at_level("INFO", logger="tianfeng.engine"):
-        resumed = promote(storage, "p", 0, batch_size=None, overrides=["phases.0.epochs=120"],
-                          runs_dir=tmp_path / "r", dry_run=False)
+        resumed = promote(PromoteOptions(storage=storage, study='p', overrides=tuple(['phases.0.epochs=120']), runs_dir=tmp_path / 'r', dry_run=False), 0)
     # the checkpoint of an epoch is written before its record: the kill may fall in between
     at = [int(m.split(" at epoch ")[1].split(",")[0]) for m in caplog.messages if m.startswith("resumed from ")]
     assert len(at) == 1 and done + 1 <= at[0] <= done + 2, caplog.messages

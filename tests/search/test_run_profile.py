@@ -21,6 +21,7 @@ from tianfeng.cost.step_time import DEVICES
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
+from tianfeng.promotion.options import PromoteOptions
 from tianfeng.promotion.run import promote
 from tianfeng.promotion.run_profile import exposed_exchange_s, refitted, run_points
 from tianfeng.storage.runs import RunStore
@@ -75,7 +76,7 @@ def promoted(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int, Path]:
     root = tmp_path_factory.mktemp("run-profile")
     plan = plan_for(root, write_space(root, copy.deepcopy(TINY_SPACE)), trials=2, study="p")
     run_search(plan, workers=1, resume=False)
-    ran = promote(plan.options.storage, "p", 0, batch_size=None, overrides=[], runs_dir=root / "runs", dry_run=False)
+    ran = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=root / 'runs', dry_run=False), 0)
     return plan.options.storage, ran["run"], root
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from scipy.stats import spearmanr
 
 from tianfeng.hpo.judge.scores import ranked, score
+from tianfeng.promotion.options import PromoteOptions
 from tianfeng.promotion.run import Launch, load_study, promote
 from tianfeng.storage.runs import RunRecordStatus
 from tianfeng.storage.study_attrs import StudyKey
@@ -40,8 +41,8 @@ def calibrate(storage: str, study_name: str | None, *, top_k: int, n_random: int
     for i, trial in enumerate(chosen, 1):
         seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
         log.info("calibration run %d of %d: trial %d (proxy %.4g)", i, len(chosen), trial.number, score(trial))
-        out = promote(storage, study.study_name, trial.number, batch_size=None, overrides=[],
-                      runs_dir=runs_dir, dry_run=False, kind="calibrate", launch=launch)
+        out = promote(PromoteOptions(storage=storage, study=study.study_name, runs_dir=runs_dir), trial.number,
+                      kind="calibrate", launch=launch)
         pairs.append({"trial": trial.number, "proxy": score(trial), "full": out.get(f"full_{metric}"),
                       "proxy_s": seconds, "status": out["status"], "run": out.get("run")})
     usable = [p for p in pairs if p["full"] is not None and math.isfinite(p["full"])]

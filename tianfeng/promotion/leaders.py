@@ -38,6 +38,7 @@ from tianfeng.hpo.judge.screen_check import check_screen, screen_length, screene
 from tianfeng.hpo.judge.screen_forecast import forecast, gain_slope
 from tianfeng.hpo.judge.screen_target import fastest_to_target, untrained_best
 from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.promotion.options import PromoteOptions
 from tianfeng.promotion.run import promote
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 
@@ -238,8 +239,7 @@ class LeaderPromotion:
     def _promote(self, number: int) -> None:
         log.info("trial %d leads the search: training it at full fidelity while the search waits", number)
         try:  # the run's record in the store is its result
-            promote(self.storage, self.study_name, number, batch_size=None, overrides=[], runs_dir=self.runs_dir,
-                    dry_run=False)
+            promote(PromoteOptions(storage=self.storage, study=self.study_name, runs_dir=self.runs_dir), number)
         except Exception as error:  # noqa: BLE001 - one failed full run does not end the search
             log.warning("promotion of trial %d failed: %s: %s; the search goes on", number, type(error).__name__,
                         str(error).strip().splitlines()[0] if str(error).strip() else "")

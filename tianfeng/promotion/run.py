@@ -31,6 +31,7 @@ from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
 from tianfeng.launch.slurm import sbatch_directives, slurm_time, time_limit_s
 from tianfeng.promotion.continuation import continue_screen
 from tianfeng.promotion.jobs import live_job, refresh_jobs, submit_run
+from tianfeng.promotion.options import PromoteOptions
 from tianfeng.promotion.run_lock import refuse_if_trained, training_lock
 from tianfeng.promotion.transfer import Change, transfer
 from tianfeng.storage.ownership import check_folder, claim_folder, study_owner
@@ -121,10 +122,12 @@ class Launch:
         return self.launcher != "local"
 
 
-def promote(storage: str, study_name: str | None, trial_number: int, *, batch_size: int | None,
-            overrides: list[str], runs_dir: Path, dry_run: bool, kind: str = "promote",
-            launch: Launch | None = None) -> dict:
-    study = load_study(storage, study_name)
+def promote(o: PromoteOptions, trial_number: int, *, kind: str = "promote", launch: Launch | None = None) -> dict:
+    """Train trial `trial_number`'s recipe at full fidelity as `o` says (its study, storage, batch,
+    overrides, runs folder, dry run), here or through `launch`; returns the run's record."""
+    storage, batch_size, overrides, dry_run = o.storage, o.batch_size, list(o.overrides), o.dry_run
+    runs_dir = Path(o.runs_dir)
+    study = load_study(storage, o.study)
     folder, owner = runs_dir / study.study_name, study_owner(study, storage)
     check_folder(folder, owner)  # the study's own folder: another study's of the same name is refused
     space = study_space(study)

@@ -9,7 +9,6 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tianfeng.core.errors import ConfigError
@@ -54,8 +53,7 @@ def promote(trial: int | None = None, options: PromoteOptions | None = None, **c
             pick.user_attrs[TrialKey.PREDICTED]["seconds"])
         trial = pick.number
     launch = Launch(o.nodes, o.gpus_per_node, o.device, o.master_addr, o, min_nodes=o.min_nodes or 0, requeue_at_limit=o.requeue_at_limit) if o.nodes else None
-    out = run_promotion(o.storage, o.study, trial, batch_size=o.batch_size, overrides=list(o.overrides),
-                        runs_dir=Path(o.runs_dir), dry_run=o.dry_run, launch=launch)
+    out = run_promotion(o, trial, launch=launch)
     if (o.mlflow or o.wandb) and not o.dry_run and out["status"] not in (RunRecordStatus.PLANNED,
                                                                           RunRecordStatus.SUBMITTED):
         track_study(o.mlflow, o.wandb, load_study(o.storage, out["study"]), o.storage)
