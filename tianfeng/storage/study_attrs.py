@@ -10,7 +10,7 @@ from enum import StrEnum
 class StudyKey(StrEnum):
     KIND = "kind"  # search
     SPACE_PATH = "space_path"  # the space file it was created from, as given
-    SPACE_FORMAT = "space_format"  # the stored space's format (hpo.run.budget)
+    SPACE_FORMAT = "space_format"  # the stored space's format (hpo.running.budget)
     SPACE_YAML = "space_yaml"  # the space's text, where studies made before system attributes kept it
     OBJECTIVE_MODE = "objective_mode"  # a defaults.ObjectiveMode
     DIRECTION = "direction"  # maximize or minimize: the metric's
