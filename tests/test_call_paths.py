@@ -1,6 +1,7 @@
 """The development page's paths, measured as `scripts/call_paths.py` measures them: the search
 reaches its sampler and the promotion its optimizer in at most 15 stops with no climb back into a
-file the path had left, and the search reads its space file once."""
+file the path had left, the search reads its space file once, and the promotion builds its run
+config a few times, not once per corner of its study's space."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def test_the_paths_are_short_and_go_one_way(tmp_path: Path) -> None:
         assert p["chain"][0] == "cli.py:main" and p["chain"][-1].endswith(p["to"].split(":")[1])
     assert paths["search"]["space_reads"] == 1
     assert paths["promote"]["space_reads"] == 0
+    assert paths["promote"]["configs_built"] <= 8  # not the stored space's corners again (44 builds when it did)
 
 
 def test_a_climb_is_a_stop_in_a_file_the_path_had_left() -> None:

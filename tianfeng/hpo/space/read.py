@@ -240,16 +240,20 @@ def load_space(path: str | Path, *, data: str | None = None, gpus: int | None = 
 
 
 def parse_space(text: str, source: str, *, data: str | None = None, gpus: int | None = None,
-                gpus_per_node: int | None = None, stored_format: int = 2, profile: str | None = None) -> SearchSpace:
+                gpus_per_node: int | None = None, stored_format: int = 2, profile: str | None = None,
+                corners: bool = True) -> SearchSpace:
     """Check a space given as YAML text; `source` names it in errors (and is its path).
     `stored_format` 1 re-reads a space stored by a study made before format 2: its priors may
-    leave parameters out and its rungs have no min_steps guard, as when its trials ran."""
+    leave parameters out and its rungs have no min_steps guard, as when its trials ran. `corners`
+    False: a study's stored space, whose corners were built and checked when its search began,
+    is not built again."""
     return _parse_raw(parse_yaml(text, source), source, data=data, gpus=gpus, gpus_per_node=gpus_per_node,
-                      legacy=stored_format < 2, profile=profile)
+                      legacy=stored_format < 2, profile=profile, corners=corners)
 
 
 def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = None,
-               gpus_per_node: int | None = None, legacy: bool = False, profile: str | None = None) -> SearchSpace:
+               gpus_per_node: int | None = None, legacy: bool = False, profile: str | None = None,
+               corners: bool = True) -> SearchSpace:
     top = _Reader(source, "", raw, ("name", "description", "base", "parameters", "set", "phases",
                                      "fidelities", "search_fidelity", "objective", "priors", "cluster",
                                      "min_steps"))
@@ -315,7 +319,8 @@ def _parse_raw(raw: Any, source: str, *, data: str | None, gpus: int | None = No
             known_constants()
     space = SearchSpace(source, name, base, parameters, assignments, phases, fidelities,
                         search_fidelity, objective, priors, cluster, constants, min_steps)
-    _check_builds(space)
+    if corners:
+        _check_builds(space)
     return space
 
 
