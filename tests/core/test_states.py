@@ -61,3 +61,4 @@ def test_an_ended_array_reads_as_its_worst_task() -> None:
              _task_state("JobState=CANCELLED Reason=None")]
     assert array_state(tasks).state is JobStatus.PREEMPTED
     assert array_state([*tasks, _task_state("JobState=RUNNING Reason=None")]).state is JobStatus.RUNNING
+    assert array_state([*tasks, _task_state("JobState=TIMEOUT Reason=TimeLimit")]).state is JobStatus.FAILED
