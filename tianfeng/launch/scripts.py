@@ -110,7 +110,7 @@ class LaunchPlan:
         # elastic: Slurm may start it on fewer nodes, and a node that fails ends neither the job
         # nor the step; torchrun's survivors go on
         header = [f"#SBATCH --job-name={self.run_name}", f"#SBATCH --nodes={self.node_counts.replace(':', '-')}",
-                  "#SBATCH --ntasks-per-node=1", *(["#SBATCH --gpus-per-node=" + str(self.per_node)]
+                  "#SBATCH --ntasks-per-node=1", *([f"#SBATCH --gpus-per-node={self.per_node}"]
                                                    if self.device == "cuda" else []),
                   "#SBATCH --exclusive", *(["#SBATCH --no-kill"] if self.elastic else []), *directives]
         srun = "srun --no-kill" if self.elastic else "srun"

@@ -21,8 +21,12 @@ def state_of(run: dict) -> str:
     job = run.get("job")
     if job is None or run["status"] != RunRecordStatus.SUBMITTED:
         return str(run["status"])
-    reason = f" ({job['reason']})" if job["state"] == JobStatus.PENDING and job["reason"] else ""
-    return f"{run['status']}: {job['launcher']} {job['job_id']} {job['state']}{reason}"
+    return f"{run['status']}: {job['launcher']} {job['job_id']} {job['state']}{waiting_reason(job)}"
+
+
+def waiting_reason(job: dict) -> str:
+    """` (Resources)`: why a pending job waits, as the scheduler says; empty otherwise."""
+    return f" ({job['reason']})" if job["state"] == JobStatus.PENDING and job["reason"] else ""
 
 
 def follow(run_id: int, list_runs: Callable[[], list[dict]], interval_s: float) -> Iterator[tuple[str, dict]]:

@@ -148,15 +148,15 @@ def _status(run: dict) -> str:
     running, epoch 3 of 8`."""
     import yaml
 
+    from tianfeng.promotion.follow import waiting_reason
     from tianfeng.storage.runs import RunRecordStatus
 
     job = run.get("job")
     if job is None or run["status"] != RunRecordStatus.SUBMITTED:
         return run["status"]
-    reason = f" ({job['reason']})" if job["state"] == JobStatus.PENDING and job["reason"] else ""
     total = sum(p["epochs"] for p in (yaml.safe_load(run["config_yaml"]) or {}).get("phases", []))
     progress = f", epoch {len(run['epochs'])} of {total}" if job["state"] == JobStatus.RUNNING else ""
-    return f"{job['launcher']} {job['job_id']} {job['state']}{reason}{progress}"
+    return f"{job['launcher']} {job['job_id']} {job['state']}{waiting_reason(job)}{progress}"
 
 
 def _fmt(value: float | None) -> str:
