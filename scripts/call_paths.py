@@ -80,8 +80,8 @@ class _Reached(BaseException):
 def _watch(path: CallPath, target: Callable, space_file: Path | None) -> Iterator[None]:
     """Run to the first call of `target`, record the stack there and stop; count reads of
     `space_file` and run configs built from dicts on the way."""
+    from tianfeng.core import run_config as config
     from tianfeng.core import yaml_input
-    from tianfeng.trainers import config
 
     target_code, read_code, build_code = target.__code__, yaml_input.read_yaml.__code__, config.config_from_dict.__code__
 

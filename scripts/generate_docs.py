@@ -157,7 +157,7 @@ def _config_rows(cls: type, prefix: str) -> list[str]:
 
 
 def run_config_reference() -> str:
-    from tianfeng.trainers.config import RunConfig
+    from tianfeng.core.run_config import RunConfig
 
     return "\n".join(["| key | type or values | default | bounds | what |", "| --- | --- | --- | --- | --- |",
                       *_config_rows(RunConfig, "")])
@@ -319,8 +319,9 @@ def _where_and_when(results: list[dict]) -> str:
 
 
 def _import_benchmarks() -> None:
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
+    for folder in (ROOT / "benchmarks", ROOT / "benchmarks" / "search"):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
 
 
 def readme_claims() -> str:
@@ -430,7 +431,7 @@ def first_hour_table() -> str:
     rows += [f"| `{_cell(s['step'])}` | {s['seconds']:.1f} s | {s['seconds'] / saved['total_s']:.2f} |"
              for s in saved["steps"]]
     return "\n".join([*rows, "", f"Total {saved['total_s'] / 60:.1f} min, {_measured(saved)}: "
-                       "`python benchmarks/first_hour.py --results`, alone on the machine, with empty tianfeng "
+                       "`python benchmarks/platform/first_hour.py --results`, alone on the machine, with empty tianfeng "
                        "and kernel caches and pip's cache warm."])
 
 

@@ -94,8 +94,8 @@ def check_precision(gpus: int, work: Path) -> tuple[bool, str]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from tianfeng.core.run_config import load_config
     from tianfeng.trainers import engine
-    from tianfeng.trainers.config import load_config
     from tianfeng.trainers.precision import resolve_mode
 
     mode, reason = resolve_mode("auto", torch.device("cuda", 0))
@@ -126,8 +126,8 @@ def _overlap_worker(out_path: str, hook: str) -> None:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
+    from tianfeng.core.run_config import ModelConfig
     from tianfeng.trainers.comm import hierarchical
-    from tianfeng.trainers.config import ModelConfig
     from tianfeng.trainers.models import build_model
 
     local = int(os.environ["LOCAL_RANK"])
@@ -195,7 +195,7 @@ def check_loaders(gpus: int, work: Path) -> tuple[bool, str]:
     import torch
     from PIL import Image
 
-    from tianfeng.trainers.config import DataConfig
+    from tianfeng.core.run_config import DataConfig
     from tianfeng.trainers.data.loaders import build_pipeline
     from tianfeng.trainers.data.sources import imagefolder_source
 

@@ -118,8 +118,8 @@ def check_step_curve(target: Target, work: Path) -> tuple[bool, str, dict]:
     per-image parts beside the device table's row (an H200 is priced as the table's H100)."""
     import torch
 
+    from tianfeng.core.run_config import ModelConfig
     from tianfeng.cost.step_time import DEVICES, reference_step_model
-    from tianfeng.trainers.config import ModelConfig
     from tianfeng.trainers.models import build_model
 
     device = target.torch_device
@@ -198,7 +198,7 @@ def check_dali_pixels(target: Target, work: Path) -> tuple[bool, str, dict]:
         return False, "DALI is not installed here (pip install 'tianfeng[dali]')", {}
     import torch
 
-    from tianfeng.trainers.config import DataConfig
+    from tianfeng.core.run_config import DataConfig
     from tianfeng.trainers.data.decode import decode_file
     from tianfeng.trainers.data.loaders import build_pipeline
     from tianfeng.trainers.data.sources import imagefolder_source

@@ -183,3 +183,22 @@ def test_the_tests_mirror_the_packages() -> None:
     assert folders - packages <= {"search", "distributed", "benchmarks", "docs"}, folders - packages
     top = {p.stem for p in tests.glob("test_*.py")}
     assert top <= {"test_layers", "test_lint", "test_call_paths", "test_gpu_check", "test_suite_timing"}, top
+
+
+ENGINE_DOORS = 35  # import lines from outside the engine into it, at most
+
+
+def test_the_engine_is_entered_only_to_train_measure_or_build() -> None:
+    """What every layer shares (the run config, its LR schedule, the record of an epoch, errors,
+    names) lives in core: the layers above import the engine only to train, measure or build
+    with it. A shared basic put back into trainers/ and imported from around the package pushes
+    the count past the bound."""
+    lines = []
+    for m, f in _modules().items():
+        if m.startswith("tianfeng.trainers"):
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            lines += [f"{m}:{node.lineno}" for n in names if n == "tianfeng.trainers" or n.startswith("tianfeng.trainers.")]
+    assert len(lines) <= ENGINE_DOORS, lines

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import common  # noqa: E402
+import pytest
 
 
 def test_only_cifar5_needs_the_archive(tmp_path: Path, monkeypatch) -> None:

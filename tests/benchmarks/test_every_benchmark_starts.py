@@ -16,18 +16,26 @@ HELPERS = {"comm_worker": "torchrun's worker of comm_hooks.py",
            "lcbench_smac": "SMAC3 behind a pipe, in an environment of its own",
            "lcbench_surrogate": "the YAHPO surrogate behind a pipe, in an environment of its own",
            "lcbench_synetune": "Syne Tune behind a pipe, in an environment of its own"}
-SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py")
-                 if '__name__ == "__main__"' in p.read_text() and p.stem not in HELPERS)
+FAMILIES = {"search", "lcbench", "cost", "engine", "platform"}  # search efficiency, LCBench, cost model, engine speed, the product's own overheads
+PATHS = {p.stem: p for p in BENCHMARKS.glob("*/*.py")}
+SCRIPTS = sorted(name for name, p in PATHS.items()
+                 if '__name__ == "__main__"' in p.read_text() and name not in HELPERS)
 
 
 def test_the_list_holds_every_script() -> None:
     assert len(SCRIPTS) >= 25 and "lcbench" in SCRIPTS and "time_to_target" in SCRIPTS
-    assert all((BENCHMARKS / f"{name}.py").exists() for name in HELPERS)
+    assert all(name in PATHS for name in HELPERS)
+
+
+def test_every_benchmark_sits_in_its_family_folder() -> None:
+    """A folder per family, and at the top only the helpers every family shares."""
+    assert {p.name for p in BENCHMARKS.iterdir() if p.is_dir() and any(p.glob("*.py"))} == FAMILIES
+    assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == ["common.py"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_the_benchmark_starts(name: str) -> None:
-    out = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, str(PATHS[name]), "--help"], capture_output=True, text=True,
                          timeout=300, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr[-1500:]
     assert "usage:" in out.stdout

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_lcbench_compares_methods_on_the_surrogate(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "lcbench.py"), "--tasks", "1", "--seeds", "1",
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "lcbench" / "lcbench.py"), "--tasks", "1", "--seeds", "1",
                           "--budget", "4", "--methods",
                           "tianfeng,random,tianfeng-pareto,dehb,tianfeng-screen,smac-hyperband,mobster,dyhpo",
                           "--json", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=600)
@@ -43,7 +43,6 @@ def _curve(lr: float) -> tuple[list[float], list[float]]:
 
 @pytest.mark.slow
 def test_syne_tune_schedulers_charge_a_resumed_trial_only_the_epochs_it_trains_again() -> None:
-    sys.path.insert(0, str(REPO / "benchmarks"))
     from lcbench import AskTell, synetune_python
 
     pipe = AskTell(synetune_python(), "lcbench_synetune.py")
@@ -78,7 +77,7 @@ def test_lcbench_keeps_each_run_and_reads_kept_runs_back_instead_of_running_them
     keep = tmp_path / "kept"
 
     def lcbench(*extra: str, budget: str = "4") -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(REPO / "benchmarks" / "lcbench.py"), "--tasks", "1", "--seeds", "2",
+        return subprocess.run([sys.executable, str(REPO / "benchmarks" / "lcbench" / "lcbench.py"), "--tasks", "1", "--seeds", "2",
                                "--budget", budget, "--methods", "random,tianfeng-screen", "--keep", str(keep), *extra],
                               capture_output=True, text=True, timeout=600)
 
@@ -144,7 +143,6 @@ def _balanced_at_every_whole_run(spent: list[float]) -> bool:
 
 
 def test_the_balanced_screen_trains_a_leader_whole_once_the_screening_is_as_long_as_the_whole_runs() -> None:
-    sys.path.insert(0, str(REPO / "benchmarks"))
     from lcbench import METHODS
 
     whole = 52 * 1.5  # a whole run's seconds; a one-epoch screen takes 1.5 and the rest of its run 76.5
@@ -160,7 +158,6 @@ def test_the_balanced_screen_trains_a_leader_whole_once_the_screening_is_as_long
 
 
 def test_an_optimizer_process_that_dies_is_one_line_saying_its_last_words(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO / "benchmarks"))
     from lcbench import AskTell
 
     script = tmp_path / "dies.py"
@@ -184,7 +181,6 @@ class _MisrankingCurves(_ImprovingCurves):
 
 
 def test_the_fallback_screen_hands_the_budget_to_the_search_over_whole_runs_once_the_screen_misranks() -> None:
-    sys.path.insert(0, str(REPO / "benchmarks"))
     from lcbench import METHODS
 
     whole = 52 * 1.5
@@ -202,7 +198,6 @@ def test_the_fallback_screen_hands_the_budget_to_the_search_over_whole_runs_once
 
 
 def test_the_search_after_the_screen_is_told_the_whole_runs_it_need_not_train_again() -> None:
-    sys.path.insert(0, str(REPO / "benchmarks"))
     from lcbench import told_search
 
     screened = optuna.create_study(direction="maximize")

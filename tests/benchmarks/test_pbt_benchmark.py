@@ -1,10 +1,9 @@
-"""The Population Based Training method of benchmarks/time_to_target.py: its explore step, a
+"""The Population Based Training method of benchmarks/search/time_to_target.py: its explore step, a
 take-over that the engine resumes with the new settings, and a real population on digits."""
 
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import optuna
@@ -12,7 +11,6 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 from pbt import FACTORS, explore, run_pbt, take_over  # noqa: E402
 

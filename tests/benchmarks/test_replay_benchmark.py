@@ -6,14 +6,10 @@ spends them, and the search's own pruner decides what the replay prunes."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import record_pool  # noqa: E402
 import replay  # noqa: E402
 

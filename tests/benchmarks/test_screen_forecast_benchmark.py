@@ -1,4 +1,4 @@
-"""benchmarks/screen_forecast.py reads every whole full-fidelity curve a benchmark run kept (promoted
+"""benchmarks/search/screen_forecast.py reads every whole full-fidelity curve a benchmark run kept (promoted
 runs and full-fidelity trials, not pruned or cut ones) and ranks them by first epoch and by the
 forecast."""
 
@@ -55,7 +55,7 @@ def _kept_run(directory: Path) -> None:
 
 def test_the_benchmark_ranks_every_whole_curve_by_first_epoch_and_by_forecast(tmp_path: Path) -> None:
     _kept_run(tmp_path)
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "screen_forecast.py"), str(tmp_path),
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "search" / "screen_forecast.py"), str(tmp_path),
                           "--splits", "20"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "8 recipes trained whole, 6-20 epochs; slope 12.00" in out.stdout
@@ -70,6 +70,6 @@ def test_the_benchmark_ranks_every_whole_curve_by_first_epoch_and_by_forecast(tm
 
 
 def test_too_few_recipes_is_a_one_line_error(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "screen_forecast.py"), str(tmp_path)],
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "search" / "screen_forecast.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "0 recipes trained whole" in out.stderr and len(out.stderr.splitlines()) == 1

@@ -1,16 +1,13 @@
-"""benchmarks/search_overhead.py runs at its smallest size: its null trainer ends a pruned trial
+"""benchmarks/platform/search_overhead.py runs at its smallest size: its null trainer ends a pruned trial
 as the engine does (a status), not with StopTraining escaping the objective as a failed trial."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import search_overhead  # noqa: E402
+from optuna.trial import TrialState
 
 
 def test_the_overhead_benchmark_runs_its_trials_without_a_failure(tmp_path: Path) -> None:

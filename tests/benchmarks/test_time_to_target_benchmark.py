@@ -1,4 +1,4 @@
-"""The methods x seeds protocol of benchmarks/time_to_target.py: its summary arithmetic, and a
+"""The methods x seeds protocol of benchmarks/search/time_to_target.py: its summary arithmetic, and a
 short real run (digits, two seeds, 20 s of budget each: a slow CPU spends ~10 s importing and
 spawning) whose every method process is stopped at the budget and read back."""
 
@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 import optuna  # noqa: E402
 from optuna.distributions import FloatDistribution  # noqa: E402
@@ -132,7 +131,7 @@ def test_a_kept_result_of_another_budget_is_refused_in_one_line(tmp_path: Path) 
 @pytest.mark.alone
 @pytest.mark.slow
 def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--data", "digits",
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "search" / "time_to_target.py"), "--data", "digits",
                           "--budget", "20s", "--seeds", "0,1", "--methods", "optuna-tpe,one-epoch", "--targets", "50",
                           "--keep", str(tmp_path), "--plot", str(tmp_path / "curves.html")],
                          capture_output=True, text=True, timeout=600)
@@ -149,7 +148,7 @@ def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -
             assert (own / "datasets").is_symlink() and not (own / "compile.json").is_symlink()
     assert "optuna-tpe" in out.stdout and "time to 50" in out.stdout and "one-epoch" in out.stdout
     assert "plotly" in (tmp_path / "curves.html").read_text()[:20000].lower()
-    again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--report", str(tmp_path),
+    again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "search" / "time_to_target.py"), "--report", str(tmp_path),
                             "--targets", "50"], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and again.stdout.splitlines()[-3:] == out.stdout.splitlines()[-5:-2], again.stdout
     assert "settings" not in again.stderr  # one machine measured them all
@@ -160,7 +159,7 @@ def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -
 def test_parallel_runs_method_seeds_at_once_each_on_its_own_cores(tmp_path: Path) -> None:
     import optuna
 
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--data", "digits",
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "search" / "time_to_target.py"), "--data", "digits",
                           "--budget", "20s", "--seeds", "0", "--methods", "one-epoch,optuna-tpe", "--targets", "50",
                           "--parallel", "2", "--keep", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -195,7 +194,7 @@ def _sessions() -> dict[int, tuple[int, str]]:
 def test_a_killed_benchmark_stops_every_process_its_method_started(tmp_path: Path) -> None:
     log = tmp_path / "stderr.txt"  # not a pipe: processes left behind would hold it open
     with log.open("w") as err:
-        bench = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--data", "digits",
+        bench = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "search" / "time_to_target.py"), "--data", "digits",
                                   "--budget", "10m", "--seeds", "0", "--methods", "optuna-tpe", "--targets", "50",
                                   "--keep", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=err)
     session = None
@@ -242,7 +241,7 @@ def test_a_report_without_targets_times_its_settings_near_best_targets(tmp_path:
         (tmp_path / f"{method}-s0.json").write_text(json.dumps(
             {"method": method, "seed": 0, "budget_s": 1200.0, "setting": "costly", "events": events, "core_s": 2400.0}))
     # the results say their setting: no --setting needed
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--report", str(tmp_path),
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "search" / "time_to_target.py"), "--report", str(tmp_path),
                           "--against", "optuna-tpe"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert TARGETS["costly"] == (84.0, 86.0) and "time to 84" in out.stdout and "time to 86" in out.stdout
@@ -291,7 +290,7 @@ def test_tianfeng_target_searches_the_target_rung_so_every_trial_that_ends_is_a_
     # 60 s: with its own empty caches, the first trial's set-up on a loaded 2-core machine can take
     # most of a 30 s budget, leaving no trial that trained
     budget_s = 60
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "time_to_target.py"), "--data", "digits",
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "search" / "time_to_target.py"), "--data", "digits",
                           "--budget", f"{budget_s}s", "--seeds", "0", "--methods", "tianfeng-target", "--targets", "50",
                           "--keep", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

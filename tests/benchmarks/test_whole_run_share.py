@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import optuna
 import pytest
-from optuna.trial import TrialState
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import whole_run_share  # noqa: E402
+from optuna.trial import TrialState
 
 
 def test_wilson_intervals_match_the_published_formula() -> None:

@@ -12,12 +12,12 @@ import yaml
 from tests.conftest import make_config
 from tianfeng.cli import main
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import ModelConfig
 from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.memory import activation_bytes, per_gpu_fit
 from tianfeng.cost.step_time import step_cost
 from tianfeng.cost.walltime import check_memory
 from tianfeng.hpo.space.read import load_space
-from tianfeng.trainers.config import ModelConfig
 
 RN50 = ModelConfig(name="resnet50")
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tianfeng.core.run_config import ModelConfig
 from tianfeng.cost import model_facts
-from tianfeng.trainers.config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[2]
 READ = ("import sys, json; from tianfeng.hpo.space.read import load_space; "

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import config_from_dict
 from tianfeng.cost.cluster import ClusterSpec, checked
 from tianfeng.cost.published_rates import POINTS, RatePoint, StepCurve, fit_curve, fitted
 from tianfeng.cost.step_time import DEVICES, STACKS
 from tianfeng.cost.walltime import predict_wall_time
-from tianfeng.trainers.config import config_from_dict
 
 
 def test_the_fit_recovers_a_known_curve() -> None:

@@ -1,15 +1,12 @@
 """The wall-time model against the published GPU records it can be checked on (the inputs and
-their sources are in benchmarks/published_records.py): each record predicted from tables fitted
+their sources are in benchmarks/cost/published_records.py): each record predicted from tables fitted
 without its own logged rate (leave-one-out), with one device, stack and network table; the
 records of MLPerf rounds kept out of the fit are the independent check."""
 
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import published_records  # noqa: E402
 
 

@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tianfeng.core.run_config import ModelConfig, PrecisionConfig
 from tianfeng.trainers import per_gpu_bn
-from tianfeng.trainers.config import ModelConfig, PrecisionConfig
 from tianfeng.trainers.data.order import rank_slice
 from tianfeng.trainers.distributed import exit_rank
 from tianfeng.trainers.models import build_model

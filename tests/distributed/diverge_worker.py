@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from tianfeng.core.run_config import load_config
 from tianfeng.trainers import distributed, engine
-from tianfeng.trainers.config import load_config
 
 real_build = engine.build_model
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
+from tianfeng.core.run_config import load_config
 from tianfeng.trainers import distributed, engine
-from tianfeng.trainers.config import load_config
 
 VARIANTS = {
     "fp16+hier": ["distributed.compression=fp16", "distributed.hook=hierarchical"],

@@ -58,7 +58,7 @@ def test_the_cli_reference_lists_every_command_and_every_option(site: Path) -> N
 
 
 def test_the_run_config_reference_lists_every_key(site: Path) -> None:
-    from tianfeng.trainers.config import RunConfig
+    from tianfeng.core.run_config import RunConfig
 
     html = (site / "reference" / "run-config" / "index.html").read_text()
 

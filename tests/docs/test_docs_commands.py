@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from doc_commands import commands  # noqa: E402
 
 from tianfeng.cli import build_parser
@@ -161,7 +159,6 @@ def test_the_readme_then_the_tutorial_then_the_how_tos_run_in_order_in_one_fresh
     offline."""
     import os
     import subprocess
-    import sys
 
     tianfeng = str(Path(sys.executable).parent / "tianfeng")
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_ERROR_REPORTING": "false"}

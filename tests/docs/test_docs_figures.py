@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
 import published_records  # noqa: E402
 
 
@@ -28,7 +26,7 @@ def test_the_published_records_file_is_what_the_benchmark_computes_now() -> None
             for r in published_records.RECORDS]
     saved = _published_records()
     assert saved["sets"] == published_records.summary(rows) and saved["records"] == published_records.table(rows), (
-        "the wall-time model changed: run `python benchmarks/published_records.py --results` and "
+        "the wall-time model changed: run `python benchmarks/cost/published_records.py --results` and "
         "update the sentences that quote it")
     assert saved["commit"] and saved["date"] and saved["machine"]
 

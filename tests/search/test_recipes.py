@@ -10,10 +10,10 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tianfeng.core.lr_schedule import learning_rate, warmup_start
 from tianfeng.hpo.running.objective import suggest
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
-from tianfeng.trainers.schedules import learning_rate, warmup_start
 
 REPO = Path(__file__).resolve().parents[2]
 

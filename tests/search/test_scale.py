@@ -164,10 +164,10 @@ def test_largest_batch_within_tolerance() -> None:
 
 
 def test_naive_copied_only_when_the_warm_start_trains_the_same_config(tmp_path: Path, tiny_space: dict) -> None:
+    from tianfeng.core.run_config import config_to_dict
     from tianfeng.hpo.plan import SearchPlan, plan_space
     from tianfeng.hpo.space.materialize import build_config
     from tianfeng.scaling.study import _reuse_naive
-    from tianfeng.trainers.config import config_to_dict
 
     def plan_for(space: dict) -> SearchPlan:
         path = write_space(tmp_path, space, name=f"{space['name']}.yaml")

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 import tianfeng
 from tests.search.conftest import write_space
+from tianfeng.core.run_config import RunConfig, config_from_dict, with_changes
 from tianfeng.hpo.judge.peers import PeerPruner
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.judge.scores import predicted_s
@@ -38,7 +39,6 @@ from tianfeng.hpo.space.schema import corner_value
 from tianfeng.promotion.leaders import full_run_curves, proxy_leader
 from tianfeng.promotion.transfer import transfer
 from tianfeng.storage.runs import RunRecordStatus, RunStore
-from tianfeng.trainers.config import RunConfig, config_from_dict, with_changes
 from tianfeng.trainers.engine import train
 
 FULL_EPOCHS = 3  # the tiny space's target run

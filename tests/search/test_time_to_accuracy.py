@@ -14,6 +14,7 @@ from optuna.trial import TrialState, create_trial
 from tests.search.conftest import write_space
 from tianfeng.cli import main
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import config_from_dict
 from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.step_time import DEVICES, reference_step_model
 from tianfeng.cost.walltime import predict_wall_time
@@ -22,7 +23,6 @@ from tianfeng.hpo.judge.scores import best_trial, pareto_front
 from tianfeng.hpo.optuna_private import frozen_trial
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
-from tianfeng.trainers.config import config_from_dict
 
 
 def _run(model: dict, phases: list[dict], precision: str = "auto"):

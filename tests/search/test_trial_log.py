@@ -7,10 +7,10 @@ import logging
 import optuna
 import pytest
 
+from tianfeng.core.run_config import config_to_dict
 from tianfeng.hpo.running.trial_log import TrialLogger
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import load_space
-from tianfeng.trainers.config import config_to_dict
 
 
 def test_the_trial_line_shows_lambs_effective_lr(caplog) -> None:

@@ -11,7 +11,7 @@ from torch import nn
 
 from tests.conftest import make_config
 from tianfeng.core.errors import ConfigError
-from tianfeng.trainers.config import PrecisionConfig
+from tianfeng.core.run_config import PrecisionConfig
 from tianfeng.trainers.engine import train
 from tianfeng.trainers.noise_scale import EpochNoise, accumulated_backward, measured_backward
 from tianfeng.trainers.precision import build_precision

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import make_config
+from tianfeng.core.epoch_metrics import EpochMetrics
 from tianfeng.trainers.collapse import collapse_message
 from tianfeng.trainers.engine import train
-from tianfeng.trainers.metrics import EpochMetrics
 
 
 def curve(top1: list[float], loss: list[float]) -> list[EpochMetrics]:

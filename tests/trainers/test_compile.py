@@ -172,7 +172,7 @@ def test_inductor_caches_go_under_the_tianfeng_cache_unless_the_user_chose(tmp_p
 
 
 def test_yaml_on_and_off_read_as_the_settings(tmp_path: Path) -> None:
-    from tianfeng.trainers.config import load_config
+    from tianfeng.core.run_config import load_config
 
     path = tmp_path / "run.yaml"
     path.write_text("engine: {compile: on}\n")

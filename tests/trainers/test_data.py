@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from tests.conftest import SMALL_CLASSES
-from tianfeng.trainers.config import DataConfig
+from tianfeng.core.run_config import DataConfig
 from tianfeng.trainers.data import loaders
 from tianfeng.trainers.data.augment import (
     AugmentSpec,

@@ -15,8 +15,8 @@ import torch
 import yaml
 
 from tests.conftest import make_config
+from tianfeng.core.run_config import PrecisionConfig, config_to_dict
 from tianfeng.trainers import checkpoint
-from tianfeng.trainers.config import PrecisionConfig, config_to_dict
 from tianfeng.trainers.engine import StopTraining, train
 from tianfeng.trainers.precision import build_precision, resolve_mode
 
@@ -154,8 +154,8 @@ def test_stop_after_epochs_ends_early_and_the_full_run_continues_from_there(tmp_
 
 @pytest.mark.slow
 def test_digits_default_recipe_reaches_95_percent(tmp_path: Path) -> None:
+    from tianfeng.core.run_config import load_config
     from tianfeng.recipes import DEFAULT_RECIPE
-    from tianfeng.trainers.config import load_config
 
     cfg = load_config(DEFAULT_RECIPE, [f"run_dir={tmp_path / 'digits'}"])
     result = train(cfg)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tianfeng.core.run_config import ModelConfig, load_config
 from tianfeng.recipes import DEFAULT_RECIPE
 from tianfeng.trainers import memory_format
-from tianfeng.trainers.config import ModelConfig, load_config
 from tianfeng.trainers.engine import train
 from tianfeng.trainers.models import build_model
 

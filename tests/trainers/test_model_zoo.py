@@ -13,8 +13,8 @@ from timm.layers import BatchNormAct2d
 
 from tests.conftest import make_config
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import ModelConfig
 from tianfeng.trainers import per_gpu_bn
-from tianfeng.trainers.config import ModelConfig
 from tianfeng.trainers.engine import train
 from tianfeng.trainers.models import build_model
 

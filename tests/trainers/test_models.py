@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torchvision.models.resnet import Bottleneck
 
-from tianfeng.trainers.config import ModelConfig
+from tianfeng.core.run_config import ModelConfig
 from tianfeng.trainers.models import BasicBlock, build_model
 
 

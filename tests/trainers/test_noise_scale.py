@@ -57,7 +57,7 @@ class _Linear(torch.nn.Module):
 def test_measured_backward_leaves_the_full_batch_gradient_and_estimates_the_analytic_scale() -> None:
     """The engine's two-half step: the accumulated gradient is the one-pass full-batch gradient,
     and averaged over steps it recovers the least-squares noise scale (within 10%)."""
-    from tianfeng.trainers.config import PrecisionConfig
+    from tianfeng.core.run_config import PrecisionConfig
     from tianfeng.trainers.noise_scale import EpochNoise, measured_backward
     from tianfeng.trainers.precision import build_precision
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from tianfeng.trainers.config import LambConfig, LarsConfig, OptimizerConfig
+from tianfeng.core.run_config import LambConfig, LarsConfig, OptimizerConfig
 from tianfeng.trainers.optim import Lamb, Lars, build_optimizer, parameter_groups
 
 

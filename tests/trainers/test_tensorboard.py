@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from tianfeng.core.run_config import load_config
 from tianfeng.recipes import DEFAULT_RECIPE
-from tianfeng.trainers.config import load_config
 from tianfeng.trainers.engine import train
 
 

@@ -12,8 +12,8 @@ import yaml
 from tests.conftest import make_config
 from tests.search.conftest import TINY_SPACE, write_space
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import config_from_dict, config_to_dict, load_config
 from tianfeng.recipes import DEFAULT_RECIPE
-from tianfeng.trainers.config import config_from_dict, config_to_dict, load_config
 from tianfeng.trainers.engine import train
 
 USER_MODULE = textwrap.dedent('''

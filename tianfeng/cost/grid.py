@@ -7,10 +7,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import RunConfig
 from tianfeng.cost.cluster import ClusterSpec, checked
 from tianfeng.cost.exchange import VARIANTS
 from tianfeng.cost.walltime import check_memory, predict_wall_time
-from tianfeng.trainers.config import RunConfig
 
 GPU_COUNTS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tianfeng.trainers.config import RunConfig, config_to_dict
+from tianfeng.core.run_config import RunConfig, config_to_dict
 from tianfeng.trainers.models import build_model
 from tianfeng.trainers.optim import build_optimizer
 from tianfeng.trainers.precision import build_precision

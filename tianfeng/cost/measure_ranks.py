@@ -15,14 +15,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from tianfeng.core.run_config import config_from_dict
 from tianfeng.cost.measure import Grid, fitted_links, measure_rank, profile, write_throughput
-from tianfeng.trainers.config import config_from_dict
 from tianfeng.trainers.distributed import exit_rank
 
 
 def write_request(path: Path, grid: Grid, *, device: str, threads: int, output: Path) -> Path:
     """The request every rank reads: the grid, the device kind and where rank 0 writes."""
-    from tianfeng.trainers.config import config_to_dict
+    from tianfeng.core.run_config import config_to_dict
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"config": config_to_dict(grid.cfg), "resolutions": list(grid.resolutions),

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from tianfeng.core.errors import ConfigError
-from tianfeng.trainers.config import ModelConfig, RunConfig
+from tianfeng.core.run_config import ModelConfig, RunConfig
 
 GIB = 2**30
 # Not the model's: the CUDA context, cuDNN/cuBLAS workspaces and NCCL buffers (~1.5 GiB

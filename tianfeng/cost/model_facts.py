@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from tianfeng.trainers.config import ModelConfig
+from tianfeng.core.run_config import ModelConfig
 
 FILE = "model_facts.json"
 _BUILDERS = ("models.py", "model_zoo.py")  # tianfeng/trainers/: what builds the named models

@@ -9,7 +9,7 @@ its GPUs, read from NVIDIA's logs in the public MLPerf Training results reposito
 NVIDIA/systems/<system>.json for the GPUs). A multi-node rate includes what the gradient
 exchange did not hide; NVIDIA's large runs reduce in the network (SHARP), so that part is small.
 Only rounds v1.0, v1.1, v2.1, v3.1 and v4.0 are used: v0.7, v2.0 and v3.0 are kept apart to
-check the fit (benchmarks/published_records.py).
+check the fit (benchmarks/cost/published_records.py).
 
 The curve is the step model's: step_s(b) = fixed_s + b * image_s, so 1 / rate(b) = image_s +
 fixed_s / b, a straight line in 1 / b fitted by least squares. Its `half_batch` = fixed_s /

@@ -4,10 +4,10 @@ GPU's memory holds of the base run's model, and the training set's size."""
 
 from __future__ import annotations
 
+from tianfeng.core.run_config import RunConfig
 from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.memory import per_gpu_fit
 from tianfeng.cost.step_time import step_cost
-from tianfeng.trainers.config import RunConfig
 
 
 def space_constants(base: RunConfig, cluster: ClusterSpec, *, with_data: bool = True) -> dict[str, int]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass
 
+from tianfeng.core.run_config import ModelConfig
 from tianfeng.cost.published_rates import fitted
-from tianfeng.trainers.config import ModelConfig
 
 REFERENCE_RESOLUTION = 224
 DLE = ("NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md "

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import RunConfig
 from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.exchange import allreduce_s, step_seconds
 from tianfeng.cost.memory import OPTIMIZER_STATES, per_gpu_fit
@@ -37,7 +38,6 @@ from tianfeng.cost.step_time import (
     scaled_step_model,
     step_cost,
 )
-from tianfeng.trainers.config import RunConfig
 
 FORWARD_SHARE = 1 / 3  # of a training step's work: what evaluating an image costs
 
@@ -63,7 +63,7 @@ OPTIMIZER_PASSES = {"sgd": 5, "lars": 7, "lamb": 9}
 CHECKPOINT_GB_S = 1.0
 
 # The data pipelines' CPU time per image and core: fixed + per output pixel. cache and torch
-# measured by benchmarks/loader_rates.py (one thread, 500 x 375 JPEGs, 128/224/288 px) on
+# measured by benchmarks/cost/loader_rates.py (one thread, 500 x 375 JPEGs, 128/224/288 px) on
 # 2026-11-25 at commit 1c9e4c7 on a 2-core AMD EPYC VM: cache (pre-decoded, batched
 # normalise + random-resized-crop) 572/286/203 img/s per core, torch (PIL decode + resize, then
 # the same augmentation) 1 / (1/decode + 1/augment) with decode 867/403/343 img/s. A cluster's
@@ -144,8 +144,8 @@ def _measured_step_models(cfg: RunConfig, spec: ClusterSpec, resolutions: list[i
                           classes: int) -> dict[int, StepModel]:
     """This machine's fits (calibrate --throughput), moved to the run's model and to resolutions
     not measured from the nearest measured one, as the cited figures are."""
+    from tianfeng.core.run_config import ModelConfig
     from tianfeng.cost.cluster import read_throughput
-    from tianfeng.trainers.config import ModelConfig
 
     data = read_throughput(spec.throughput)
     measured_model = ModelConfig(**data["model"])

@@ -22,8 +22,8 @@ def _rank_worker(loop_config: dict[str, Any]) -> None:
     """One rank, inside a Ray Train worker."""
     import ray.train
 
+    from tianfeng.core.run_config import load_config
     from tianfeng.terminal.logs import setup_logging
-    from tianfeng.trainers.config import load_config
     from tianfeng.trainers.engine import train
 
     setup_logging()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from tianfeng.core.errors import ConfigError
 from tianfeng.core.names import check_name
+from tianfeng.core.run_config import RunConfig
 from tianfeng.launch import gate
 from tianfeng.launch.slurm import batch_script
-from tianfeng.trainers.config import RunConfig
 
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[?[0-9A-Fa-f:]+\]?")
 RAY_DASHBOARD_PORT = 8265  # where `ray job submit` finds the head node

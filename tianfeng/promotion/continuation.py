@@ -15,10 +15,10 @@ from pathlib import Path
 from optuna.trial import FrozenTrial
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import RunConfig, config_from_dict, config_to_dict
 from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.trainers import checkpoint
-from tianfeng.trainers.config import RunConfig, config_from_dict, config_to_dict
 
 log = logging.getLogger("tianfeng.promote")
 

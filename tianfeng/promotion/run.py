@@ -15,9 +15,11 @@ import yaml
 from optuna.trial import TrialState
 from rich.console import Console
 
+from tianfeng.core.epoch_metrics import EpochMetrics
 from tianfeng.core.errors import ConfigError, LaunchError
 from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
 from tianfeng.core.ports import free_port
+from tianfeng.core.run_config import RunConfig, config_to_dict, with_changes
 from tianfeng.hpo.judge.scores import best_trial, score
 from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
 from tianfeng.hpo.running.objective import objective_value, predict_config
@@ -40,8 +42,7 @@ from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.terminal.logs import quiet_optuna
 from tianfeng.terminal.run_progress import RunProgress
 from tianfeng.terminal.tables import add_plain_row, plain_table, table_console
-from tianfeng.trainers.config import RunConfig, config_to_dict, with_changes
-from tianfeng.trainers.engine import EpochMetrics, train
+from tianfeng.trainers.engine import train
 
 log = logging.getLogger("tianfeng.promote")
 

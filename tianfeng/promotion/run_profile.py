@@ -18,10 +18,10 @@ from collections import defaultdict
 from typing import Any
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import RunConfig, config_to_dict
 from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.step_time import DEVICES, StepModel
 from tianfeng.cost.walltime import predict_wall_time
-from tianfeng.trainers.config import RunConfig, config_to_dict
 
 PREDICTED_STEPS = 64  # steps of the one-phase run whose predicted exchange is read per step
 

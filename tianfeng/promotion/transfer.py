@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tianfeng.core.lr_schedule import peak_lr
+from tianfeng.core.run_config import RunConfig, config_to_dict, derived
 from tianfeng.hpo.space.materialize import build_config, screened_epochs
 from tianfeng.hpo.space.read import SearchSpace
-from tianfeng.trainers.config import RunConfig, config_to_dict, derived
-from tianfeng.trainers.schedules import peak_lr
 
 
 @dataclass(frozen=True)

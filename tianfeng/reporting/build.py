@@ -10,6 +10,8 @@ import optuna
 import yaml
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.lr_schedule import peak_lr
+from tianfeng.core.run_config import config_from_dict
 from tianfeng.cost.walltime import format_seconds, parts_text
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.outcomes import count_outcomes, outcome, outcomes_text
@@ -32,8 +34,6 @@ from tianfeng.storage.ownership import default_report_path, study_owner, write_r
 from tianfeng.storage.runs import RunStore
 from tianfeng.storage.study_attrs import StudyKey
 from tianfeng.storage.url import storage_flag
-from tianfeng.trainers.config import config_from_dict
-from tianfeng.trainers.schedules import peak_lr
 from tianfeng.version import __version__
 
 

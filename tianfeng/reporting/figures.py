@@ -10,6 +10,8 @@ import optuna.visualization as ov
 import plotly.graph_objects as go
 from optuna.trial import TrialState
 
+from tianfeng.core.lr_schedule import learning_rate
+from tianfeng.core.run_config import config_from_dict
 from tianfeng.cost.walltime import format_seconds, schedule_text
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.outcomes import COLOURS, outcome
@@ -24,8 +26,6 @@ from tianfeng.hpo.judge.scores import (
 )
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.study_attrs import StudyKey
-from tianfeng.trainers.config import config_from_dict
-from tianfeng.trainers.schedules import learning_rate
 
 Figure = tuple[go.Figure | None, str]
 

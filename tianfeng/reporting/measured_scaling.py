@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
+from tianfeng.core.run_config import RunConfig, config_from_dict
 from tianfeng.cost.exchange import Cluster, predict
 from tianfeng.storage.runs import RunRecordStatus
-from tianfeng.trainers.config import RunConfig, config_from_dict
 
 _WORLD = re.compile(r"-(\d+)x(\d+)$")
 

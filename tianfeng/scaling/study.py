@@ -14,6 +14,8 @@ import optuna
 from optuna.trial import TrialState
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.lr_schedule import peak_lr
+from tianfeng.core.run_config import config_from_dict, config_to_dict
 from tianfeng.cost.walltime import format_seconds
 from tianfeng.hpo.judge.outcomes import Outcome
 from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
@@ -23,8 +25,6 @@ from tianfeng.hpo.space.pinned import batch_parameter
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.scaling.results import ScalePoint, ScaleStore
 from tianfeng.storage.study_attrs import StudyKey
-from tianfeng.trainers.config import config_from_dict, config_to_dict
-from tianfeng.trainers.schedules import peak_lr
 
 log = logging.getLogger("tianfeng.scale")
 

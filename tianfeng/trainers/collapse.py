@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tianfeng.trainers.metrics import EpochMetrics
+from tianfeng.core.epoch_metrics import EpochMetrics
 
 LEARNED_POINTS = 10.0  # top-1 points above chance that show the run had learned
 AT_CHANCE_POINTS = 1.0  # top-1 within this of chance counts as chance

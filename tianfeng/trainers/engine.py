@@ -17,7 +17,10 @@ import torch
 import yaml
 from torch import nn
 
+from tianfeng.core.epoch_metrics import EpochMetrics
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.lr_schedule import learning_rate
+from tianfeng.core.run_config import RunConfig, config_to_dict
 from tianfeng.core.states import RunStatus
 from tianfeng.trainers import (
     checkpoint,
@@ -31,18 +34,15 @@ from tianfeng.trainers import distributed as dist_utils
 from tianfeng.trainers.collapse import collapse_message
 from tianfeng.trainers.comm import compression, fusion, hierarchical
 from tianfeng.trainers.comm import state as comm_state
-from tianfeng.trainers.config import RunConfig, config_to_dict
 from tianfeng.trainers.data.loaders import build_pipeline
 from tianfeng.trainers.data.pipeline import DataPipeline
 from tianfeng.trainers.data.sources import default_cache_dir, open_source
 from tianfeng.trainers.data.subset import stratified_subset
-from tianfeng.trainers.metrics import EpochMetrics
 from tianfeng.trainers.models import build_model
 from tianfeng.trainers.noise_scale import EpochNoise, accumulated_backward, measured_backward
 from tianfeng.trainers.optim import build_optimizer
 from tianfeng.trainers.phases import PhasePlan
 from tianfeng.trainers.precision import build_precision
-from tianfeng.trainers.schedules import learning_rate
 from tianfeng.trainers.tensorboard_log import open_board
 
 log = logging.getLogger("tianfeng.engine")

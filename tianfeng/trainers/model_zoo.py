@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from tianfeng.core.errors import ConfigError
-from tianfeng.trainers.config import ModelConfig
+from tianfeng.core.run_config import ModelConfig
 
 FAMILIES = ("torchvision", "timm")
 # arguments that would fetch weights from a hub: refused, a local file goes in model.weights

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tianfeng.trainers.config import ModelConfig
+from tianfeng.core.run_config import ModelConfig
 
 
 def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tianfeng.core.errors import ConfigError
-from tianfeng.trainers.config import PhaseConfig
+from tianfeng.core.run_config import PhaseConfig
 
 
 @dataclass(frozen=True)

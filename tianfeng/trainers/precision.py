@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from tianfeng.trainers.config import PrecisionConfig
+from tianfeng.core.run_config import PrecisionConfig
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -37,7 +37,7 @@ def resolve_mode(mode: str, device: torch.device) -> tuple[str, str]:
     if cpu_has_bf16_hardware():
         return "bf16", "the CPU has bf16 matrix instructions (AMX or AVX512-BF16)"
     return "fp32", ("this CPU has no bf16 matrix instructions (no AMX or AVX512-BF16), so bf16 "
-                    "autocast is emulated and much slower than fp32 (see benchmarks/precision.py)")
+                    "autocast is emulated and much slower than fp32 (see benchmarks/engine/precision.py)")
 
 
 @dataclass

@@ -9,14 +9,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.names import is_reference
 
-REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 CODE_DIR_ENV = "TIANFENG_CODE_DIR"
 
 
@@ -37,10 +36,6 @@ def put_code_dir_on_path() -> Path:
     if folder not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([folder, *paths])
     return Path(folder)
-
-
-def is_reference(name: str) -> bool:
-    return bool(REFERENCE.match(name))
 
 
 def load_callable(name: str, key: str, **arguments: object) -> Callable:

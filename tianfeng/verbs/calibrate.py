@@ -159,12 +159,12 @@ def calibrate_from_run(run: int, *, storage: str = DEFAULT_STORAGE, profile: str
     import optuna
     import yaml
 
+    from tianfeng.core.run_config import config_from_dict
     from tianfeng.cost.cluster import read_throughput
     from tianfeng.cost.measure import write_throughput
     from tianfeng.promotion.run import study_space
     from tianfeng.promotion.run_profile import predicted_compute_s, refined_profile
     from tianfeng.storage.runs import RunStore
-    from tianfeng.trainers.config import config_from_dict
     from tianfeng.trainers.data.sources import default_cache_dir, open_source
 
     rows = {r["id"]: r for r in RunStore(storage).runs()}

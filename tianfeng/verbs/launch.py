@@ -52,8 +52,8 @@ def _launch_plan(config, nodes, gpus_per_node, device, master_addr, port, via, a
                  min_nodes=0):
     """(the plan, its run config, whether it runs on this machine)."""
     from tianfeng.core.ports import free_port
+    from tianfeng.core.run_config import load_config
     from tianfeng.launch.scripts import LaunchPlan, check_fits
-    from tianfeng.trainers.config import load_config
 
     cfg = load_config(config)
     check_fits(cfg, nodes, gpus_per_node, str(config), min_nodes)
@@ -96,8 +96,8 @@ def launch(config: str | Path, *, nodes: int, gpus_per_node: int, device: str = 
 
 
 def command(args: argparse.Namespace) -> int:
+    from tianfeng.core.epoch_metrics import summary_lines
     from tianfeng.core.states import RunStatus
-    from tianfeng.trainers.metrics import summary_lines
 
     if args.dry_run:
         plan = launch_plan(args.config, nodes=args.nodes, gpus_per_node=args.gpus_per_node, device=args.device,

@@ -23,9 +23,9 @@ def plan(config: str | Path, options: PlanOptions | None = None, **changes: Any)
     options: `plan("run.yaml", gpus=128, preset="a100")`. Returns a
     `tianfeng.cost.grid.WallTimeGrid`. As `tianfeng plan`."""
 
+    from tianfeng.core.run_config import load_config
     from tianfeng.cost.grid import wall_time_grid
     from tianfeng.cost.step_time import DEVICES
-    from tianfeng.trainers.config import load_config
 
     o = (options or PlanOptions()).changed(**changes).checked()
     cfg = load_config(config)
@@ -36,8 +36,8 @@ def plan(config: str | Path, options: PlanOptions | None = None, **changes: Any)
         images_per_s = 256 / ((half + 256) * image_s)
     classes, in_channels = o.classes, 3
     if o.profile:  # a profile of this very model measured it on its data: its head and input
+        from tianfeng.core.run_config import config_to_dict
         from tianfeng.cost.cluster import read_throughput
-        from tianfeng.trainers.config import config_to_dict
 
         measured = read_throughput(o.profile, "--profile", "")
         if measured.get("model") == config_to_dict(cfg)["model"]:
@@ -54,9 +54,9 @@ def predict(config: str | Path | None = None, overrides: Sequence[str] = (), *, 
     `tianfeng plan` prints. `cluster` takes the other keys of a space's `cluster:` section
     (exchange, loader, cpu_cores_per_gpu, memory_gib, ...). Raises ConfigError when a phase's
     per-GPU batch does not fit the GPU's memory. Returns a `tianfeng.cost.walltime.WallTime`."""
+    from tianfeng.core.run_config import load_config
     from tianfeng.cost.cluster import ClusterSpec, checked
     from tianfeng.cost.walltime import check_memory, predict_wall_time
-    from tianfeng.trainers.config import load_config
 
     cfg = load_config(config, overrides)
     try:

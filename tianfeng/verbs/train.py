@@ -28,8 +28,8 @@ def train(config: str | Path | None = None, overrides: Sequence[str] = (),
     """Train one run with the bundled engine: `config` a run-config file (default: the embedded
     digits recipe), `overrides` as `--set KEY=VALUE`, `callback` called with each epoch's metrics.
     Returns the engine's RunResult."""
+    from tianfeng.core.run_config import load_config
     from tianfeng.recipes import DEFAULT_RECIPE
-    from tianfeng.trainers.config import load_config
     from tianfeng.trainers.engine import train as run_engine
 
     return run_engine(load_config(config or DEFAULT_RECIPE, list(overrides)), callback)
@@ -49,9 +49,9 @@ def run_train(config_path: Path | None, overrides: list[str], *, json_output: bo
 
 
 def _train_and_report(config_path: Path | None, overrides: list[str], json_output: bool) -> int:
+    from tianfeng.core.epoch_metrics import summary_lines
     from tianfeng.core.states import RunStatus
     from tianfeng.trainers import distributed
-    from tianfeng.trainers.metrics import summary_lines
     from tianfeng.trainers.stop_signals import Left, Signalled, checkpoint_on_stop_signals
 
     try:

@@ -12,8 +12,10 @@ from typing import Any
 
 import optuna
 
+from tianfeng.core.epoch_metrics import EpochMetrics
 from tianfeng.core.errors import ConfigError
 from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.core.run_config import RunConfig, config_to_dict, with_changes
 from tianfeng.core.states import RunStatus
 from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.walltime import WallTime, check_memory, predict_wall_time
@@ -26,9 +28,8 @@ from tianfeng.hpo.space.materialize import build_config, sample_active, stopping
 from tianfeng.hpo.space.read import Parameter, SearchSpace
 from tianfeng.hpo.space.schema import Fidelity
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status
-from tianfeng.trainers.config import RunConfig, config_to_dict, with_changes
 from tianfeng.trainers.data.sources import open_source
-from tianfeng.trainers.engine import EpochMetrics, RunResult, StopTraining, train
+from tianfeng.trainers.engine import RunResult, StopTraining, train
 
 log = logging.getLogger("tianfeng.search")
 

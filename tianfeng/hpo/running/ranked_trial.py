@@ -25,10 +25,10 @@ from pathlib import Path
 
 import yaml
 
+from tianfeng.core.epoch_metrics import EpochMetrics
+from tianfeng.core.run_config import RunConfig, config_to_dict
 from tianfeng.core.states import RunStatus
-from tianfeng.trainers.config import RunConfig, config_to_dict
 from tianfeng.trainers.engine import RunResult, StopTraining
-from tianfeng.trainers.metrics import EpochMetrics
 
 log = logging.getLogger("tianfeng.search")
 LOG_NAME = "ranks.log"  # the ranks' output, in the trial's run directory

@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import config_to_dict
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.peers import PeerPruner
 from tianfeng.hpo.judge.pruning import judging
@@ -45,7 +46,6 @@ from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status
 from tianfeng.launch.ray_cluster import start_or_join
 from tianfeng.terminal.interrupts import deferred_interrupt
 from tianfeng.terminal.logs import quiet_optuna
-from tianfeng.trainers.config import config_to_dict
 
 log = logging.getLogger("tianfeng.search")
 
@@ -70,7 +70,7 @@ def ray_trial(config: dict[str, Any]) -> None:
     import torch
     from ray import tune
 
-    from tianfeng.trainers.config import config_from_dict
+    from tianfeng.core.run_config import config_from_dict
 
     module, function = config["trainer"].split(":")
     train = getattr(importlib.import_module(module), function)
@@ -212,7 +212,7 @@ class StudySearcher(Searcher):
 
     @staticmethod
     def space_metrics() -> tuple[str, ...]:
-        from tianfeng.trainers.engine import EpochMetrics
+        from tianfeng.core.epoch_metrics import EpochMetrics
 
         return tuple(EpochMetrics.__dataclass_fields__)
 

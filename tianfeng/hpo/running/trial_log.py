@@ -7,14 +7,14 @@ import logging
 import optuna
 from optuna.trial import TrialState
 
+from tianfeng.core.lr_schedule import peak_lr
+from tianfeng.core.run_config import config_from_dict
 from tianfeng.cost.walltime import format_seconds
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.scores import best_trial, epochs_reported, score
 from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan
 from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus
-from tianfeng.trainers.config import config_from_dict
-from tianfeng.trainers.schedules import peak_lr
 
 log = logging.getLogger("tianfeng.search")
 

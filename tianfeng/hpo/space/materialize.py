@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import RunConfig, config_from_dict, config_to_dict, with_changes
 from tianfeng.hpo.space.expressions import ExpressionError
 from tianfeng.hpo.space.schema import (
     Fidelity,
@@ -16,7 +17,6 @@ from tianfeng.hpo.space.schema import (
     SearchSpace,
     round_resolution,
 )
-from tianfeng.trainers.config import RunConfig, config_from_dict, config_to_dict, with_changes
 
 
 def is_active(param, values: dict[str, Any]) -> bool:

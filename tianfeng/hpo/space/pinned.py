@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.run_config import derived
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.space.expressions import Expression, ExpressionError
 from tianfeng.hpo.space.read import Parameter, Prior, SearchSpace
-from tianfeng.trainers.config import derived
 
 
 def batch_parameter(space: SearchSpace) -> str | None:

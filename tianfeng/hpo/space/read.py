@@ -20,6 +20,7 @@ from typing import Any
 
 from tianfeng.core.errors import ConfigError
 from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
+from tianfeng.core.run_config import RunConfig, config_from_dict, config_to_dict
 from tianfeng.core.yaml_input import parse_yaml, read_yaml
 from tianfeng.cost.cluster import ClusterSpec, read_cluster, with_overrides
 from tianfeng.cost.space_constants import space_constants
@@ -42,7 +43,6 @@ from tianfeng.hpo.space.schema import (
     corner_value,
     round_resolution,
 )
-from tianfeng.trainers.config import RunConfig, config_from_dict, config_to_dict
 
 __all__ = ["ACCURACY_METRICS", "CONSTANTS", "METRICS", "OBJECTIVE_MODES", "Fidelity", "Objective", "Parameter",
            "PhasesTemplate", "Prior", "SearchSpace", "corner_value", "load_space", "parse_space", "per_gpu_range",

@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tianfeng.core.epoch_metrics import EpochMetrics
+from tianfeng.core.run_config import RunConfig
 from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.space.expressions import Expression
-from tianfeng.trainers.config import RunConfig
-from tianfeng.trainers.metrics import EpochMetrics
 
 PARAMETER_TYPES = ("float", "int", "categorical", "fixed")
 METRICS = tuple(f for f in EpochMetrics.__dataclass_fields__ if f not in ("epoch", "phase", "noise_scale"))

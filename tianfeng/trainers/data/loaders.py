@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tianfeng.trainers.config import DataConfig
+from tianfeng.core.run_config import DataConfig
 from tianfeng.trainers.data.augment import (
     AugmentSpec,
 )

@@ -12,7 +12,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from tianfeng.trainers.config import DataConfig
+from tianfeng.core.run_config import DataConfig
 from tianfeng.trainers.data.augment import (
     AugmentSpec,
     batch_generator,
@@ -103,7 +103,7 @@ class PipelineBase:
 
     def _ahead(self, batches: Iterator[Batch]) -> Iterator[Batch]:
         # A background thread only pays when the compute is on a GPU: on a CPU it takes cores
-        # from the training step itself (35% slower on 2 cores, benchmarks/engine_overhead.py).
+        # from the training step itself (35% slower on 2 cores, benchmarks/engine/engine_overhead.py).
         return on_side_stream(batches, self.device) if self.device.type == "cuda" else batches
 
     def _steps(self, global_batch: int) -> int:

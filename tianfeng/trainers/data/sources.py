@@ -243,7 +243,7 @@ def open_source(spec: str, *, synthetic_images: int = 2048, synthetic_classes: i
         return synthetic_source(synthetic_images, synthetic_classes, resolution)
     if spec.startswith("imagefolder:"):
         return imagefolder_source(spec.removeprefix("imagefolder:"))
-    from tianfeng.trainers.user_code import is_reference
+    from tianfeng.core.names import is_reference
 
     if is_reference(spec):
         return user_source(spec)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tianfeng.trainers.config import OptimizerConfig
+from tianfeng.core.run_config import OptimizerConfig
 from tianfeng.trainers.optim.lamb import Lamb
 from tianfeng.trainers.optim.lars import Lars
 

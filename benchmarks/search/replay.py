@@ -1,0 +1,574 @@
+"""Search methods replayed against a recorded pool (record_pool.py) instead of training: a trial
+reads its recipe's recorded curve epoch by epoch and costs that epoch's recorded CPU seconds, so a
+method-seed takes a second or two and hundreds of seeds take minutes.
+
+    python benchmarks/search/replay.py --seeds 100                        # every method, the near-best pool
+    python benchmarks/search/replay.py --methods tianfeng,optuna-tpe --seeds 20 --budget 1440
+    python benchmarks/search/replay.py --seeds 100 --results              # docs/results/replay_near-best.json
+
+What is replayed, and how it stays faithful to the live benchmark (time_to_target.py):
+- The machine is `--cores` cores (2); the budget (`--budget`, seconds of that machine) is spent
+  as the live protocol spends its wall clock: searching methods run one trial per core, each on
+  one thread, and a promoted whole run takes every core (its CPU seconds shared among them).
+- Proposals come from the search's own code: its sampler (`make_sampler`, one stream per worker
+  as `sampler_seed` gives them), its pruners (`judging`: ASHA past each trial's warm-up, or
+  Hyperband), the epoch-by-epoch judgement of a trial (`judge_epoch`), the published priors
+  queued first, and the screen check's lengthening (`next_length`). A change to any of them
+  changes the replay.
+- A proposal is mapped to the nearest recipe of the pool not yet used in this run (distance over
+  the space's parameters normalised to [0, 1], log where the parameter is log, categorical and
+  inactive values 1 apart), and the trial then carries that recipe's values, so the sampler learns
+  from what was really scored. Nearest neighbour keeps every score a real run's; a fitted
+  surrogate would invent scores between recipes, and the pool is where the faithfulness is
+  checked (`--faithful`: how far the proposals were moved).
+Reported per method over seeds, with bootstrap 95% intervals on every median: the time until a
+whole-run score first reaches each target (the pool's top-5% and the setting's targets; a run that
+never reaches it counts as the budget, and the share that reached it is given), and the best
+whole-run score by 1/4, 1/2, 3/4 and all of the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import heapq
+import json
+import math
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # common.py, one folder up
+
+import numpy as np
+import optuna
+from common import ROOT, add_results_argument, data_source, print_table, write_results
+from optuna.trial import TrialState
+
+from tianfeng.hpo.judge.pruning import judging
+from tianfeng.hpo.judge.screen_check import next_length
+from tianfeng.hpo.running.objective import judge_epoch, suggest
+from tianfeng.hpo.running.runner import derived_seed
+from tianfeng.hpo.sampling.registry import make_sampler
+from tianfeng.hpo.space.read import Parameter, SearchSpace, load_space
+from tianfeng.hpo.trial_attrs import TrialKey
+
+TABLES = ROOT / "docs" / "results" / "replay"
+FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+SEARCH_SHARE = 0.5  # the default and one-epoch: this share of the budget searches, the rest promotes
+TOP_SHARE = 0.05  # the pool's top-5% target
+
+
+@dataclass(frozen=True)
+class Recipe:
+    id: int
+    source: str
+    params: dict[str, Any]
+    scores: dict[str, list[float]]  # rung -> val_top1 per epoch recorded (a diverged run stops early)
+    costs: dict[str, list[float]]  # rung -> CPU seconds per epoch
+    epochs: dict[str, int]  # rung -> the epochs its run was set to train
+    predicted_s: float | None
+
+    @property
+    def whole(self) -> float:
+        """The whole run's score: its last epoch's, or 0 for a run stopped before its end."""
+        s = self.scores["target"]
+        return s[-1] if len(s) == self.epochs["target"] and not math.isnan(s[-1]) else 0.0
+
+    def warmup(self, rung: str) -> float:
+        """The recipe's warm-up in the rung's own epochs (compressed with them, as the rung's config has it)."""
+        return float(self.params.get("warmup_epochs", 0.0)) * self.epochs[rung] / self.epochs["target"]
+
+
+def read_pool(path: Path) -> tuple[dict, list[Recipe]]:
+    header, recipes = {}, []
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("kind") == "header":
+                header = header or row
+                continue
+            rungs = row["rungs"]
+            recipes.append(Recipe(
+                row["id"], row["source"], row["params"],
+                {r: [math.nan if e["val_top1"] is None else e["val_top1"] for e in v["epochs"]] for r, v in rungs.items()},
+                {r: [e["cpu_s"] for e in v["epochs"]] for r, v in rungs.items()},
+                {r: v["total_epochs"] for r, v in rungs.items()}, row.get("predicted_s")))
+    recipes.sort(key=lambda r: r.id)
+    return header, recipes
+
+
+class Pool:
+    """The recipes and the nearest-unused lookup of a proposal."""
+
+    def __init__(self, space: SearchSpace, recipes: list[Recipe]) -> None:
+        self.space, self.recipes = space, recipes
+        self._coords = np.array([self.coords(r.params) for r in recipes])
+
+    def coords(self, values: dict[str, Any]) -> list[float]:
+        """Each parameter in [0, 1]; categorical as one coordinate per choice; an inactive one at -1
+        (a whole unit from any active value)."""
+        out: list[float] = []
+        for p in self.space.parameters:
+            if p.type == "fixed":
+                continue
+            v = values.get(p.name)
+            if p.type == "categorical":
+                out += [(-1.0 if v is None else float(v == c)) / math.sqrt(2) for c in p.choices]
+            elif v is None:
+                out.append(-1.0)
+            elif p.log:
+                out.append((math.log(v) - math.log(p.low)) / (math.log(p.high) - math.log(p.low)))
+            else:
+                out.append((v - p.low) / (p.high - p.low) if p.high > p.low else 0.0)
+        return out
+
+    def nearest(self, values: dict[str, Any], used: set[int]) -> tuple[Recipe, float]:
+        d = np.sqrt(((self._coords - np.array(self.coords(values))) ** 2).sum(axis=1))
+        if used:
+            d[[i for i, r in enumerate(self.recipes) if r.id in used]] = np.inf
+        i = int(np.argmin(d))
+        if not math.isfinite(d[i]):
+            raise PoolSpent
+        return self.recipes[i], float(d[i])
+
+    def by_params(self, params: dict[str, Any], used: set[int]) -> Recipe | None:
+        """A recipe of exactly these values (a queued prior), if the pool has one not yet used."""
+        return next((r for r in self.recipes if r.id not in used and r.params == params), None)
+
+
+class PoolSpent(Exception):
+    """Every recipe of the pool has been used in this run."""
+
+
+def carry_values(study: optuna.Study, trial: optuna.Trial, recipe: Recipe, space: SearchSpace) -> None:
+    """The trial now holds the recipe's values (what the sampler then learns from), in place of
+    the proposal's. Optuna's in-memory storage keeps a trial's values in a record that is replaced
+    whole, so this writes the record with the recipe's values and their distributions."""
+    storage = study._storage
+    frozen = storage.get_trial(trial._trial_id)
+    searched = {p.name: p for p in space.parameters if p.type != "fixed"}
+    dists = {name: frozen.distributions.get(name) or distribution(searched[name])
+             for name in recipe.params if name in searched}  # one the proposal had no use for: from the space
+    params = {name: recipe.params[name] for name in dists}
+    record = storage._get_trial(trial._trial_id)
+    record.params, record.distributions = params, dists
+    storage._set_trial(trial._trial_id, record)
+    trial._cached_frozen_trial.params = params
+    trial._cached_frozen_trial.distributions = dists
+
+
+def distribution(p: Parameter) -> optuna.distributions.BaseDistribution:
+    """The distribution Optuna would record for the space's parameter (as `suggest` asks for it)."""
+    if p.type == "categorical":
+        return optuna.distributions.CategoricalDistribution(list(p.choices))
+    if p.type == "int":
+        return optuna.distributions.IntDistribution(int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
+    return optuna.distributions.FloatDistribution(p.low, p.high, log=p.log, step=p.step)
+
+
+@dataclass
+class Run:
+    """One method-seed: when each whole-run score came (machine seconds) and what was spent."""
+    events: list[tuple[float, float]] = field(default_factory=list)
+    trials: int = 0
+    moved: list[float] = field(default_factory=list)  # distance from each proposal to its recipe
+    pool_spent: bool = False  # it asked for more recipes than the pool holds: a larger pool is wanted
+
+    def best_by(self, t: float) -> float:
+        return max((s for at, s in self.events if at <= t), default=0.0)
+
+    def time_to(self, target: float) -> float | None:
+        return next((at for at, s in sorted(self.events) if s >= target), None)
+
+
+class Machine:
+    """The simulated machine: `cores` cores, a clock, and the budget."""
+
+    def __init__(self, pool: Pool, space: SearchSpace, budget: float, cores: int, seed: int) -> None:
+        self.pool, self.space, self.budget, self.cores, self.seed = pool, space, budget, cores, seed
+        self.now, self.used, self.run = 0.0, set(), Run()
+        self.objective = SimpleNamespace(metric="val_top1", mode="accuracy", direction="maximize")
+
+    def whole_run(self, recipe: Recipe, done_epochs: int = 0) -> bool:
+        """Train `recipe` whole on every core (going on after `done_epochs` already trained);
+        False when the budget ends first."""
+        took = sum(recipe.costs["target"][done_epochs:]) / self.cores
+        if self.now + took > self.budget:
+            self.now = self.budget
+            return False
+        self.now += took
+        self.run.events.append((self.now, recipe.whole))
+        return True
+
+    def search(self, study: optuna.Study, samplers: list[optuna.samplers.BaseSampler], rung: str,
+               stop_at: float, judge: str = "tianfeng", screen: Callable[[], int] | None = None,
+               on_end: Callable[[optuna.trial.FrozenTrial, Recipe], None] | None = None) -> list[tuple[Recipe, optuna.Trial]]:
+        """Trials at `rung`, one per core (worker k asks with samplers[k]), until `stop_at`: no
+        trial starts after it, and none still training at the budget counts. A target-rung trial
+        that completes is a whole-run score. `screen()` gives a screening rung's length now.
+        Returns the completed trials with their recipes."""
+        done: list[tuple[Recipe, optuna.Trial]] = []
+        running: list[tuple[float, int, Iterator]] = []  # (time its next epoch ends, worker, its epochs)
+        order = 0
+
+        def start(worker: int) -> None:
+            nonlocal order
+            if self.now >= stop_at:
+                return
+            epochs = self._trial(study, samplers[worker], rung, judge, screen, done, on_end)
+            if epochs is None:
+                return
+            step = next(epochs, None)
+            if step is not None:
+                order += 1
+                heapq.heappush(running, (self.now + step, order, worker, epochs))
+
+        for worker in range(len(samplers)):
+            start(worker)
+        while running:
+            at, _, worker, epochs = heapq.heappop(running)
+            if at > self.budget:
+                self.now = self.budget
+                return done
+            self.now = at
+            step = next(epochs, None)
+            if step is None:
+                start(worker)
+            else:
+                order += 1
+                heapq.heappush(running, (self.now + step, order, worker, epochs))
+        return done
+
+    def _trial(self, study, sampler, rung, judge, screen, done, on_end) -> Iterator[float] | None:
+        study.sampler = sampler
+        trial = study.ask()
+        values = suggest(trial, self.space)
+        queued = self.pool.by_params(values, self.used)
+        try:
+            recipe, moved = (queued, 0.0) if queued is not None else self.pool.nearest(values, self.used)
+        except PoolSpent:
+            self.run.pool_spent = True
+            study.tell(trial, state=TrialState.FAIL)
+            return None
+        self.used.add(recipe.id)
+        self.run.trials += 1
+        self.run.moved.append(moved)
+        carry_values(study, trial, recipe, self.space)
+        trial.set_user_attr(TrialKey.CONFIG, {"schedule": {"warmup_epochs": recipe.warmup(rung)}})
+        curve_rung = "target" if screen is not None else rung
+        scores, costs = recipe.scores[curve_rung], recipe.costs[curve_rung]
+        last = min(screen(), recipe.epochs["target"]) if screen is not None else recipe.epochs[rung]
+        whole = curve_rung == "target" and last == recipe.epochs["target"]
+        return self._epochs(study, trial, recipe, scores, costs, last, judge, done, on_end, whole)
+
+    def _epochs(self, study, trial, recipe, scores, costs, last, judge, done, on_end, whole) -> Iterator[float]:
+        for epoch in range(1, last + 1):
+            if epoch > len(scores) or math.isnan(scores[epoch - 1]):  # it diverged here: stopped
+                yield costs[epoch - 1] if epoch <= len(costs) else 0.0
+                study.tell(trial, state=TrialState.PRUNED)
+                return
+            yield costs[epoch - 1]
+            value = scores[epoch - 1]
+            if judge == "tianfeng":
+                why = judge_epoch(trial, self.objective, epoch, last, value)
+            else:
+                trial.report(value, epoch)
+                why = "pruned" if epoch < last and trial.should_prune() else None
+            if why:
+                study.tell(trial, state=TrialState.PRUNED)
+                return
+        study.tell(trial, scores[last - 1])
+        done.append((recipe, trial))
+        if whole:
+            self.run.events.append((self.now, recipe.whole))
+        if on_end is not None:
+            on_end(study.trials[trial.number], recipe)
+
+
+# ------------------------------------------------------------------------------------ methods
+def _study(machine: Machine, priors: bool, pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
+    study = optuna.create_study(direction="maximize", pruner=pruner or optuna.pruners.NopPruner())
+    if priors:
+        for prior in machine.space.priors:
+            study.enqueue_trial(prior.params)
+    return study
+
+
+def _samplers(machine: Machine, name: str, workers: int) -> list[optuna.samplers.BaseSampler]:
+    """One sampler per worker, each its own stream, as `sampler_seed` gives a new study's workers."""
+    seeds = [machine.seed] + [derived_seed(machine.seed, w, 0) for w in range(1, workers)]
+    return [make_sampler(name, machine.space, s) for s in seeds]
+
+
+def _pruner(machine: Machine, rung: str, name: str) -> optuna.pruners.BasePruner:
+    return judging(machine.space, rung, name).pruner
+
+
+def tianfeng_default(machine: Machine) -> None:
+    """tianfeng's default: TPE, ASHA and the priors on the proxy rung for half the budget, then the
+    best proxy trials trained whole, best first, with every core."""
+    study = _study(machine, priors=True, pruner=_pruner(machine, "proxy", "asha"))
+    done = machine.search(study, _samplers(machine, "tpe", machine.cores), "proxy", machine.budget * SEARCH_SHARE)
+    for recipe, _ in sorted(done, key=lambda d: -study.trials[d[1].number].value):
+        if not machine.whole_run(recipe):
+            return
+
+
+def search_at_target(sampler: str, pruner: str, priors: bool) -> Callable[[Machine], None]:
+    """A search whose every trial is a whole run (its pruner judging over the run's own epochs)."""
+    def method(machine: Machine) -> None:
+        study = _study(machine, priors, _pruner(machine, "target", pruner) if pruner != "none" else None)
+        machine.search(study, _samplers(machine, sampler, machine.cores), "target", machine.budget)
+    return method
+
+
+def one_epoch_then_best(machine: Machine) -> None:
+    """Egele et al. 2023: random recipes trained one epoch for half the budget, then the best of
+    them by that epoch trained whole (from the start), best first."""
+    study = _study(machine, priors=False)
+    done = machine.search(study, _samplers(machine, "random", machine.cores), "target", machine.budget * SEARCH_SHARE,
+                          screen=lambda: 1)
+    firsts = [(study.trials[t.number].value, r) for r, t in done]
+    for _, recipe in sorted(firsts, key=lambda f: -f[0]):
+        if not machine.whole_run(recipe):
+            return
+
+
+def screen_leaders(balanced: bool) -> Callable[[Machine], None]:
+    """`tianfeng search --fidelity screen --promote leader` (or `balanced`): the priors, then random
+    recipes scored by the first epochs of their whole run (as long as the screen is now); once three
+    are scored, each new leader is trained whole, going on from its screen, with every core while
+    the search waits. The screen lengthens when the whole runs' curves rank their best unlike it
+    (the screen check's `next_length`); scores of shorter screens are not compared with longer
+    ones. Balanced: a leader waits until the screening so far is as long as the whole runs'
+    time with its own."""
+    def method(machine: Machine) -> None:
+        study = _study(machine, priors=True)
+        state = {"length": 1, "scored": [], "promoted": {}, "full_s": 0.0, "screen_s": 0.0, "last_took": None}
+        samplers = _samplers(machine, "random", machine.cores)
+
+        def on_end(trial: optuna.trial.FrozenTrial, recipe: Recipe) -> None:
+            state["scored"].append((trial.value, trial.number, recipe))
+            state["screen_s"] += sum(recipe.costs["target"][:state["length"]]) / machine.cores
+
+        while machine.now < machine.budget:
+            before = len(state["scored"])
+            machine.search(study, samplers, "target", machine.now + 1e-9, screen=lambda: state["length"], on_end=on_end)
+            if len(state["scored"]) == before and machine.now < machine.budget:  # the pool is spent
+                return
+            if len(state["scored"]) < 3:
+                continue
+            score, number, leader = max(state["scored"], key=lambda s: (s[0], -s[1]))
+            if number in state["promoted"]:
+                continue
+            rest = sum(leader.costs["target"][state["length"]:]) / machine.cores
+            if balanced and state["screen_s"] - state["full_s"] < (state["last_took"] or rest):
+                continue
+            state["promoted"][number] = [s for s in leader.scores["target"]]
+            if not machine.whole_run(leader, done_epochs=state["length"]):
+                return
+            state["full_s"] += rest
+            state["last_took"] = rest
+            longer = next_length(list(state["promoted"].values()), state["length"], maximize=True)
+            if longer > state["length"]:
+                state["length"], state["scored"] = longer, []
+    return method
+
+
+METHODS: dict[str, Callable[[Machine], None]] = {
+    "tianfeng": tianfeng_default,
+    "tianfeng-target": search_at_target("tpe", "asha", priors=True),
+    "screen-leader": screen_leaders(balanced=False),
+    "screen-balanced": screen_leaders(balanced=True),
+    "optuna-tpe": search_at_target("tpe", "none", priors=False),
+    "tpe-hyperband": search_at_target("tpe", "hyperband", priors=False),
+    "asha": search_at_target("random", "asha", priors=False),
+    "random": search_at_target("random", "none", priors=False),
+    "one-epoch": one_epoch_then_best,
+}
+PEERS = ("optuna-tpe", "tpe-hyperband", "asha", "one-epoch", "random")
+# the live benchmark's names (search_methods.py) of the methods replayed here
+LIVE_NAMES = {"tianfeng": "tianfeng", "tianfeng-target": "tianfeng-target", "optuna-tpe": "optuna-tpe",
+              "tpe-hyperband": "tpe-hyperband", "ray-asha": "asha", "one-epoch": "one-epoch",
+              "tianfeng-screen": "screen-leader", "tianfeng-screen-balanced": "screen-balanced"}
+
+
+def replay_space(header: dict) -> SearchSpace:
+    """The space the table was recorded in, searched for accuracy alone (as every method of the
+    live benchmark searches it)."""
+    from ttt_settings import space_for
+
+    from tianfeng.hpo.plan import with_objective
+
+    folder = Path(tempfile.mkdtemp(prefix="replay-space-"))
+    return with_objective(load_space(space_for(header.get("setting", "near-best"), folder),
+                                     data=data_source(header.get("data", "cifar5"))), "accuracy", None)
+
+
+def replay(method: str, pool: Pool, space: SearchSpace, budget: float, cores: int, seed: int) -> Run:
+    machine = Machine(pool, space, budget, cores, seed)
+    METHODS[method](machine)
+    machine.run.events = [(t, s) for t, s in machine.run.events if t <= budget]
+    return machine.run
+
+
+# ------------------------------------------------------------------------------------ figures
+def bootstrap_median(values: list[float], seed: int = 0, rounds: int = 2000) -> tuple[float, float, float]:
+    """The median and its bootstrap 95% interval."""
+    data = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(data, size=(rounds, len(data)), replace=True), axis=1)
+    return float(np.median(data)), float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
+
+
+def summarise(runs: list[Run], budget: float, targets: list[float]) -> dict:
+    out: dict[str, Any] = {"seeds": len(runs), "trials_median": statistics.median(r.trials for r in runs),
+                           "pool_spent": sum(r.pool_spent for r in runs),
+                           "moved_median": statistics.median(m for r in runs for m in r.moved) if any(r.moved for r in runs) else 0.0}
+    for target in targets:
+        times = [r.time_to(target) for r in runs]
+        counted = [t if t is not None else budget for t in times]
+        median, low, high = bootstrap_median(counted)
+        out[f"to_{target:g}"] = {"median_s": median, "interval": [low, high], "reached": sum(t is not None for t in times),
+                                 "band_10_90": [float(np.percentile(counted, 10)), float(np.percentile(counted, 90))]}
+    for fraction in FRACTIONS:
+        best = [r.best_by(budget * fraction) for r in runs]
+        median, low, high = bootstrap_median(best)
+        out[f"best_at_{fraction:g}"] = {"median": median, "interval": [low, high],
+                                        "band_10_90": [float(np.percentile(best, 10)), float(np.percentile(best, 90))]}
+    return out
+
+
+def against_live(folder: Path, figures: dict, target: float, at: float) -> list[dict]:
+    """Each kept live method-seed (time_to_target.py's results in `folder`) against the replay's
+    10-90% band of the same method: its time to `target` and its best by `at` seconds. Returns one
+    row per live run, saying which figures fall outside the band."""
+    rows = []
+    for path in sorted(folder.glob("*-s*.json")):
+        live = json.loads(path.read_text())
+        method = LIVE_NAMES.get(live["method"])
+        if method is None or method not in figures["methods"]:
+            continue
+        replayed = figures["methods"][method]
+        events = sorted((t, s) for t, s in live["events"])
+        reached = next((t for t, s in events if s >= target), None)
+        best = max((s for t, s in events if t <= at), default=0.0)
+        t_band, b_band = replayed[f"to_{target:g}"]["band_10_90"], replayed["best_at_live"]["band_10_90"]
+        time_in = t_band[0] <= (reached if reached is not None else live["budget_s"]) <= t_band[1]
+        rows.append({"run": path.stem, "method": method, "time_to_target": reached, "time_band": t_band,
+                     "time_inside": time_in, "best": best, "best_band": b_band,
+                     "best_inside": b_band[0] <= best <= b_band[1]})
+    return rows
+
+
+def pool_figures(recipes: list[Recipe], targets: list[float]) -> dict:
+    """The table's own figures: per rung, how its score ranks recipes against the whole run
+    (Spearman and Kendall), and the share of the pool that reaches each target."""
+    from scipy.stats import kendalltau, spearmanr
+
+    whole = [r.whole for r in recipes]
+    out: dict[str, Any] = {"recipes": len(recipes), "targets": {}}
+    for target in targets:
+        out["targets"][f"{target:g}"] = sum(w >= target for w in whole) / len(whole) if whole else None
+    rungs = sorted({rung for r in recipes for rung in r.scores} - {"target"}) + ["screen-1", "screen-2", "screen-3"]
+    out["rank"] = {}
+    for rung in rungs:
+        pairs = []
+        for r, w in zip(recipes, whole, strict=True):
+            if rung.startswith("screen-"):
+                k = int(rung.split("-")[1])
+                s = r.scores["target"][k - 1] if len(r.scores["target"]) >= k else 0.0
+            else:
+                s = r.scores[rung][-1] if len(r.scores[rung]) == r.epochs[rung] else 0.0
+            pairs.append((0.0 if math.isnan(s) else s, w))
+        if len(pairs) >= 3:
+            x, y = zip(*pairs, strict=True)
+            cost = statistics.median((sum(r.costs[rung if not rung.startswith("screen") else "target"]
+                                          [: int(rung.split("-")[1]) if rung.startswith("screen") else None])
+                                      / max(1e-9, sum(r.costs["target"]))) for r in recipes)
+            out["rank"][rung] = {"spearman": float(spearmanr(x, y).statistic), "kendall": float(kendalltau(x, y).statistic),
+                                 "cost_share": cost}
+    return out
+
+
+def top_target(recipes: list[Recipe], share: float = TOP_SHARE) -> float:
+    """The whole-run score the pool's best `share` reach."""
+    return float(np.quantile([r.whole for r in recipes], 1 - share, method="lower"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pool", type=Path, default=TABLES / "near-best.jsonl.gz", help="the recorded table")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
+    parser.add_argument("--seeds", type=int, default=100, help="seeds per method (default 100)")
+    parser.add_argument("--budget", type=float, default=1440.0,
+                        help="seconds of the simulated machine (default 1440: the live near-best setting's 12 minutes)")
+    parser.add_argument("--cores", type=int, default=2, help="the simulated machine's cores (default 2)")
+    parser.add_argument("--targets", default="", help="whole-run val_top1 levels besides the pool's top 5%%")
+    parser.add_argument("--live", type=Path, default=None,
+                        help="a folder of time_to_target.py's kept live runs of the same setting: each one's time "
+                             "to the pool's top-5%% target and best by --live-at, against the replay's 10-90%% band")
+    parser.add_argument("--live-at", type=float, default=720.0, help="seconds at which the live best is compared (default 720)")
+    add_results_argument(parser, ROOT / "docs" / "results" / "replay_near-best.json", "the figures")
+    args = parser.parse_args()
+    from tianfeng.terminal.logs import quiet_optuna
+
+    quiet_optuna()
+    header, recipes = read_pool(args.pool)
+    if not recipes:
+        sys.exit(f"replay: {args.pool} holds no recipes yet")
+    space = replay_space(header)
+    pool = Pool(space, recipes)
+    top = top_target(recipes)
+    targets = [top, *(float(t) for t in args.targets.split(",") if t)]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        parser.error(f"--methods: {', '.join(unknown)} unknown; one of {', '.join(METHODS)}")
+    figures = {"pool": pool_figures(recipes, targets), "top_target": top, "budget_s": args.budget, "cores": args.cores,
+               "table": {k: header.get(k) for k in ("commit", "date", "machine", "torch", "seed", "setting")},
+               "methods": {}}
+    rows = []
+    for method in methods:
+        runs = []
+        for seed in range(args.seeds):
+            runs.append(replay(method, pool, space, args.budget, args.cores, seed))
+            print(f"\r{method}: seed {seed + 1}/{args.seeds}", end="", file=sys.stderr, flush=True)
+        print(file=sys.stderr)
+        s = summarise(runs, args.budget, targets)
+        best_live = [r.best_by(args.live_at) for r in runs]
+        s["best_at_live"] = {"at_s": args.live_at, "median": float(np.median(best_live)),
+                             "band_10_90": [float(np.percentile(best_live, 10)), float(np.percentile(best_live, 90))]}
+        figures["methods"][method] = s
+        t = s[f"to_{top:g}"]
+        rows.append([method, f"{t['median_s']:.0f} [{t['interval'][0]:.0f}, {t['interval'][1]:.0f}]",
+                     f"{t['reached']}/{args.seeds}",
+                     *(f"{s[f'best_at_{f:g}']['median']:.2f}" for f in FRACTIONS), f"{s['trials_median']:g}"])
+    print_table(f"pool: {len(recipes)} recipes; top-5% target {top:.2f}; budget {args.budget:g} s on {args.cores} cores; "
+                f"medians of {args.seeds} seeds", rows,
+                headers=("method", f"time to {top:.2f} (s) [95%]", "reached", *(f"best @{f:g}" for f in FRACTIONS),
+                         "trials"))
+    spent = {m: f["pool_spent"] for m, f in figures["methods"].items() if f["pool_spent"]}
+    if spent:
+        print(f"replay: the pool ran out of recipes in {', '.join(f'{m} ({n} seeds)' for m, n in spent.items())}: "
+              "record more recipes for those figures to hold", file=sys.stderr)
+    if args.live is not None:
+        figures["live"] = against_live(args.live, figures, top, args.live_at)
+        outside = [r for r in figures["live"] if not (r["time_inside"] and r["best_inside"])]
+        print(f"\nlive runs against the replay's 10-90% bands: {len(figures['live']) - len(outside)} of "
+              f"{len(figures['live'])} inside")
+        for r in outside:
+            print(f"  {r['run']}: time to {top:.2f} {r['time_to_target']} (band {r['time_band']}), best by "
+                  f"{args.live_at:g} s {r['best']:.2f} (band {r['best_band']})")
+    if args.results:
+        write_results(args.results, figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+"""The search methods `time_to_target.py` compares, each run in a process of its own until the
+protocol stops it at the wall-clock budget (Ctrl-C), and read back afterwards from the database
+it leaves: when each full-fidelity score appeared, and the compute every trial and run used.
+
+    python benchmarks/search/search_methods.py METHOD --seed S --dir D --budget-s B [--data cifar5] [--space FILE]
+
+Every method searches `--space` (default `large_batch.yaml`) for accuracy; full fidelity is the space's `target`
+rung. Searching methods run two trials at a time on this 2-core machine, where they can.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # common.py, one folder up
+
+import optuna
+from common import data_source
+from optuna.trial import TrialState
+from ttt_settings import SHIPPED
+
+from tianfeng.core.cores import usable_cores
+from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space
+from tianfeng.hpo.running.runner import run_search
+from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.hpo.trial_attrs import TrialKey
+from tianfeng.storage.runs import RunRecordStatus, RunStore
+from tianfeng.terminal.logs import quiet_optuna
+
+SPACE = SHIPPED  # the near-best setting's space, as shipped
+# `tianfeng search --fidelity screen --promote leader` and the options each variant adds
+TO_75 = {"objective": "time-to-target", "target": 75.0}
+SCREENS = {"tianfeng-screen": {}, "tianfeng-screen-tpe": {"sampler": "tpe"}, "tianfeng-screen-qmc": {"sampler": "qmc"},
+           "tianfeng-screen-to75": TO_75, "tianfeng-screen-tpe-to75": {"sampler": "tpe", **TO_75},
+           "tianfeng-screen-balanced": {"promote": "balanced"}}
+METHODS = ("tianfeng", "tianfeng-target", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe",
+           "tpe-hyperband", "ray-asha",
+           "one-epoch", "one-epoch-leader", *SCREENS, "pbt")
+SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
+PROMOTE_ETA = 3  # the tianfeng-* methods that promote as trials qualify: ASHA's factor, as in the default pruner
+# a promoted run's threads (tianfeng-leader: `tianfeng search --promote leader` gives it every core)
+# (None: every core its process may use)
+RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": None,
+             **dict.fromkeys(SCREENS, None)}
+
+
+def _plan(directory: Path, name: str, seed: int, data: str | None, space: Path, **changes) -> SearchPlan:
+    plan = SearchPlan.of(objective="accuracy", space_path=str(space), data=data, storage=f"sqlite:///{directory}/{name}.db",
+                      study=name, sampler="tpe", pruner="asha", seed=seed, trials=UNLIMITED_TRIALS, timeout_s=None,
+                      runs_dir=str(directory / "runs"), rung="proxy")
+    return plan.changed(**changes)
+
+
+class AfterFirstEpoch(optuna.pruners.BasePruner):
+    """Egele et al. 2023's one-epoch baseline: every trial stops after its first epoch."""
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        return bool(trial.intermediate_values)
+
+
+def _promote_best(storage: str, study: str, directory: Path) -> None:
+    """tianfeng's second half: promote the best proxy trials to full fidelity, best first, until
+    stopped."""
+    trials = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+    for t in sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.value, reverse=True):
+        _promote(storage, study, t.number, directory)
+
+
+def _promote(storage: str, study: str, number: int, directory: Path) -> None:
+    """Trial `number` at full fidelity, as `tianfeng promote` runs it here."""
+    from tianfeng.promotion.run import promote
+
+    promote(storage, study, number, batch_size=None, overrides=[], runs_dir=directory / "runs", dry_run=False)
+
+
+def _proxy_worker(plan: SearchPlan, space: SearchSpace, worker: int) -> tuple[optuna.Study, Callable[[], None]]:
+    """The study as worker `worker` sees it (its own sampler stream) and a call that runs one
+    proxy trial, logged as the search logs it."""
+    from tianfeng.hpo.judge.pruning import judging
+    from tianfeng.hpo.running.objective import ProxyObjective
+    from tianfeng.hpo.running.runner import sampler_seed
+    from tianfeng.hpo.running.trial_log import TrialLogger
+    from tianfeng.hpo.sampling.registry import make_sampler
+
+    study = optuna.load_study(study_name=plan.study, storage=plan.options.storage, pruner=judging(space, plan.rung, plan.options.pruner).pruner,
+                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, 0)))
+    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
+    callbacks = [TrialLogger(space.objective.metric)]
+    return study, lambda: study.optimize(objective, n_trials=1, callbacks=callbacks, catch=(Exception,))
+
+
+def next_promotion(trials: list[optuna.trial.FrozenTrial], promoted: set[int],
+                   eta: int = PROMOTE_ETA) -> optuna.trial.FrozenTrial | None:
+    """ASHA's rule with full fidelity as the top rung: once `eta` proxy trials are complete, the
+    best one not yet promoted, if it ranks in the top 1/eta of them."""
+    done = sorted((t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
+                  key=lambda t: t.value, reverse=True)
+    return next((t for t in done[:len(done) // eta] if t.number not in promoted), None)
+
+
+def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) -> None:
+    """tianfeng-async: one worker process searches the proxies; this process, at one thread too,
+    promotes by `next_promotion` whenever a trial qualifies and searches in between, until stopped.
+    tianfeng-pause: the same, but the other worker starts no trial while a promoted run trains,
+    and that run has both cores."""
+    import multiprocessing
+    import pickle
+
+    import torch
+
+    from tianfeng.hpo.running.study import open_study
+    from tianfeng.terminal.interrupts import run_quietly
+
+    space = plan_space(plan)
+    open_study(plan, space, resume=False)  # created whole, the priors queued, before either worker starts
+    paused = directory / "search-paused"
+    ctx = multiprocessing.get_context("spawn")
+    if pause:
+        searcher = ctx.Process(target=_pausable_searcher, args=(plan, paused), daemon=True)
+    else:
+        searcher = ctx.Process(target=run_quietly, daemon=True,
+                               args=("tianfeng.hpo.running.runner", "_worker_process", pickle.dumps((plan, 1, 1, 0))))
+    searcher.start()
+    torch.set_num_threads(1)
+    study, one_trial = _proxy_worker(plan, space, 2)
+    promoted: set[int] = set()
+    while True:
+        pick = next_promotion(study.get_trials(deepcopy=False), promoted)
+        if pick is None:
+            one_trial()
+            continue
+        promoted.add(pick.number)
+        if pause:  # the other worker's running trial finishes first; it then waits
+            paused.touch()
+            torch.set_num_threads(2)
+        _promote(plan.options.storage, plan.study, pick.number, directory)
+        if pause:
+            paused.unlink()
+            torch.set_num_threads(1)
+
+
+def _pausable_searcher(plan: SearchPlan, paused: Path) -> None:
+    """tianfeng-pause's other worker: proxy trials at one thread, none started while `paused` exists."""
+    import torch
+
+    torch.set_num_threads(1)
+    quiet_optuna()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
+    _, one_trial = _proxy_worker(plan, plan_space(plan), 1)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            while paused.exists():
+                time.sleep(1.0)
+            one_trial()
+
+
+def _screen_and_finish_leaders(study: optuna.Study, screen_objective, objective, first_after: int = 3) -> None:
+    """one-epoch-leader: random recipes screened by their first full-fidelity epoch, as one-epoch
+    screens them; once `first_after` are screened, each new leader by that epoch is trained whole
+    at once (a new trial with its parameters), as `--promote leader` promotes a new proxy leader."""
+    screen, finish = AfterFirstEpoch(), optuna.pruners.NopPruner()
+    finished: set[int] = set()
+    while True:
+        study.pruner = screen
+        study.optimize(screen_objective, n_trials=1, catch=(Exception,))
+        screened = [t for t in study.get_trials(deepcopy=False) if t.intermediate_values and "screened" not in t.user_attrs
+                    and t.state == TrialState.PRUNED]
+        if len(screened) < first_after:
+            continue
+        leader = max(screened, key=_first_epoch)
+        if leader.number in finished:
+            continue
+        finished.add(leader.number)
+        study.pruner = finish
+        study.enqueue_trial(leader.params, user_attrs={"screened": leader.number})
+        study.optimize(objective, n_trials=1, catch=(Exception,))
+
+
+def _random_target_study(directory: Path, method: str, seed: int, data: str | None, space_path: Path,
+                         heartbeat: bool = True) -> tuple[SearchPlan, SearchSpace, optuna.Study]:
+    """A study of random recipes at the space's target rung, no priors (ask and tell need no
+    heartbeat)."""
+    from tianfeng.hpo.running.study import open_study
+
+    plan = _plan(directory, method, seed, data, space_path, rung="target", priors=False, sampler="random")
+    space = plan_space(plan)
+    study = open_study(plan, space, resume=False, heartbeat=heartbeat)
+    study.sampler = optuna.samplers.RandomSampler(seed=seed)
+    return plan, space, study
+
+
+def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: str | None, space_path: Path):
+    """The one-epoch methods' study (random recipes at the space's target rung, no priors), the
+    objective that screens its trials (the engine told they stop after the first epoch, as a
+    screening rung tells it, so its compile choice weighs that epoch only; the pruner stops them)
+    and the one that trains them whole."""
+    from tianfeng.hpo.running.objective import ProxyObjective
+    from tianfeng.hpo.space.materialize import stopping_after
+    from tianfeng.trainers.engine import train
+
+    plan, space, study = _random_target_study(directory, method, seed, data, space_path)
+    screen = ProxyObjective(space, plan.study, Path(plan.runs_root), "target",
+                            trainer=lambda cfg, report: train(stopping_after(cfg, 1), report))
+    return study, screen, ProxyObjective(space, plan.study, Path(plan.runs_root), "target")
+
+
+def _first_epoch(trial: optuna.trial.FrozenTrial) -> float:
+    return trial.intermediate_values[min(trial.intermediate_values)]
+
+
+def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
+    """One-epoch's second half: the recipes with the best first epoch trained whole (from the
+    start, as new trials), best first, until stopped."""
+    tried = [t for t in study.get_trials(deepcopy=False) if t.intermediate_values]
+    study.pruner = optuna.pruners.NopPruner()
+    for t in sorted(tried, key=_first_epoch, reverse=True):
+        study.enqueue_trial(t.params)
+        study.optimize(objective, n_trials=1, catch=(Exception,))
+
+
+def run(method: str, seed: int, directory: Path, budget_s: float, data: str | None, space: Path = SPACE) -> None:
+    started = time.monotonic()
+    if method == "tianfeng":  # its defaults: TPE, ASHA and priors on proxies, then promote the best
+        plan = _plan(directory, method, seed, data, space, timeout_s=budget_s * SEARCH_SHARE)
+        run_search(plan, "auto", resume=False, progress=False)
+        _promote_best(plan.options.storage, plan.study, directory)
+    elif method == "tianfeng-target":  # tianfeng search --fidelity target: its ASHA rungs over the whole run's epochs
+        import tianfeng
+
+        plan = _plan(directory, method, seed, data, space)
+        tianfeng.search(space, storage=plan.options.storage, study=method, data=data, objective="accuracy", seed=seed,
+                        trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", fidelity="target", progress=False)
+    elif method in ("tianfeng-async", "tianfeng-pause"):  # full-fidelity runs as trials qualify
+        _search_and_promote(_plan(directory, method, seed, data, space), directory, pause=method == "tianfeng-pause")
+    elif method == "tianfeng-leader":  # the product's own: tianfeng search --promote leader
+        import tianfeng
+
+        plan = _plan(directory, method, seed, data, space)
+        tianfeng.search(space, storage=plan.options.storage, study=method, data=data, objective="accuracy", seed=seed,
+                        trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", promote="leader", progress=False)
+    elif method in SCREENS:  # tianfeng search --fidelity screen --promote leader (or balanced)
+        import tianfeng
+
+        plan = _plan(directory, method, seed, data, space)
+        tianfeng.search(space, storage=plan.options.storage, study=method, data=data, seed=seed, trials=UNLIMITED_TRIALS,
+                        runs_dir=directory / "runs", fidelity="screen", progress=False,
+                        **{"objective": "accuracy", "sampler": "auto", "promote": "leader", **SCREENS[method]})
+    elif method in ("optuna-tpe", "tpe-hyperband"):
+        pruner = "none" if method == "optuna-tpe" else "hyperband"
+        run_search(_plan(directory, method, seed, data, space, rung="target", priors=False, pruner=pruner), 2, resume=False,
+                   progress=False)
+    elif method == "ray-asha":
+        from tianfeng.hpo.running.ray_backend import RayOptions, run_ray_search
+
+        run_ray_search(_plan(directory, method, seed, data, space, rung="target", priors=False, sampler="random"),
+                       RayOptions(cpus_per_trial=1), resume=False)
+    elif method == "one-epoch":  # random recipes for one epoch each, then the best finished
+        study, screen_objective, objective = _full_fidelity_random_study(directory, method, seed, data, space)
+        study.pruner = AfterFirstEpoch()
+        left = budget_s * SEARCH_SHARE - (time.monotonic() - started)
+        study.optimize(screen_objective, timeout=max(1.0, left), catch=(Exception,))
+        _finish_best_first_epochs(study, objective)
+    elif method == "one-epoch-leader":  # one-epoch's screening, --promote leader's timing
+        _screen_and_finish_leaders(*_full_fidelity_random_study(directory, method, seed, data, space))
+    elif method == "pbt":  # Population Based Training, one member at a time with every core
+        import torch
+        from pbt import run_pbt
+
+        plan, searched, study = _random_target_study(directory, method, seed, data, space, heartbeat=False)
+        torch.set_num_threads(usable_cores())
+        run_pbt(study, searched, Path(plan.runs_root), seed=seed)
+    else:
+        raise SystemExit(f"unknown method {method!r}; one of {', '.join(METHODS)}")
+
+
+def utc_seconds(text: str) -> float:
+    """A run record's UTC time (`YYYY-MM-DD HH:MM:SS`, with milliseconds or without) as epoch seconds."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def read_back(method: str, directory: Path, t0: float) -> dict:
+    """The run's full-fidelity scores as (seconds since `t0`, score), in time order, and its
+    compute in core-seconds (trials' wall time x the cores each had, promoted runs' x their threads)."""
+    storage = f"sqlite:///{directory}/{method}.db"
+    process = _process(directory)
+    if method not in optuna.get_all_study_names(storage):
+        return {"events": [], "core_s": 0.0, "trials": 0, "process": process}
+    trials = optuna.load_study(study_name=method, storage=storage).get_trials(deepcopy=False)
+    ended = [t for t in trials if t.datetime_start and t.datetime_complete]
+    core_s = sum((t.datetime_complete - t.datetime_start).total_seconds() * float(t.user_attrs.get(TrialKey.CORES, 1))
+                 for t in ended)
+    if method in RUN_CORES:
+        ended_runs = [r for r in RunStore(storage).runs(method) if r["status"] != RunRecordStatus.RUNNING]
+        events = [(utc_seconds(r["updated"]) - t0, r["final_score"]) for r in ended_runs
+                  if r["status"] == RunRecordStatus.COMPLETED]
+        # a run that diverged, collapsed or failed spent its compute all the same
+        cores = RUN_CORES[method] or (process or {}).get("cores") or usable_cores()
+        core_s += sum((utc_seconds(r["updated"]) - utc_seconds(r["created"])) * cores for r in ended_runs)
+    else:
+        events = [(t.datetime_complete.timestamp() - t0, t.value) for t in ended
+                  if t.state == TrialState.COMPLETE and t.value is not None]
+    return {"events": sorted(events), "core_s": core_s, "trials": len(trials), "process": process}
+
+
+def _process(directory: Path) -> dict | None:
+    """The cores and threads the method's process had, as it wrote them at its start."""
+    path = directory / "process.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("method", choices=METHODS)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--budget-s", type=float, required=True)
+    parser.add_argument("--data", default="cifar5")
+    parser.add_argument("--space", type=Path, default=SPACE, help="the space searched (default large_batch.yaml)")
+    args = parser.parse_args()
+    quiet_optuna()  # a trial cut by the budget's Ctrl-C is not a traceback
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.method} s{args.seed} %(message)s",
+                        datefmt="%H:%M:%S")
+    logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    # what this process was given to train with, read back with its scores
+    (args.dir / "process.json").write_text(json.dumps({"cores": usable_cores(), "threads": torch.get_num_threads()}))
+    with contextlib.suppress(KeyboardInterrupt):  # the protocol's budget is up
+        run(args.method, args.seed, args.dir, args.budget_s, data_source(args.data), args.space)
+
+
+if __name__ == "__main__":
+    main()
