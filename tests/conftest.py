@@ -17,7 +17,7 @@ pytest_plugins = ["tests.suite_timing"]
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 # the benchmark scripts import each other by name, as they do when run from their family's folder
-sys.path[:0] = [str(BENCHMARKS), *(str(p) for p in sorted(BENCHMARKS.iterdir()) if p.is_dir() and any(p.glob("*.py")))]
+sys.path[:0] = [str(BENCHMARKS), *(str(p) for p in sorted(BENCHMARKS.glob("*/")) if any(p.glob("*.py")))]
 
 SMALL_CLASSES = ("digit0", "digit1", "digit2", "digit3", "digit4")
 

@@ -50,6 +50,10 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=12288, help="training images per epoch")
     parser.add_argument("--repeats", type=int, default=9)
     args = parser.parse_args()
+    largest = max(batch for _, batch in CASES)
+    if args.images < largest:
+        parser.error(f"--images must be at least the largest batch timed ({largest}): an epoch is whole batches; "
+                     f"got {args.images}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for threads in (1, 2):

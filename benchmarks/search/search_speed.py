@@ -73,7 +73,7 @@ def unstopped_hook(tmp: Path) -> Path:
 
 def tianfeng(args: list[str], cache: Path, cwd: Path, hook: Path | None = None) -> float:
     """Wall seconds of `python -m <args>` in a fresh process with this arm's cache."""
-    paths = [str(ROOT), str(ROOT / "benchmarks")] + ([str(hook)] if hook else [])
+    paths = [str(ROOT), str(Path(__file__).resolve().parent), str(ROOT / "benchmarks")] + ([str(hook)] if hook else [])
     env = {**os.environ, "TIANFENG_CACHE": str(cache), "PYTHONPATH": os.pathsep.join(paths)}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     start = time.perf_counter()
