@@ -19,10 +19,10 @@ import optuna
 from common import ROOT, print_table
 from null_trainer import empty_trainer
 
-from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.running.objective import ProxyObjective
 from tianfeng.hpo.running.study import open_study
 from tianfeng.hpo.space.read import load_space
+from tianfeng.hpo.spec import SearchSpec
 from tianfeng.reporting.build import build_report
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -54,15 +54,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         space_path = ROOT / "search_spaces" / "large_batch.yaml"
-        plan = SearchPlan.of(objective="accuracy", space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/r.db",
+        spec = SearchSpec.of(objective="accuracy", space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/r.db",
                           study="big", sampler="tpe", pruner="asha", seed=0, trials=args.trials,
                           timeout_s=None, runs_dir=str(tmp / "runs"), rung="proxy")
         space = load_space(space_path)
-        study = open_study(plan, space, resume=False)
+        study = open_study(spec, space, resume=False)
         study.optimize(ProxyObjective(space, "big", tmp / "runs", "proxy", trainer=empty_trainer),
                        n_trials=args.trials)
         start = time.perf_counter()
-        report = build_report(plan.options.storage, "big", tmp / "big.html")
+        report = build_report(spec.options.storage, "big", tmp / "big.html")
         build_s = time.perf_counter() - start
         blank = tmp / "blank.html"
         blank.write_text("<!doctype html><title>blank</title>")

@@ -19,20 +19,20 @@ import optuna
 from common import ROOT, print_table
 from null_trainer import empty_trainer
 
-from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.running.objective import ProxyObjective
 from tianfeng.hpo.running.study import open_storage, open_study
 from tianfeng.hpo.space.read import load_space
+from tianfeng.hpo.spec import SearchSpec
 
 
 def tianfeng_per_trial(tmp: Path, trials: int) -> float:
     space_path = ROOT / "search_spaces" / "large_batch.yaml"
-    plan = SearchPlan.of(objective="accuracy", space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/tf.db",
+    spec = SearchSpec.of(objective="accuracy", space_path=str(space_path), data=None, storage=f"sqlite:///{tmp}/tf.db",
                       study="overhead", sampler="random", pruner="asha", seed=0, trials=trials,
                       timeout_s=None, runs_dir=str(tmp / "runs"), rung="proxy")
     space = load_space(space_path)
-    study = open_study(plan, space, resume=False)
-    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung, trainer=empty_trainer)
+    study = open_study(spec, space, resume=False)
+    objective = ProxyObjective(space, spec.study, Path(spec.runs_root), spec.rung, trainer=empty_trainer)
     start = time.perf_counter()
     study.optimize(objective, n_trials=trials)
     return (time.perf_counter() - start) / trials
@@ -49,12 +49,12 @@ def ray_per_trial(tmp: Path, trials: int) -> tuple[float, float]:
              object_store_memory=256 * 2**20,
              runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parent), "RAY_CHDIR_TO_TRIAL_DIR": "0"}})
     startup = time.perf_counter() - start
-    plan = SearchPlan.of(objective="accuracy", space_path=str(ROOT / "search_spaces" / "large_batch.yaml"), data=None,
+    spec = SearchSpec.of(objective="accuracy", space_path=str(ROOT / "search_spaces" / "large_batch.yaml"), data=None,
                       storage=f"sqlite:///{tmp}/ray.db", study="overhead-ray", sampler="random", pruner="asha",
                       seed=0, trials=trials, timeout_s=None, runs_dir=str(tmp / "runs"), rung="proxy")
     options = RayOptions(cpus_per_trial=1, trainer="null_trainer:empty_trainer")
     start = time.perf_counter()
-    run_ray_search(plan, options, resume=False)
+    run_ray_search(spec, options, resume=False)
     per_trial = (time.perf_counter() - start) / trials
     ray.shutdown()
     return per_trial, startup

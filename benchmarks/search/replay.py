@@ -404,7 +404,7 @@ def replay_space(header: dict) -> SearchSpace:
     live benchmark searches it)."""
     from ttt_settings import space_for
 
-    from tianfeng.hpo.plan import with_objective
+    from tianfeng.hpo.spec import with_objective
 
     folder = Path(tempfile.mkdtemp(prefix="replay-space-"))
     return with_objective(load_space(space_for(header.get("setting", "near-best"), folder),

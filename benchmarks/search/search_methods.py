@@ -28,9 +28,9 @@ from optuna.trial import TrialState
 from ttt_settings import SHIPPED
 
 from tianfeng.core.cores import usable_cores
-from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.hpo.spec import UNLIMITED_TRIALS, SearchSpec, space_of
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.terminal.logs import quiet_optuna
@@ -52,11 +52,11 @@ RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-
              **dict.fromkeys(SCREENS, None)}
 
 
-def _plan(directory: Path, name: str, seed: int, data: str | None, space: Path, **changes) -> SearchPlan:
-    plan = SearchPlan.of(objective="accuracy", space_path=str(space), data=data, storage=f"sqlite:///{directory}/{name}.db",
+def _spec(directory: Path, name: str, seed: int, data: str | None, space: Path, **changes) -> SearchSpec:
+    spec = SearchSpec.of(objective="accuracy", space_path=str(space), data=data, storage=f"sqlite:///{directory}/{name}.db",
                       study=name, sampler="tpe", pruner="asha", seed=seed, trials=UNLIMITED_TRIALS, timeout_s=None,
                       runs_dir=str(directory / "runs"), rung="proxy")
-    return plan.changed(**changes)
+    return spec.changed(**changes)
 
 
 class AfterFirstEpoch(optuna.pruners.BasePruner):
@@ -81,7 +81,7 @@ def _promote(storage: str, study: str, number: int, directory: Path) -> None:
     promote(storage, study, number, batch_size=None, overrides=[], runs_dir=directory / "runs", dry_run=False)
 
 
-def _proxy_worker(plan: SearchPlan, space: SearchSpace, worker: int) -> tuple[optuna.Study, Callable[[], None]]:
+def _proxy_worker(spec: SearchSpec, space: SearchSpace, worker: int) -> tuple[optuna.Study, Callable[[], None]]:
     """The study as worker `worker` sees it (its own sampler stream) and a call that runs one
     proxy trial, logged as the search logs it."""
     from tianfeng.hpo.judge.pruning import judging
@@ -90,9 +90,9 @@ def _proxy_worker(plan: SearchPlan, space: SearchSpace, worker: int) -> tuple[op
     from tianfeng.hpo.running.trial_log import TrialLogger
     from tianfeng.hpo.sampling.registry import make_sampler
 
-    study = optuna.load_study(study_name=plan.study, storage=plan.options.storage, pruner=judging(space, plan.rung, plan.options.pruner).pruner,
-                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, 0)))
-    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung)
+    study = optuna.load_study(study_name=spec.study, storage=spec.options.storage, pruner=judging(space, spec.rung, spec.options.pruner).pruner,
+                              sampler=make_sampler(spec.sampler, space, sampler_seed(spec, worker, 0)))
+    objective = ProxyObjective(space, spec.study, Path(spec.runs_root), spec.rung)
     callbacks = [TrialLogger(space.objective.metric)]
     return study, lambda: study.optimize(objective, n_trials=1, callbacks=callbacks, catch=(Exception,))
 
@@ -106,7 +106,7 @@ def next_promotion(trials: list[optuna.trial.FrozenTrial], promoted: set[int],
     return next((t for t in done[:len(done) // eta] if t.number not in promoted), None)
 
 
-def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) -> None:
+def _search_and_promote(spec: SearchSpec, directory: Path, pause: bool = False) -> None:
     """tianfeng-async: one worker process searches the proxies; this process, at one thread too,
     promotes by `next_promotion` whenever a trial qualifies and searches in between, until stopped.
     tianfeng-pause: the same, but the other worker starts no trial while a promoted run trains,
@@ -119,18 +119,18 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) 
     from tianfeng.hpo.running.study import open_study
     from tianfeng.terminal.interrupts import run_quietly
 
-    space = plan_space(plan)
-    open_study(plan, space, resume=False)  # created whole, the priors queued, before either worker starts
+    space = space_of(spec)
+    open_study(spec, space, resume=False)  # created whole, the priors queued, before either worker starts
     paused = directory / "search-paused"
     ctx = multiprocessing.get_context("spawn")
     if pause:
-        searcher = ctx.Process(target=_pausable_searcher, args=(plan, paused), daemon=True)
+        searcher = ctx.Process(target=_pausable_searcher, args=(spec, paused), daemon=True)
     else:
         searcher = ctx.Process(target=run_quietly, daemon=True,
-                               args=("tianfeng.hpo.running.runner", "_worker_process", pickle.dumps((plan, 1, 1, 0))))
+                               args=("tianfeng.hpo.running.runner", "_worker_process", pickle.dumps((spec, 1, 1, 0))))
     searcher.start()
     torch.set_num_threads(1)
-    study, one_trial = _proxy_worker(plan, space, 2)
+    study, one_trial = _proxy_worker(spec, space, 2)
     promoted: set[int] = set()
     while True:
         pick = next_promotion(study.get_trials(deepcopy=False), promoted)
@@ -141,13 +141,13 @@ def _search_and_promote(plan: SearchPlan, directory: Path, pause: bool = False) 
         if pause:  # the other worker's running trial finishes first; it then waits
             paused.touch()
             torch.set_num_threads(2)
-        _promote(plan.options.storage, plan.study, pick.number, directory)
+        _promote(spec.options.storage, spec.study, pick.number, directory)
         if pause:
             paused.unlink()
             torch.set_num_threads(1)
 
 
-def _pausable_searcher(plan: SearchPlan, paused: Path) -> None:
+def _pausable_searcher(spec: SearchSpec, paused: Path) -> None:
     """tianfeng-pause's other worker: proxy trials at one thread, none started while `paused` exists."""
     import torch
 
@@ -155,7 +155,7 @@ def _pausable_searcher(plan: SearchPlan, paused: Path) -> None:
     quiet_optuna()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
-    _, one_trial = _proxy_worker(plan, plan_space(plan), 1)
+    _, one_trial = _proxy_worker(spec, space_of(spec), 1)
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             while paused.exists():
@@ -186,16 +186,16 @@ def _screen_and_finish_leaders(study: optuna.Study, screen_objective, objective,
 
 
 def _random_target_study(directory: Path, method: str, seed: int, data: str | None, space_path: Path,
-                         heartbeat: bool = True) -> tuple[SearchPlan, SearchSpace, optuna.Study]:
+                         heartbeat: bool = True) -> tuple[SearchSpec, SearchSpace, optuna.Study]:
     """A study of random recipes at the space's target rung, no priors (ask and tell need no
     heartbeat)."""
     from tianfeng.hpo.running.study import open_study
 
-    plan = _plan(directory, method, seed, data, space_path, rung="target", priors=False, sampler="random")
-    space = plan_space(plan)
-    study = open_study(plan, space, resume=False, heartbeat=heartbeat)
+    spec = _spec(directory, method, seed, data, space_path, rung="target", priors=False, sampler="random")
+    space = space_of(spec)
+    study = open_study(spec, space, resume=False, heartbeat=heartbeat)
     study.sampler = optuna.samplers.RandomSampler(seed=seed)
-    return plan, space, study
+    return spec, space, study
 
 
 def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: str | None, space_path: Path):
@@ -207,10 +207,10 @@ def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: s
     from tianfeng.hpo.space.materialize import stopping_after
     from tianfeng.trainers.engine import train
 
-    plan, space, study = _random_target_study(directory, method, seed, data, space_path)
-    screen = ProxyObjective(space, plan.study, Path(plan.runs_root), "target",
+    spec, space, study = _random_target_study(directory, method, seed, data, space_path)
+    screen = ProxyObjective(space, spec.study, Path(spec.runs_root), "target",
                             trainer=lambda cfg, report: train(stopping_after(cfg, 1), report))
-    return study, screen, ProxyObjective(space, plan.study, Path(plan.runs_root), "target")
+    return study, screen, ProxyObjective(space, spec.study, Path(spec.runs_root), "target")
 
 
 def _first_epoch(trial: optuna.trial.FrozenTrial) -> float:
@@ -230,38 +230,38 @@ def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
 def run(method: str, seed: int, directory: Path, budget_s: float, data: str | None, space: Path = SPACE) -> None:
     started = time.monotonic()
     if method == "tianfeng":  # its defaults: TPE, ASHA and priors on proxies, then promote the best
-        plan = _plan(directory, method, seed, data, space, timeout_s=budget_s * SEARCH_SHARE)
-        run_search(plan, "auto", resume=False, progress=False)
-        _promote_best(plan.options.storage, plan.study, directory)
+        spec = _spec(directory, method, seed, data, space, timeout_s=budget_s * SEARCH_SHARE)
+        run_search(spec, "auto", resume=False, progress=False)
+        _promote_best(spec.options.storage, spec.study, directory)
     elif method == "tianfeng-target":  # tianfeng search --fidelity target: its ASHA rungs over the whole run's epochs
         import tianfeng
 
-        plan = _plan(directory, method, seed, data, space)
-        tianfeng.search(space, storage=plan.options.storage, study=method, data=data, objective="accuracy", seed=seed,
+        spec = _spec(directory, method, seed, data, space)
+        tianfeng.search(space, storage=spec.options.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", fidelity="target", progress=False)
     elif method in ("tianfeng-async", "tianfeng-pause"):  # full-fidelity runs as trials qualify
-        _search_and_promote(_plan(directory, method, seed, data, space), directory, pause=method == "tianfeng-pause")
+        _search_and_promote(_spec(directory, method, seed, data, space), directory, pause=method == "tianfeng-pause")
     elif method == "tianfeng-leader":  # the product's own: tianfeng search --promote leader
         import tianfeng
 
-        plan = _plan(directory, method, seed, data, space)
-        tianfeng.search(space, storage=plan.options.storage, study=method, data=data, objective="accuracy", seed=seed,
+        spec = _spec(directory, method, seed, data, space)
+        tianfeng.search(space, storage=spec.options.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", promote="leader", progress=False)
     elif method in SCREENS:  # tianfeng search --fidelity screen --promote leader (or balanced)
         import tianfeng
 
-        plan = _plan(directory, method, seed, data, space)
-        tianfeng.search(space, storage=plan.options.storage, study=method, data=data, seed=seed, trials=UNLIMITED_TRIALS,
+        spec = _spec(directory, method, seed, data, space)
+        tianfeng.search(space, storage=spec.options.storage, study=method, data=data, seed=seed, trials=UNLIMITED_TRIALS,
                         runs_dir=directory / "runs", fidelity="screen", progress=False,
                         **{"objective": "accuracy", "sampler": "auto", "promote": "leader", **SCREENS[method]})
     elif method in ("optuna-tpe", "tpe-hyperband"):
         pruner = "none" if method == "optuna-tpe" else "hyperband"
-        run_search(_plan(directory, method, seed, data, space, rung="target", priors=False, pruner=pruner), 2, resume=False,
+        run_search(_spec(directory, method, seed, data, space, rung="target", priors=False, pruner=pruner), 2, resume=False,
                    progress=False)
     elif method == "ray-asha":
         from tianfeng.hpo.running.ray_backend import RayOptions, run_ray_search
 
-        run_ray_search(_plan(directory, method, seed, data, space, rung="target", priors=False, sampler="random"),
+        run_ray_search(_spec(directory, method, seed, data, space, rung="target", priors=False, sampler="random"),
                        RayOptions(cpus_per_trial=1), resume=False)
     elif method == "one-epoch":  # random recipes for one epoch each, then the best finished
         study, screen_objective, objective = _full_fidelity_random_study(directory, method, seed, data, space)
@@ -275,9 +275,9 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         import torch
         from pbt import run_pbt
 
-        plan, searched, study = _random_target_study(directory, method, seed, data, space, heartbeat=False)
+        spec, searched, study = _random_target_study(directory, method, seed, data, space, heartbeat=False)
         torch.set_num_threads(usable_cores())
-        run_pbt(study, searched, Path(plan.runs_root), seed=seed)
+        run_pbt(study, searched, Path(spec.runs_root), seed=seed)
     else:
         raise SystemExit(f"unknown method {method!r}; one of {', '.join(METHODS)}")
 

@@ -34,10 +34,10 @@ import yaml
 from common import ROOT, data_source, own_cache, print_table
 from optuna.trial import TrialState
 
-from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.running.objective import suggest
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.read import load_space
+from tianfeng.hpo.spec import SearchSpec
 from tianfeng.terminal.logs import setup_logging
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
@@ -91,12 +91,12 @@ def recipes(a, n: int) -> list[list]:
 def run_arm(spec_path: Path) -> None:
     """In the arm's own process: the search of one arm, its trials enqueued."""
     spec = json.loads(spec_path.read_text())
-    plan = SearchPlan.of(objective="accuracy", space_path=spec["space"], data=spec["data"], storage=spec["storage"],
+    spec = SearchSpec.of(objective="accuracy", space_path=spec["space"], data=spec["data"], storage=spec["storage"],
                       study=spec["study"], sampler="random", pruner="none", seed=spec["seed"], trials=spec["trials"],
                       timeout_s=None, runs_dir=spec["runs"], rung=spec["fidelity"],
                       warm_start=tuple((label, params) for label, params in spec["recipes"]))
     setup_logging()
-    run_search(plan, spec["workers"], resume=False)
+    run_search(spec, spec["workers"], resume=False)
 
 
 def search(tmp: Path, name: str, space: Path, cache: Path, a, trial_recipes: list,

@@ -31,8 +31,8 @@ from common import ROOT, add_results_argument, data_source, write_results
 from optuna.trial import TrialState
 from ttt_settings import SETTINGS, space_for
 
-from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.running.runner import run_search
+from tianfeng.hpo.spec import SearchSpec
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.terminal.logs import quiet_optuna
 
@@ -108,11 +108,11 @@ def main() -> None:
     args.keep.mkdir(parents=True, exist_ok=True)
     storage = f"sqlite:///{args.keep / 'share.db'}"
     resume = (args.keep / "share.db").exists()
-    plan = SearchPlan.of(space_for(args.setting, args.keep), study=STUDY, rung="target", sampler="random", objective="accuracy",
+    spec = SearchSpec.of(space_for(args.setting, args.keep), study=STUDY, rung="target", sampler="random", objective="accuracy",
                          data=data_source(args.data), storage=storage, pruner="none", priors=False,
                          seed=args.seed, trials=args.trials, runs_dir=str(args.keep / "runs"))
     try:
-        run_search(plan, int(args.workers) if args.workers.isdigit() else args.workers, resume=resume,
+        run_search(spec, int(args.workers) if args.workers.isdigit() else args.workers, resume=resume,
                    progress=False)
     except KeyboardInterrupt:  # the cut trial is queued again: the next run of the same --keep goes on
         print(f"interrupted: the whole runs done so far are kept in {args.keep}; run again to go on",

@@ -16,9 +16,9 @@ from pbt import FACTORS, explore, run_pbt, take_over  # noqa: E402
 
 from tianfeng.core.errors import ConfigError  # noqa: E402
 from tianfeng.core.states import RunStatus  # noqa: E402
-from tianfeng.hpo.plan import SearchPlan, plan_space  # noqa: E402
 from tianfeng.hpo.running.study import open_study  # noqa: E402
 from tianfeng.hpo.space.materialize import build_config, stopping_after  # noqa: E402
+from tianfeng.hpo.spec import SearchSpec, space_of  # noqa: E402
 from tianfeng.trainers import checkpoint  # noqa: E402
 from tianfeng.trainers.engine import train  # noqa: E402
 
@@ -28,14 +28,14 @@ LARS = {"optimizer": "lars", "base_lr": 0.5, "trust_coefficient": 0.01, "weight_
         "stages": 1}
 
 
-def _plan(tmp_path: Path) -> SearchPlan:
-    return SearchPlan.of(objective="accuracy", space_path=str(SPACE), data=None, storage=f"sqlite:///{tmp_path}/pbt.db",
+def _spec(tmp_path: Path) -> SearchSpec:
+    return SearchSpec.of(objective="accuracy", space_path=str(SPACE), data=None, storage=f"sqlite:///{tmp_path}/pbt.db",
                       study="pbt", sampler="random", pruner="none", seed=0, trials=1000, timeout_s=None,
                       runs_dir=str(tmp_path / "runs"), rung="target", priors=False)
 
 
 def test_explore_moves_each_continuous_setting_by_a_fifth_within_its_range_and_nothing_else() -> None:
-    space = plan_space(_plan(Path("unused")))
+    space = space_of(_spec(Path("unused")))
     rng = random.Random(0)
     smoothing = set()
     for _ in range(200):
@@ -56,7 +56,7 @@ def test_explore_moves_each_continuous_setting_by_a_fifth_within_its_range_and_n
 @pytest.mark.slow
 def test_a_member_that_takes_over_resumes_the_donors_run_with_its_own_settings(tmp_path: Path) -> None:
     torch.set_num_threads(1)
-    space = plan_space(_plan(tmp_path))
+    space = space_of(_spec(tmp_path))
     donor = build_config(space, LARS, "target", name="donor", run_dir=str(tmp_path / "donor"))
     assert train(stopping_after(donor, 2), lambda m: None).status == RunStatus.STOPPED
     moved = {**LARS, "base_lr": 0.4, "weight_decay": 2e-4, "trust_coefficient": 0.012}
@@ -82,9 +82,9 @@ def test_a_member_that_takes_over_resumes_the_donors_run_with_its_own_settings(t
 @pytest.mark.slow
 def test_a_population_trains_takes_over_and_reports_its_members_once_whole(tmp_path: Path) -> None:
     torch.set_num_threads(1)
-    plan = _plan(tmp_path)
-    space = plan_space(plan)
-    study = open_study(plan, space, resume=False, heartbeat=False)
+    spec = _spec(tmp_path)
+    space = space_of(spec)
+    study = open_study(spec, space, resume=False, heartbeat=False)
     study.sampler = optuna.samplers.RandomSampler(seed=3)
     run_pbt(study, space, tmp_path / "runs", population=2, interval=3, epochs=6, quantile=0.5, populations=1)
     trials = study.get_trials(deepcopy=False)

@@ -12,14 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.search.conftest import TINY_SPACE, write_space
-from tests.search.test_study import plan_for
+from tests.search.test_study import spec_for
 from tianfeng.hpo.running.runner import run_search
 
 
 def searched_study(root: Path, trials: int = 2) -> Path:
     """A study `s` of the tiny space (two trials); returns its SQLite file."""
-    plan = plan_for(root, write_space(root, dict(TINY_SPACE)), trials=trials, study="s")
-    run_search(plan, workers=1, resume=False)
+    spec = spec_for(root, write_space(root, dict(TINY_SPACE)), trials=trials, study="s")
+    run_search(spec, workers=1, resume=False)
     return root / "study.db"
 
 

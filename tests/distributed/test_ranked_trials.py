@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import make_config
 from tests.search.conftest import TINY_SPACE, write_space
-from tests.search.test_study import plan_for
+from tests.search.test_study import spec_for
 from tianfeng.core.states import RunStatus
 from tianfeng.hpo.running.budget import SearchFailed
 from tianfeng.hpo.running.ranked_trial import LOG_NAME, RankedTrainer
@@ -72,8 +72,8 @@ def test_ranks_that_fail_are_one_line_with_their_log(tmp_path: Path) -> None:
 def test_a_search_with_two_ranks_per_trial_records_each_epoch_judged(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     space = copy.deepcopy(TINY_SPACE)
-    plan = plan_for(tmp_path, write_space(tmp_path, space), trials=2, study="ranks").changed(gpus_per_trial=2.0)
-    study = run_search(plan, workers=1, resume=False)
+    spec = spec_for(tmp_path, write_space(tmp_path, space), trials=2, study="ranks").changed(gpus_per_trial=2.0)
+    study = run_search(spec, workers=1, resume=False)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert done, [t.user_attrs.get("message") for t in study.trials]
     for t in done:
@@ -92,11 +92,11 @@ def test_workers_and_their_gpus_count_a_trials_ranks() -> None:
 
 def test_a_trial_whose_batch_the_ranks_cannot_split_fails_before_any_rank_starts(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    plan = plan_for(tmp_path, write_space(tmp_path, copy.deepcopy(TINY_SPACE)), trials=1, study="odd",
+    spec = spec_for(tmp_path, write_space(tmp_path, copy.deepcopy(TINY_SPACE)), trials=1, study="odd",
                     failure_limit=1).changed(gpus_per_trial=3.0)
     with pytest.raises(SearchFailed):  # its one trial failed: the failure limit
-        run_search(plan, workers=1, resume=False)
-    study = optuna.load_study(study_name="odd", storage=plan.options.storage)
+        run_search(spec, workers=1, resume=False)
+    study = optuna.load_study(study_name="odd", storage=spec.options.storage)
     (trial,) = study.trials
     assert trial.state == optuna.trial.TrialState.FAIL
     message = trial.user_attrs[TrialKey.ERROR]

@@ -1,8 +1,8 @@
 """Every `tianfeng` command in the fenced shell blocks of the README, the tutorial and the how-to
 pages parses as written with the real command line (an unknown flag, a retired choice or a
 missing command fails here), and each `--space` it names is a file or a shipped space. Each
-`search` is planned as the command plans it before its first trial (the space read, its options
-checked against it, the study's plan built), on the bundled digits where the page names a data
+`search` is resolved as the command resolves it before its first trial (the space read, its options
+checked against it, the study's spec built), on the bundled digits where the page names a data
 folder this machine lacks: a combination the search refuses fails here. Synopsis lines (with
 `[optional]` parts) are left out: they are not commands to paste."""
 
@@ -20,8 +20,8 @@ from doc_commands import commands  # noqa: E402
 
 from tianfeng.cli import build_parser
 from tianfeng.core.errors import ConfigError
-from tianfeng.hpo.plan import plan_search
 from tianfeng.hpo.space.shipped import resolve_space
+from tianfeng.hpo.spec import resolve_search
 from tianfeng.verbs.search import search_options
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def _planned(cmd: str, here: Path) -> None:
     args = build_parser().parse_args(shlex.split(cmd))
     if not Path(args.space).is_absolute() and (REPO / args.space).exists():
         args.space = str(REPO / args.space)
-    plan_search(args.space, search_options(args).checked())
+    resolve_search(args.space, search_options(args).checked())
 
 
 def test_a_refused_combination_in_a_page_would_fail_the_planning(tmp_path: Path, monkeypatch) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.search.test_study import plan_for
+from tests.search.test_study import spec_for
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.promotion.calibration import calibrate
 from tianfeng.reporting.build import build_report
@@ -38,7 +38,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("report")
     space = copy.deepcopy(TINY_SPACE)
     space["priors"][0]["name"] = "<script>document.title='pwned'</script>"  # a user-supplied string
-    plan = plan_for(tmp, write_space(tmp, space), trials=6, study="rep")
+    plan = spec_for(tmp, write_space(tmp, space), trials=6, study="rep")
     run_search(plan, workers=1, resume=False)
     calibrate(plan.options.storage, "rep", top_k=2, n_random=1, seed=0, runs_dir=tmp / "runs")
     optuna.load_study(study_name="rep", storage=plan.options.storage).set_user_attr(

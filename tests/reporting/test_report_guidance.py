@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from tests.search.conftest import TINY_SPACE, write_space
-from tests.search.test_study import plan_for
+from tests.search.test_study import spec_for
 from tianfeng.hpo.judge.scores import pareto_front, predicted_s, score
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.reporting import figures
@@ -26,7 +26,7 @@ def pareto_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[optuna.Study
     space = copy.deepcopy(TINY_SPACE)
     space["objective"] = {**space.get("objective", {}), "mode": "pareto"}
     space["parameters"]["decay"] = {"type": "categorical", "choices": ["step", "cosine", "poly", "linear"]}
-    plan = plan_for(tmp, write_space(tmp, space), trials=6, study="g", seed=1)
+    plan = spec_for(tmp, write_space(tmp, space), trials=6, study="g", seed=1)
     run_search(plan, workers=1, resume=False)
     study = optuna.load_study(study_name="g", storage=plan.options.storage)
     return study, build_report(plan.options.storage, "g", tmp / "g.html")
@@ -114,7 +114,7 @@ def test_integer_axes_tick_at_round_steps(largest: int, step: int) -> None:
 def test_the_trial_table_has_unique_column_names(tmp_path: Path) -> None:
     space = copy.deepcopy(TINY_SPACE)
     space["parameters"]["seconds"] = {"type": "categorical", "choices": [1, 2]}  # a parameter named like a column
-    plan = plan_for(tmp_path, write_space(tmp_path, space), trials=2, study="u")
+    plan = spec_for(tmp_path, write_space(tmp_path, space), trials=2, study="u")
     run_search(plan, workers=1, resume=False)
     html = build_report(plan.options.storage, "u", tmp_path / "u.html").read_text()
     header = re.search(r'<table id="trials">\s*<thead><tr>(.*?)</tr>', html, re.S).group(1)

@@ -12,10 +12,10 @@ import optuna
 import pytest
 
 from tests.reporting.test_report import chromium
-from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.running.objective import ProxyObjective
 from tianfeng.hpo.running.study import open_study
 from tianfeng.hpo.space.read import load_space
+from tianfeng.hpo.spec import SearchSpec
 from tianfeng.reporting.build import build_report
 from tianfeng.trainers.engine import EpochMetrics, RunResult
 
@@ -73,13 +73,13 @@ def test_no_labels_overlap_and_every_column_is_reachable(tmp_path: Path, trials:
     200 trials spends most of a minute sampling, and the layout is what is tested)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space_path = REPO / "search_spaces" / "large_batch.yaml"
-    plan = SearchPlan.of(space_path=str(space_path), data=None, storage=f"sqlite:///{tmp_path}/r.db", study="lay",
+    spec = SearchSpec.of(space_path=str(space_path), data=None, storage=f"sqlite:///{tmp_path}/r.db", study="lay",
                       sampler=sampler, pruner="none", seed=0, trials=trials, timeout_s=None,
                       runs_dir=str(tmp_path / "runs"), rung="proxy")
     space = load_space(space_path)
-    study = open_study(plan, space, resume=False)
+    study = open_study(spec, space, resume=False)
     study.optimize(ProxyObjective(space, "lay", tmp_path / "runs", "proxy", trainer=pseudo_trainer), n_trials=trials)
-    report = build_report(plan.options.storage, "lay", tmp_path / "lay.html")
+    report = build_report(spec.options.storage, "lay", tmp_path / "lay.html")
     checked = tmp_path / "checked.html"
     checked.write_text(report.read_text().replace("</body>", CHECK + "</body>"))
     dom = chromium(f"--window-size={width},30000", "--dump-dom", checked.as_uri(), profile=tmp_path / "p")

@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.search.conftest import TINY_SPACE, write_space
-from tests.search.test_study import plan_for
+from tests.search.test_study import spec_for
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.reporting.build import build_report
 
@@ -59,7 +59,7 @@ def study_and_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[optuna.Stu
     space = copy.deepcopy(TINY_SPACE)
     space["parameters"]["batch_size"]["choices"] = [64, 4096]  # 4096 > digits' training set: those fail
     space["priors"] = []
-    plan = plan_for(tmp, write_space(tmp, space), trials=6, study="nums", seed=3, pruner="asha")
+    plan = spec_for(tmp, write_space(tmp, space), trials=6, study="nums", seed=3, pruner="asha")
     run_search(plan, workers=1, resume=False)
     study = optuna.load_study(study_name="nums", storage=plan.options.storage)
     page = _Tables()

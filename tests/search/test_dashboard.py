@@ -14,7 +14,7 @@ import pytest
 from optuna_dashboard import wsgi
 
 from tests.search.conftest import write_space
-from tests.search.test_study import plan_for
+from tests.search.test_study import spec_for
 from tianfeng.hpo.results.dashboard import CURVES_ID, publish_curves
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.stored import space_text
@@ -33,12 +33,12 @@ def _get(app, path: str) -> dict:
 @pytest.mark.parametrize("mode", ["pareto", "accuracy"])
 def test_the_dashboard_api_shows_metric_names_and_curves(tmp_path: Path, tiny_space: dict, mode: str) -> None:
     tiny_space["objective"]["mode"] = mode
-    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=3, pruner="none")
-    run_search(plan, workers=1, resume=False)
-    study = optuna.load_study(study_name=plan.study, storage=plan.options.storage)
+    spec = spec_for(tmp_path, write_space(tmp_path, tiny_space), trials=3, pruner="none")
+    run_search(spec, workers=1, resume=False)
+    study = optuna.load_study(study_name=spec.study, storage=spec.options.storage)
     assert publish_curves(study)
 
-    app = wsgi(plan.options.storage)
+    app = wsgi(spec.options.storage)
     listed = _get(app, "/api/studies")["study_summaries"]
     detail = _get(app, f"/api/studies/{listed[0]['study_id']}")
     names = ["val_top1", "predicted_seconds"] if mode == "pareto" else ["val_top1"]
@@ -63,14 +63,14 @@ def test_a_study_made_before_still_finds_its_space_in_the_user_attributes() -> N
 
 def test_tianfeng_dashboard_saves_the_curves_and_names_a_missing_study(tmp_path: Path, tiny_space: dict) -> None:
     tiny_space["objective"]["mode"] = "pareto"
-    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=2, pruner="none")
-    run_search(plan, workers=1, resume=False)
+    spec = spec_for(tmp_path, write_space(tmp_path, tiny_space), trials=2, pruner="none")
+    run_search(spec, workers=1, resume=False)
     cli = [sys.executable, "-m", "tianfeng.cli", "dashboard"]
-    done = subprocess.run([*cli, "s", "--storage", plan.options.storage, "--no-serve"], capture_output=True, text=True)
+    done = subprocess.run([*cli, "s", "--storage", spec.options.storage, "--no-serve"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "study s: per-epoch curves saved" in done.stderr
-    study = optuna.load_study(study_name="s", storage=plan.options.storage)
+    study = optuna.load_study(study_name="s", storage=spec.options.storage)
     attrs = study._storage.get_study_system_attrs(study._study_id)
     assert any(CURVES_ID in key for key in attrs)
-    missing = subprocess.run([*cli, "--study", "nope", "--storage", plan.options.storage, "--no-serve"], capture_output=True, text=True)
+    missing = subprocess.run([*cli, "--study", "nope", "--storage", spec.options.storage, "--no-serve"], capture_output=True, text=True)
     assert missing.returncode == 2 and "--study: nope: no such study" in missing.stderr

@@ -85,7 +85,7 @@ def test_generated_scripts_pass_a_hostile_config_path_through_as_one_argument(tm
     folder.mkdir()
     config = folder / "c.yaml"
     config.write_text("phases: [{epochs: 1, resolution: 8, batch_size: 64}]\n")
-    out_dir = tmp_path / "plan"
+    out_dir = tmp_path / "spec"
     assert main(["launch", "--config", str(config), "--nodes", "2", "--gpus-per-node", "2", "--master-addr",
                  "node-a", "--out", str(out_dir)]) == 0
     log = tmp_path / "argv.log"

@@ -65,20 +65,20 @@ def test_the_workers_command_gives_the_resolved_search_again(tmp_path: Path) -> 
     """Each Slurm task runs `tianfeng search` with the flags that rebuild this search as resolved
     here (study, rung, sampler, floor), joining the study with paths that hold on any node; a
     flag dropped or a default taken for a change fails here."""
-    from tianfeng.hpo.plan import SearchPlan
     from tianfeng.hpo.running.submitted import array_script, worker_options
+    from tianfeng.hpo.spec import SearchSpec
 
-    plan = SearchPlan.of(tmp_path / "s.yaml", study="s", rung="screen", sampler="random", floor=41.5, trials=9,
+    spec = SearchSpec.of(tmp_path / "s.yaml", study="s", rung="screen", sampler="random", floor=41.5, trials=9,
                          launcher="slurm", workers=3, time="1:00:00", seed=4, timeout_s=600.0,
                          runs_dir="runs", cpus_per_trial=1.5, objective="pareto")
     parser = build_parser().commands["search"]
-    script = array_script(plan, 3, tmp_path / "logs")
+    script = array_script(spec, 3, tmp_path / "logs")
     command = next(line for line in script.splitlines() if " -m tianfeng.cli search " in line)
     import shlex
 
     argv = shlex.split(command.removesuffix(" &"))
     rebuilt = search_options(parser.parse_args(argv[argv.index("search") + 1:])).checked()
-    assert rebuilt == dataclasses.replace(worker_options(plan), runs_dir=Path(worker_options(plan).runs_dir)).checked()
+    assert rebuilt == dataclasses.replace(worker_options(spec), runs_dir=Path(worker_options(spec).runs_dir)).checked()
     assert (rebuilt.study, rebuilt.fidelity, rebuilt.sampler, rebuilt.min_accuracy, rebuilt.trials, rebuilt.seed,
             rebuilt.timeout_s, rebuilt.objective, rebuilt.workers, rebuilt.resume, rebuilt.launcher) == (
         "s", "screen", "random", 41.5, 9, 4, 600.0, "pareto", 1, True, "local")

@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.search.test_study import plan_for
+from tests.search.test_study import spec_for
 from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.promotion.options import PromoteOptions
@@ -24,22 +24,22 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def test_a_same_named_study_in_another_database_is_refused_before_it_exists(tmp_path: Path,
                                                                             tiny_space_file: Path) -> None:
-    first = plan_for(tmp_path, tiny_space_file, trials=2, study="x", storage=f"sqlite:///{tmp_path / 'a.db'}")
+    first = spec_for(tmp_path, tiny_space_file, trials=2, study="x", storage=f"sqlite:///{tmp_path / 'a.db'}")
     run_search(first, workers=1, resume=False)
     folder = tmp_path / "runs" / "x"
     before = _files(folder)
     assert any(name.startswith("trial-0/") for name in before)
 
-    second = plan_for(tmp_path, tiny_space_file, trials=2, study="x", storage=f"sqlite:///{tmp_path / 'b.db'}")
+    second = spec_for(tmp_path, tiny_space_file, trials=2, study="x", storage=f"sqlite:///{tmp_path / 'b.db'}")
     with pytest.raises(ConfigError, match=r"holds the runs of study x in sqlite:///.*a\.db"):
         run_search(second, workers=1, resume=False)
     assert optuna.get_all_study_names(second.options.storage) == []  # nothing half-made to trip a retry
     assert _files(folder) == before
     # the owner itself resumes in its folder, and another --runs-dir serves the second study
-    run_search(plan_for(tmp_path, tiny_space_file, trials=3, study="x", storage=first.options.storage),
+    run_search(spec_for(tmp_path, tiny_space_file, trials=3, study="x", storage=first.options.storage),
                workers=1, resume=True)
     assert len(optuna.load_study(study_name="x", storage=first.options.storage).trials) == 3
-    other = plan_for(tmp_path, tiny_space_file, trials=1, study="x", storage=f"sqlite:///{tmp_path / 'c.db'}",
+    other = spec_for(tmp_path, tiny_space_file, trials=1, study="x", storage=f"sqlite:///{tmp_path / 'c.db'}",
                      runs_dir=str(tmp_path / "other-runs"))
     run_search(other, workers=1, resume=False)
     assert (tmp_path / "other-runs" / "x" / "trial-0").is_dir()
@@ -56,19 +56,19 @@ def test_a_folder_of_runs_without_an_owner_is_not_taken_by_a_new_study(tmp_path:
     leftover.parent.mkdir(parents=True)
     leftover.write_text("{}\n")
     with pytest.raises(ConfigError, match="already holds runs of another study"):
-        run_search(plan_for(tmp_path, tiny_space_file, trials=1), workers=1, resume=False)
+        run_search(spec_for(tmp_path, tiny_space_file, trials=1), workers=1, resume=False)
     assert leftover.read_text() == "{}\n"
 
 
 def test_a_report_of_another_study_is_not_overwritten(tmp_path: Path, tiny_space_file: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    a = plan_for(tmp_path, tiny_space_file, trials=1, study="x", storage=f"sqlite:///{tmp_path / 'a.db'}")
+    a = spec_for(tmp_path, tiny_space_file, trials=1, study="x", storage=f"sqlite:///{tmp_path / 'a.db'}")
     run_search(a, workers=1, resume=False)
     page = build_report(a.options.storage, "x")
     assert page == Path("reports/x.html")
     assert build_report(a.options.storage, "x") == page  # its own report is rewritten
     written = page.read_bytes()  # (each build stamps its own time: read after the last one)
-    b = plan_for(tmp_path, tiny_space_file, trials=1, study="x", storage=f"sqlite:///{tmp_path / 'b.db'}",
+    b = spec_for(tmp_path, tiny_space_file, trials=1, study="x", storage=f"sqlite:///{tmp_path / 'b.db'}",
                  runs_dir=str(tmp_path / "b-runs"))
     run_search(b, workers=1, resume=False)
     with pytest.raises(ConfigError, match=r"reports/x\.html is the report of study x in sqlite:///.*a\.db"):

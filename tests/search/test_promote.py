@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.search.conftest import TINY_SPACE, write_space
-from tests.search.test_study import plan_for
+from tests.search.test_study import spec_for
 from tianfeng.core.errors import ConfigError
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.space.materialize import build_config
@@ -27,18 +27,18 @@ from tianfeng.storage.runs import RunStore
 @pytest.fixture(scope="module")
 def _searched_once(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("promote-study")
-    plan = plan_for(root, write_space(root, copy.deepcopy(TINY_SPACE)), trials=3, study="p")
-    run_search(plan, workers=1, resume=False)
-    return plan, root / "study.db"
+    spec = spec_for(root, write_space(root, copy.deepcopy(TINY_SPACE)), trials=3, study="p")
+    run_search(spec, workers=1, resume=False)
+    return spec, root / "study.db"
 
 
 @pytest.fixture
 def finished_study(_searched_once, tmp_path: Path):
     """A finished 3-trial study of the tiny space: searched once for the module, each test
     promoting from its own copy of the database."""
-    plan, db = _searched_once
+    spec, db = _searched_once
     shutil.copyfile(db, tmp_path / "study.db")
-    return plan.changed(storage=f"sqlite:///{tmp_path / 'study.db'}")
+    return spec.changed(storage=f"sqlite:///{tmp_path / 'study.db'}")
 
 
 def test_transfer_rules_are_explicit(tmp_path: Path, tiny_space: dict) -> None:
@@ -81,23 +81,23 @@ def test_every_phase_shows_its_own_peak_lr(tmp_path: Path, tiny_space: dict) -> 
 
 
 def test_promote_dry_run_then_real_run_then_resume(finished_study, tmp_path: Path) -> None:
-    plan = finished_study
+    spec = finished_study
     runs_dir = tmp_path / "promoted"
-    dry = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=True), 0)
+    dry = promote(PromoteOptions(storage=spec.options.storage, study='p', runs_dir=runs_dir, dry_run=True), 0)
     assert dry["config"]["model"]["width"] == 8 and not Path(dry["run_dir"]).exists()
-    assert RunStore(plan.options.storage).runs() == []
+    assert RunStore(spec.options.storage).runs() == []
 
-    first = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0)
+    first = promote(PromoteOptions(storage=spec.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0)
     assert first["status"] == "completed" and first["resumed"] is False
-    rows = RunStore(plan.options.storage).runs("p")
+    rows = RunStore(spec.options.storage).runs("p")
     assert len(rows) == 1 and rows[0]["status"] == "completed" and len(rows[0]["epochs"]) == 3
     assert rows[0]["final_score"] == first["full_val_top1"] and rows[0]["proxy_score"] is not None
     assert Path(rows[0]["checkpoint"]).exists()
 
-    again = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0)
+    again = promote(PromoteOptions(storage=spec.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0)
     assert again["resumed"] is True and again["run"] == first["run"]
     assert again["full_val_top1"] == first["full_val_top1"]  # resumed the finished run, no retraining
-    assert len(RunStore(plan.options.storage).runs("p")) == 1
+    assert len(RunStore(spec.options.storage).runs("p")) == 1
 
 
 def test_promote_rejects_unknown_and_pruned_trials(finished_study, tmp_path: Path) -> None:
@@ -137,29 +137,29 @@ def test_calibrate_reuses_promoted_runs_and_ranks_like_with_like(tmp_path: Path,
     from tianfeng.promotion.calibration import calibrate
 
     tiny_space["objective"]["at"] = "best"  # the proxy score is a trial's best epoch: so must the full one be
-    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=5, study="cal")
-    run_search(plan, workers=1, resume=False)
-    best = optuna.load_study(study_name="cal", storage=plan.options.storage).best_trial.number
-    first = promote(PromoteOptions(storage=plan.options.storage, study='cal', runs_dir=tmp_path / 'p', dry_run=False), best)
+    spec = spec_for(tmp_path, write_space(tmp_path, tiny_space), trials=5, study="cal")
+    run_search(spec, workers=1, resume=False)
+    best = optuna.load_study(study_name="cal", storage=spec.options.storage).best_trial.number
+    first = promote(PromoteOptions(storage=spec.options.storage, study='cal', runs_dir=tmp_path / 'p', dry_run=False), best)
     trained = []
     real_train = promote_run.train
     monkeypatch.setattr(promote_run, "train", lambda cfg, cb: trained.append(cfg.name) or real_train(cfg, cb))
-    result = calibrate(plan.options.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
+    result = calibrate(spec.options.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
     assert len(result["pairs"]) == 4 and len(trained) == 3  # the promoted best trial was not trained again
-    rows = {r["trial_number"]: r for r in RunStore(plan.options.storage).runs("cal")}
+    rows = {r["trial_number"]: r for r in RunStore(spec.options.storage).runs("cal")}
     assert len(rows) == 4 and rows[best]["run_dir"] == first["run_dir"] and rows[best]["kind"] == "promote"
     for r in rows.values():  # full scores by the same statistic as the proxy scores: the best epoch
         assert r["final_score"] == max(e["val_top1"] for e in r["epochs"])
     pairs = result["pairs"]
     expected = spearmanr([p["proxy"] for p in pairs], [p["full"] for p in pairs]).statistic
     assert result["spearman_rho"] == pytest.approx(expected) and result["pairs_used"] == 4
-    stored = optuna.load_study(study_name="cal", storage=plan.options.storage).user_attrs["calibration"]
+    stored = optuna.load_study(study_name="cal", storage=spec.options.storage).user_attrs["calibration"]
     assert stored["spearman_rho"] == result["spearman_rho"]
     # a second calibration finds every run done: zero epochs trained
     trained.clear()
-    again = calibrate(plan.options.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
+    again = calibrate(spec.options.storage, "cal", top_k=2, n_random=2, seed=0, runs_dir=tmp_path / "cal")
     assert trained == [] and again["spearman_rho"] == result["spearman_rho"]
-    assert {len(r["epochs"]) for r in RunStore(plan.options.storage).runs("cal")} == {3}  # no epoch added twice
+    assert {len(r["epochs"]) for r in RunStore(spec.options.storage).runs("cal")} == {3}  # no epoch added twice
 
 
 def test_rho_needs_three_usable_pairs(tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch,
@@ -168,12 +168,12 @@ def test_rho_needs_three_usable_pairs(tmp_path: Path, tiny_space_file: Path, mon
     from tianfeng.promotion import calibration
 
     monkeypatch.chdir(tmp_path)  # calibrate rewrites the report in reports/
-    plan = plan_for(tmp_path, tiny_space_file, trials=4, study="few")
-    run_search(plan, workers=1, resume=False)
+    spec = spec_for(tmp_path, tiny_space_file, trials=4, study="few")
+    run_search(spec, workers=1, resume=False)
     scores = iter([70.0, None, None])  # two of three full runs without a score (diverged or failed)
     monkeypatch.setattr(calibration, "promote", lambda *a, **k: {"status": "diverged",
                                                                          "full_val_top1": next(scores)})
-    code = main(["calibrate", "--study", "few", "--storage", plan.options.storage, "--top-k", "3", "--random", "0",
+    code = main(["calibrate", "--study", "few", "--storage", spec.options.storage, "--top-k", "3", "--random", "0",
                  "--runs-dir", str(tmp_path / "c")])
     err = capsys.readouterr().err
     assert code == 1 and "1 of 3 promoted runs gave a usable score" in err and "not computed" in err
@@ -181,47 +181,47 @@ def test_rho_needs_three_usable_pairs(tmp_path: Path, tiny_space_file: Path, mon
 
 @pytest.mark.slow
 def test_promote_through_a_launch_plan(finished_study, tmp_path: Path) -> None:
-    """--nodes 2 --gpus-per-node 1: the plan is written; on CPU it runs here as two emulated nodes
+    """--nodes 2 --gpus-per-node 1: the launch plan is written; on CPU it runs here as two emulated nodes
     (torchrun + gloo) and the run is collected into the store; for GPUs it is left planned."""
     from tianfeng.promotion.run import Launch
 
-    plan = finished_study
+    spec = finished_study
     runs_dir = tmp_path / "promoted"
-    dry = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=True), 0, launch=Launch(nodes=2, per_node=1, device='cuda'))
+    dry = promote(PromoteOptions(storage=spec.options.storage, study='p', runs_dir=runs_dir, dry_run=True), 0, launch=Launch(nodes=2, per_node=1, device='cuda'))
     launch_dir = Path(dry["launch"])
     assert sorted(p.name for p in launch_dir.iterdir()) == ["config.yaml", "node-0.sh", "node-1.sh", "ray-entry.sh",
                                                           "ray-job.sh", "sbatch.sh"]
     assert "--nnodes=2" in (launch_dir / "node-0.sh").read_text()
     assert "#SBATCH --gpus-per-node=1" in (launch_dir / "sbatch.sh").read_text()
 
-    planned = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0, launch=Launch(nodes=2, per_node=1, device='cuda'))
-    assert planned["status"] == "planned" and RunStore(plan.options.storage).runs("p")[0]["status"] == "planned"
+    planned = promote(PromoteOptions(storage=spec.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0, launch=Launch(nodes=2, per_node=1, device='cuda'))
+    assert planned["status"] == "planned" and RunStore(spec.options.storage).runs("p")[0]["status"] == "planned"
 
-    ran = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0, launch=Launch(nodes=2, per_node=1, device='cpu'))
+    ran = promote(PromoteOptions(storage=spec.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0, launch=Launch(nodes=2, per_node=1, device='cpu'))
     assert ran["status"] == "completed", ran
-    row = next(r for r in RunStore(plan.options.storage).runs("p") if r["id"] == ran["run"])
+    row = next(r for r in RunStore(spec.options.storage).runs("p") if r["id"] == ran["run"])
     assert row["status"] == "completed" and len(row["epochs"]) == 3 and row["final_score"] == ran["full_val_top1"]
     assert ran["run"] == planned["run"] and ran["run_dir"].endswith("-2x1")
-    single = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0)
+    single = promote(PromoteOptions(storage=spec.options.storage, study='p', runs_dir=runs_dir, dry_run=False), 0)
     assert single["run_dir"] != ran["run_dir"]  # one process is another run than 2 nodes x 1
 
     # the report sets the measured scaling beside the cost model's prediction
     from tianfeng.reporting.build import build_report
     from tianfeng.reporting.measured_scaling import scaling_rows
 
-    rows = scaling_rows(RunStore(plan.options.storage).runs("p"))
+    rows = scaling_rows(RunStore(spec.options.storage).runs("p"))
     assert len(rows) == 1 and rows[0]["layout"] == "2 x 1" and rows[0]["variant"] == "flat"
     row = rows[0]
     # measured: the median images/s of each run's epochs after the first (warm-up), from the runs
     # as recorded; efficiency is the 2-rank rate against twice the single process's
-    two, one = (next(r for r in RunStore(plan.options.storage).runs("p") if r["id"] == i) for i in (ran["run"], single["run"]))
+    two, one = (next(r for r in RunStore(spec.options.storage).runs("p") if r["id"] == i) for i in (ran["run"], single["run"]))
     assert row["measured"] == pytest.approx(statistics.median(e["samples_per_s"] for e in two["epochs"][1:]))
     assert row["single"] == pytest.approx(statistics.median(e["samples_per_s"] for e in one["epochs"][1:]))
     assert row["efficiency"] == pytest.approx(row["measured"] / (2 * row["single"]))
     # predicted: the cost model's efficiency scales the single rate to both ranks
     assert row["predicted_samples"] == pytest.approx(row["predicted"] * 2 * row["single"])
     assert 0 < row["predicted"] <= 1
-    html = build_report(plan.options.storage, "p", tmp_path / "p.html").read_text()
+    html = build_report(spec.options.storage, "p", tmp_path / "p.html").read_text()
     assert "Scaling of distributed runs" in html and "2 x 1" in html
     result = json.loads((Path(ran["run_dir"]) / "result.json").read_text())
     assert result["final"]["val_top1"] == ran["full_val_top1"]
@@ -279,18 +279,18 @@ def test_a_study_made_before_complete_priors_still_promotes(tmp_path: Path, tiny
 
     from tianfeng.hpo.space.stored import store_space_text
 
-    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=1, study="old")
-    run_search(plan, workers=1, resume=False)
-    study = optuna.load_study(study_name="old", storage=plan.options.storage)
+    spec = spec_for(tmp_path, write_space(tmp_path, tiny_space), trials=1, study="old")
+    run_search(spec, workers=1, resume=False)
+    study = optuna.load_study(study_name="old", storage=spec.options.storage)
     old = dict(tiny_space, priors=[{"name": "goyal", "params": {"optimizer": "sgd", "base_lr": 0.4, "batch_size": 128}}])
     del old["min_steps"]
     store_space_text(study, yaml.safe_dump(old))
     study.set_user_attr("space_format", 1)
-    out = promote(PromoteOptions(storage=plan.options.storage, study='old', runs_dir=tmp_path / 'p', dry_run=True), 0)
+    out = promote(PromoteOptions(storage=spec.options.storage, study='old', runs_dir=tmp_path / 'p', dry_run=True), 0)
     assert out["dry_run"] and out["trial"] == 0
     study.set_user_attr("space_format", 2)  # the same space in a new study is refused
     with pytest.raises(ConfigError, match="sets no value for 'warmup_epochs'"):
-        promote(PromoteOptions(storage=plan.options.storage, study='old', runs_dir=tmp_path / 'p', dry_run=True), 0)
+        promote(PromoteOptions(storage=spec.options.storage, study='old', runs_dir=tmp_path / 'p', dry_run=True), 0)
 
 
 @pytest.mark.slow

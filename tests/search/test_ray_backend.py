@@ -71,21 +71,21 @@ def test_ray_backend_refuses_resources_the_cluster_lacks(tmp_path: Path, tiny_sp
 def test_a_trial_that_trained_all_its_epochs_is_complete_whatever_its_length(tmp_path: Path, tiny_space: dict) -> None:
     """Trials of one study train different epochs (here half of a searched 2 or 6): one that
     reached its own last epoch completes, even when another trial's proxy is longer."""
-    from tianfeng.hpo.plan import SearchPlan, plan_space
     from tianfeng.hpo.running.ray_backend import RayOptions, StudySearcher
     from tianfeng.hpo.running.study import open_study
+    from tianfeng.hpo.spec import SearchSpec, space_of
 
     tiny_space["parameters"]["epochs"] = {"type": "categorical", "choices": [2, 6]}
     tiny_space["phases"] = {**tiny_space["phases"], "epochs": "epochs"}
     tiny_space["fidelities"] = {"proxy": {"epoch_fraction": 0.5}, "target": {}}
     tiny_space["priors"] = [{"name": "short", "params": {"optimizer": "sgd", "base_lr": 0.4, "batch_size": 64,
                                                          "warmup_epochs": 0.0, "epochs": 2}}]
-    plan = SearchPlan.of(space_path=str(write_space(tmp_path, tiny_space)), data=None,
+    spec = SearchSpec.of(space_path=str(write_space(tmp_path, tiny_space)), data=None,
                       storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="none", seed=0,
                       trials=2, timeout_s=None, runs_dir=str(tmp_path / "runs"), rung="proxy")
-    space = plan_space(plan)
-    study = open_study(plan, space, resume=False)
-    searcher = StudySearcher(study, space, plan, RayOptions())
+    space = space_of(spec)
+    study = open_study(spec, space, resume=False)
+    searcher = StudySearcher(study, space, spec, RayOptions())
     config = searcher.suggest("ray-0")
     assert config["run_config"]["phases"][0]["epochs"] == 1  # the prior: half of 2 epochs
     searcher.on_trial_result("ray-0", {"status": "running", "epoch": 1, "val_top1": 55.0})
@@ -102,16 +102,16 @@ def test_ctrl_c_while_a_finished_trial_is_written_lets_the_write_end_then_stops(
     import signal
 
     import tianfeng.hpo.running.ray_backend as ray_backend
-    from tianfeng.hpo.plan import SearchPlan, plan_space
     from tianfeng.hpo.running.study import open_study
+    from tianfeng.hpo.spec import SearchSpec, space_of
     from tianfeng.terminal import interrupts
 
-    plan = SearchPlan.of(space_path=str(write_space(tmp_path, tiny_space)), data=None,
+    spec = SearchSpec.of(space_path=str(write_space(tmp_path, tiny_space)), data=None,
                       storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="none", seed=0,
                       trials=2, timeout_s=None, runs_dir=str(tmp_path / "runs"), rung="proxy")
-    space = plan_space(plan)
-    study = open_study(plan, space, resume=False)
-    searcher = ray_backend.StudySearcher(study, space, plan, ray_backend.RayOptions())
+    space = space_of(spec)
+    study = open_study(spec, space, resume=False)
+    searcher = ray_backend.StudySearcher(study, space, spec, ray_backend.RayOptions())
     searcher.suggest("ray-0")
     for epoch, score in ((1, 48.0), (2, 61.0)):
         searcher.on_trial_result("ray-0", {"status": "running", "epoch": epoch, "val_top1": score})

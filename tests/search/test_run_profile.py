@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.search.conftest import TINY_SPACE, write_space
-from tests.search.test_study import plan_for
+from tests.search.test_study import spec_for
 from tianfeng.cli import main
 from tianfeng.core.errors import ConfigError
 from tianfeng.cost.cluster import DEFAULT as V100_CLUSTER
@@ -74,10 +74,10 @@ def test_refitting_keeps_a_measured_shape_at_the_runs_level_and_fits_two_batches
 @pytest.fixture(scope="module")
 def promoted(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int, Path]:
     root = tmp_path_factory.mktemp("run-profile")
-    plan = plan_for(root, write_space(root, copy.deepcopy(TINY_SPACE)), trials=2, study="p")
-    run_search(plan, workers=1, resume=False)
-    ran = promote(PromoteOptions(storage=plan.options.storage, study='p', runs_dir=root / 'runs', dry_run=False), 0)
-    return plan.options.storage, ran["run"], root
+    spec = spec_for(root, write_space(root, copy.deepcopy(TINY_SPACE)), trials=2, study="p")
+    run_search(spec, workers=1, resume=False)
+    ran = promote(PromoteOptions(storage=spec.options.storage, study='p', runs_dir=root / 'runs', dry_run=False), 0)
+    return spec.options.storage, ran["run"], root
 
 
 def test_a_profile_from_a_run_predicts_that_runs_steps_and_refining_again_changes_nothing(promoted, tmp_path: Path,
@@ -124,7 +124,7 @@ def test_an_unknown_run_and_another_models_profile_are_one_line(promoted, tmp_pa
 
 def test_plan_and_search_predict_with_the_profile_a_run_refined(promoted, tmp_path: Path, capsys,
                                                                 monkeypatch) -> None:
-    """Bug caught: --profile dropped by plan, by the search, or by the study (promote re-reads the
+    """Bug caught: --profile dropped by spec, by the search, or by the study (promote re-reads the
     study's cluster from it)."""
     import optuna
 
@@ -138,7 +138,7 @@ def test_plan_and_search_predict_with_the_profile_a_run_refined(promoted, tmp_pa
     row = next(r for r in RunStore(storage).runs() if r["id"] == run)
     config = tmp_path / "run.yaml"
     config.write_text(row["config_yaml"])
-    assert main(["plan", "--config", str(config), "--gpus", "1", "--gpus-per-node", "1", "--train-images", "1280",
+    assert main(["spec", "--config", str(config), "--gpus", "1", "--gpus-per-node", "1", "--train-images", "1280",
                  "--profile", str(profile), "--json"]) == 0
     captured = capsys.readouterr()
     flat = next(r for r in json.loads(captured.out) if r["gpus"] == 1 and r["variant"] == "flat")

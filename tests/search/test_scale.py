@@ -142,10 +142,10 @@ def test_budget_and_batch_parsing() -> None:
 
 
 def test_budget_is_described_as_given() -> None:
-    from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan
     from tianfeng.hpo.running.trial_log import budget_text
+    from tianfeng.hpo.spec import UNLIMITED_TRIALS, SearchSpec
 
-    plan = SearchPlan.of("s.yaml", study="st", rung="proxy", trials=UNLIMITED_TRIALS, timeout_s=2700.0)
+    plan = SearchSpec.of("s.yaml", study="st", rung="proxy", trials=UNLIMITED_TRIALS, timeout_s=2700.0)
     assert budget_text(plan) == "45 min"
     assert budget_text(plan.changed(trials=12, timeout_s=None)) == "12 trials"
     assert budget_text(plan.changed(epoch_budget=72, timeout_s=600.0)) == "72 epochs or 10 min"
@@ -165,27 +165,27 @@ def test_largest_batch_within_tolerance() -> None:
 
 def test_naive_copied_only_when_the_warm_start_trains_the_same_config(tmp_path: Path, tiny_space: dict) -> None:
     from tianfeng.core.run_config import config_to_dict
-    from tianfeng.hpo.plan import SearchPlan, plan_space
     from tianfeng.hpo.space.materialize import build_config
+    from tianfeng.hpo.spec import SearchSpec, space_of
     from tianfeng.scaling.study import _reuse_naive
 
-    def plan_for(space: dict) -> SearchPlan:
+    def spec_for(space: dict) -> SearchSpec:
         path = write_space(tmp_path, space, name=f"{space['name']}.yaml")
-        return SearchPlan.of(str(path), study="s-b128", rung="proxy", storage=f"sqlite:///{tmp_path / 'x.db'}",
+        return SearchSpec.of(str(path), study="s-b128", rung="proxy", storage=f"sqlite:///{tmp_path / 'x.db'}",
                              pruner="median", trials=4, runs_dir=str(tmp_path / "runs"), batch_size=128,
                           warm_start=(("b64 trial #3", {"optimizer": "sgd", "base_lr": 0.3, "warmup_epochs": 0.5}),
                                       ("b64 trial #1", {"optimizer": "sgd", "base_lr": 1.2, "warmup_epochs": 0.0})))
 
-    def naive_trial(plan: SearchPlan, params: dict) -> optuna.trial.FrozenTrial:
+    def naive_trial(plan: SearchSpec, params: dict) -> optuna.trial.FrozenTrial:
         naive_plan = dataclasses.replace(plan, set_overrides={"schedule.scaling_rule": "'linear'"})
-        config = config_to_dict(build_config(plan_space(naive_plan), params, "proxy", name="naive"))
+        config = config_to_dict(build_config(space_of(naive_plan), params, "proxy", name="naive"))
         dists = {"optimizer": optuna.distributions.CategoricalDistribution(["sgd", "lars"]),
                  "base_lr": optuna.distributions.FloatDistribution(0.05, 5.0, log=True),
                  "warmup_epochs": optuna.distributions.FloatDistribution(0.0, 1.0, step=0.5)}
         return optuna.trial.create_trial(value=61.5, params=params, distributions=dists,
                                          intermediate_values={1: 40.0, 2: 61.5}, user_attrs={"config": config})
 
-    linear = plan_for(tiny_space)
+    linear = spec_for(tiny_space)
     naive = naive_trial(linear, dict(linear.warm_start[1][1]))
     reused = _reuse_naive(linear, naive, "s-b128-naive trial #0")
     assert [label for label, _ in reused.warm_start] == ["b64 trial #3"]
@@ -196,7 +196,7 @@ def test_naive_copied_only_when_the_warm_start_trains_the_same_config(tmp_path: 
     # under a sqrt rule the warm start's LR differs from the naive (linear) baseline's: both train
     sqrt_space = {**tiny_space, "name": "sqrt", "base": {**tiny_space["base"],
                   "schedule": {"warmup_epochs": 0.5, "scaling_rule": "sqrt"}}}
-    sqrt = plan_for(sqrt_space)
+    sqrt = spec_for(sqrt_space)
     assert _reuse_naive(sqrt, naive_trial(sqrt, dict(sqrt.warm_start[1][1])), "n") == sqrt
     # a naive run that did not complete is never copied
     failed = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params=naive.params,

@@ -30,12 +30,12 @@ from tianfeng.hpo.judge.screen_check import (
     screen_length,
     screened_alike,
 )
-from tianfeng.hpo.plan import SearchPlan, with_objective
 from tianfeng.hpo.results.summary import print_summary
 from tianfeng.hpo.sampling.registry import make_sampler, resolve_sampler
 from tianfeng.hpo.space.materialize import max_rung_epochs, sample_active
 from tianfeng.hpo.space.read import load_space
 from tianfeng.hpo.space.schema import corner_value
+from tianfeng.hpo.spec import SearchSpec, with_objective
 from tianfeng.promotion.leaders import full_run_curves, proxy_leader
 from tianfeng.promotion.transfer import transfer
 from tianfeng.storage.runs import RunRecordStatus, RunStore
@@ -70,7 +70,7 @@ def test_the_auto_sampler_screens_at_random_and_searches_other_rungs_with_tpe(tm
     assert resolve_sampler("auto", to_target, "screen") == "random"
     assert resolve_sampler("auto", to_target, "target") == "tpe"
     # and judged at the screen's end, as for accuracy: no peer cuts a (lengthened) screen short
-    screen_plan = SearchPlan.of(space_path=str(space.path), data=None, storage="sqlite://", study="s", sampler="auto",
+    screen_plan = SearchSpec.of(space_path=str(space.path), data=None, storage="sqlite://", study="s", sampler="auto",
                              pruner="asha", seed=0, trials=1, timeout_s=None, runs_dir=str(tmp_path), rung="screen")
     screened = judging(to_target, screen_plan.rung, screen_plan.options.pruner)
     assert isinstance(screened.pruner, optuna.pruners.NopPruner)
@@ -194,16 +194,16 @@ def test_screened_trials_score_the_full_runs_first_epoch_and_leaders_train_whole
 
 def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(
         tmp_path: Path, tiny_space: dict) -> None:
-    from tianfeng.hpo.plan import SearchPlan, plan_space
     from tianfeng.hpo.running.ray_backend import RayOptions, StudySearcher
     from tianfeng.hpo.running.study import open_study
+    from tianfeng.hpo.spec import SearchSpec, space_of
 
-    plan = SearchPlan.of(space_path=str(write_space(tmp_path, _screening_space(tiny_space))), data=None,
+    spec = SearchSpec.of(space_path=str(write_space(tmp_path, _screening_space(tiny_space))), data=None,
                       storage=f"sqlite:///{tmp_path / 's.db'}", study="r", sampler="random", pruner="asha", seed=0,
                       trials=2, timeout_s=None, runs_dir=str(tmp_path / "runs"), rung="screen")
-    space = plan_space(plan)
-    study = open_study(plan, space, resume=False)
-    searcher = StudySearcher(study, space, plan, RayOptions())
+    space = space_of(spec)
+    study = open_study(spec, space, resume=False)
+    searcher = StudySearcher(study, space, spec, RayOptions())
     config = searcher.suggest("ray-0")
     assert config["last_epoch"] == 1 and sum(p["epochs"] for p in config["run_config"]["phases"]) == FULL_EPOCHS
     assert config["run_config"]["engine"]["stop_after_epochs"] == 1
@@ -211,7 +211,7 @@ def test_the_ray_backend_completes_a_screened_trial_at_its_last_screened_epoch(
     searcher.on_trial_complete("ray-0", {"status": "running", "epoch": 1, "val_top1": 55.0})
     trial = study.get_trials()[0]
     assert trial.state == TrialState.COMPLETE and trial.value == 55.0
-    assert optuna.load_study(study_name="r", storage=plan.options.storage).best_trial.number == trial.number
+    assert optuna.load_study(study_name="r", storage=spec.options.storage).best_trial.number == trial.number
 
 
 # a starts slowly and ends best; b starts fast; c is never best

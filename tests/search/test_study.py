@@ -15,28 +15,28 @@ from optuna.trial import TrialState
 
 from tests.search.conftest import write_space
 from tianfeng.core.cores import usable_cores
-from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.running.runner import run_search
 from tianfeng.hpo.sampling.registry import PRUNERS, SAMPLERS
+from tianfeng.hpo.spec import SearchSpec
 
 
-def plan_for(tmp_path: Path, space_file: Path, **changes) -> SearchPlan:
+def spec_for(tmp_path: Path, space_file: Path, **changes) -> SearchSpec:
     values = dict(space_path=str(space_file), data=None, storage=f"sqlite:///{tmp_path / 'study.db'}",
                   study="s", sampler="random", pruner="none", seed=0, trials=3, timeout_s=None,
                   runs_dir=str(tmp_path / "runs"), rung="proxy")
     values.update(changes)
-    return SearchPlan.of(**values)
+    return SearchSpec.of(**values)
 
 
-def trials_of(plan: SearchPlan) -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=plan.study, storage=plan.options.storage).get_trials()
+def trials_of(spec: SearchSpec) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=spec.study, storage=spec.options.storage).get_trials()
 
 
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
 def test_each_sampler_runs_a_study(tmp_path: Path, tiny_space_file: Path, sampler: str) -> None:
-    plan = plan_for(tmp_path, tiny_space_file, sampler=sampler, trials=3)
-    run_search(plan, workers=1, resume=False)
-    trials = trials_of(plan)
+    spec = spec_for(tmp_path, tiny_space_file, sampler=sampler, trials=3)
+    run_search(spec, workers=1, resume=False)
+    trials = trials_of(spec)
     assert len(trials) == 3 and all(t.state == TrialState.COMPLETE for t in trials)
     if sampler != "grid":  # the grid sampler covers the space itself; priors are not enqueued
         assert trials[0].user_attrs["prior"] == "goyal" and trials[0].params["base_lr"] == 0.4
@@ -56,9 +56,9 @@ def test_each_pruner_stops_recipes_that_cannot_win(tmp_path: Path, tiny_space: d
            for tc in (0.001, 0.0012, 0.0014, 0.0016)]
     tiny_space["priors"] = [{"name": f"good-{i}", "params": p} for i, p in enumerate(good)] + [
         {"name": f"bad-{i}", "params": p} for i, p in enumerate(bad)]
-    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), pruner=pruner, trials=8)
-    run_search(plan, workers=1, resume=False)
-    trials = trials_of(plan)
+    spec = spec_for(tmp_path, write_space(tmp_path, tiny_space), pruner=pruner, trials=8)
+    run_search(spec, workers=1, resume=False)
+    trials = trials_of(spec)
     assert len(trials) == 8 and not any(t.state == TrialState.FAIL for t in trials)
     stopped = {t.user_attrs["prior"] for t in trials
                if t.state == TrialState.PRUNED and t.user_attrs.get("status") == "pruned"}
@@ -77,9 +77,9 @@ def test_nan_trial_is_pruned_and_the_study_goes_on(tmp_path: Path, tiny_space: d
     tiny_space["priors"] = [{"name": "explode", "params": {"optimizer": "sgd", "base_lr": 1e9, "batch_size": 64},
                             "partial": True}]
     space_file = write_space(tmp_path, tiny_space)
-    plan = plan_for(tmp_path, space_file, trials=3)
-    run_search(plan, workers=1, resume=False)
-    trials = trials_of(plan)
+    spec = spec_for(tmp_path, space_file, trials=3)
+    run_search(spec, workers=1, resume=False)
+    trials = trials_of(spec)
     assert trials[0].state == TrialState.PRUNED and trials[0].user_attrs["status"] == "diverged"
     assert len(trials) == 3 and sum(t.state == TrialState.COMPLETE for t in trials) >= 1
 
@@ -87,20 +87,20 @@ def test_nan_trial_is_pruned_and_the_study_goes_on(tmp_path: Path, tiny_space: d
 def test_existing_study_needs_resume_and_resume_extends_budget(tmp_path: Path, tiny_space_file: Path) -> None:
     from tianfeng.core.errors import ConfigError
 
-    plan = plan_for(tmp_path, tiny_space_file, trials=2)
-    run_search(plan, workers=1, resume=False)
+    spec = spec_for(tmp_path, tiny_space_file, trials=2)
+    run_search(spec, workers=1, resume=False)
     with pytest.raises(ConfigError, match="already exists"):
-        run_search(plan, workers=1, resume=False)
-    run_search(plan_for(tmp_path, tiny_space_file, trials=4), workers=1, resume=True)
-    assert len(trials_of(plan)) == 4
+        run_search(spec, workers=1, resume=False)
+    run_search(spec_for(tmp_path, tiny_space_file, trials=4), workers=1, resume=True)
+    assert len(trials_of(spec)) == 4
 
 
 @pytest.mark.alone
 @pytest.mark.slow
 def test_four_workers_share_a_sqlite_study(tmp_path: Path, tiny_space_file: Path) -> None:
-    plan = plan_for(tmp_path, tiny_space_file, trials=8)
-    run_search(plan, workers=4, resume=False)
-    trials = trials_of(plan)
+    spec = spec_for(tmp_path, tiny_space_file, trials=8)
+    run_search(spec, workers=4, resume=False)
+    trials = trials_of(spec)
     states = [t.state for t in trials]
     assert states.count(TrialState.COMPLETE) >= 8 and TrialState.FAIL not in states, states
     assert len({t.number for t in trials}) == len(trials)
@@ -163,9 +163,9 @@ def test_four_workers_share_a_postgresql_study(tiny_space_file: Path, tmp_path: 
     from tests.postgres import postgres_server
 
     with postgres_server() as url:
-        plan = plan_for(tmp_path, tiny_space_file, trials=8, storage=url, study="pg")
-        run_search(plan, workers=4, resume=False)
-        trials = trials_of(plan)
+        spec = spec_for(tmp_path, tiny_space_file, trials=8, storage=url, study="pg")
+        run_search(spec, workers=4, resume=False)
+        trials = trials_of(spec)
         states = [t.state for t in trials]
         assert states.count(TrialState.COMPLETE) >= 8 and TrialState.FAIL not in states, states
         assert len({t.number for t in trials}) == len(trials)
@@ -213,16 +213,16 @@ def test_priors_beyond_the_budget_wait_for_a_larger_one_instead_of_the_queue(
     tiny_space["priors"] = [{"name": f"p{i}", "params": {"optimizer": "sgd", "base_lr": lr, "batch_size": 64,
                                                                 "warmup_epochs": 0.5}}
                             for i, lr in enumerate((0.3, 0.4, 0.5))]
-    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=1)
+    spec = spec_for(tmp_path, write_space(tmp_path, tiny_space), trials=1)
     with caplog.at_level("INFO", logger="tianfeng"):
-        run_search(plan, workers=1, resume=False)
-    trials = trials_of(plan)
+        run_search(spec, workers=1, resume=False)
+    trials = trials_of(spec)
     assert [t.state for t in trials] == [TrialState.COMPLETE]  # nothing left waiting for good
     assert trials[0].user_attrs["prior"] == "p0"
     assert "no room for the published recipe(s) p1, p2" in caplog.text
-    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=3)
-    run_search(plan, workers=1, resume=True)
-    trials = trials_of(plan)
+    spec = spec_for(tmp_path, write_space(tmp_path, tiny_space), trials=3)
+    run_search(spec, workers=1, resume=True)
+    trials = trials_of(spec)
     assert [t.user_attrs.get("prior") for t in trials] == ["p0", "p1", "p2"]
     assert all(t.state == TrialState.COMPLETE for t in trials)
 
@@ -230,23 +230,23 @@ def test_priors_beyond_the_budget_wait_for_a_larger_one_instead_of_the_queue(
 def test_a_trial_cut_while_it_is_being_prepared_is_queued_again_with_its_parameters(
         tmp_path: Path, tiny_space_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tianfeng.hpo.running.objective as objective_module
-    from tianfeng.hpo.plan import plan_space
     from tianfeng.hpo.running.objective import ProxyObjective
     from tianfeng.hpo.running.runner import requeue_interrupted
+    from tianfeng.hpo.spec import space_of
 
-    plan = plan_for(tmp_path, tiny_space_file)
-    space = plan_space(plan)
+    spec = spec_for(tmp_path, tiny_space_file)
+    space = space_of(spec)
 
     def cut(*args, **kwargs):  # Ctrl-C landing after sampling, before the run starts
         raise KeyboardInterrupt
 
     monkeypatch.setattr(objective_module, "build_config", cut)
-    study = optuna.create_study(study_name=plan.study, storage=plan.options.storage)
+    study = optuna.create_study(study_name=spec.study, storage=spec.options.storage)
     with pytest.raises(KeyboardInterrupt):
-        study.optimize(ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung), n_trials=1)
+        study.optimize(ProxyObjective(space, spec.study, Path(spec.runs_root), spec.rung), n_trials=1)
     [failed] = study.get_trials()
     assert failed.state == TrialState.FAIL and failed.user_attrs["status"] == "interrupted"
-    assert requeue_interrupted(plan.options.storage, plan.study) == [failed.number]
+    assert requeue_interrupted(spec.options.storage, spec.study) == [failed.number]
     queued = [t for t in study.get_trials() if t.state == TrialState.WAITING]
     assert len(queued) == 1 and queued[0].params == failed.params
 
@@ -258,23 +258,23 @@ def test_a_trial_cut_after_training_while_its_results_are_written_is_queued_agai
     import tianfeng.hpo.running.objective as objective_module
     from tianfeng.trainers.checkpoint import load as load_checkpoint
 
-    plan = plan_for(tmp_path, tiny_space_file, trials=1)
+    spec = spec_for(tmp_path, tiny_space_file, trials=1)
 
     def cut(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(objective_module, "record_final", cut)
     with pytest.raises(KeyboardInterrupt):
-        run_search(plan, workers=1, resume=False)
-    [cut_trial, queued] = trials_of(plan)
+        run_search(spec, workers=1, resume=False)
+    [cut_trial, queued] = trials_of(spec)
     assert cut_trial.state == TrialState.FAIL and cut_trial.user_attrs["status"] == "interrupted"
     assert queued.state == TrialState.WAITING and queued.system_attrs["failed_trial"] == cut_trial.number
     checkpoints = Path(cut_trial.user_attrs["run_dir"]) / "checkpoints"
     trained = load_checkpoint(checkpoints)["position"]
 
     monkeypatch.undo()
-    run_search(plan, workers=1, resume=True)
-    retry = trials_of(plan)[1]
+    run_search(spec, workers=1, resume=True)
+    retry = trials_of(spec)[1]
     assert retry.state == TrialState.COMPLETE and retry.params == cut_trial.params
     assert retry.user_attrs["run_dir"] == cut_trial.user_attrs["run_dir"]
     assert load_checkpoint(checkpoints)["position"] == trained  # it went on from the end: nothing retrained
@@ -289,7 +289,7 @@ def test_a_trial_cut_while_optuna_asks_for_it_is_queued_again_and_the_resume_spe
     the queue: its continuation must keep the prior's values."""
     from optuna.samplers import RandomSampler
 
-    plan = plan_for(tmp_path, tiny_space_file, trials=2)
+    spec = spec_for(tmp_path, tiny_space_file, trials=2)
     original = RandomSampler.before_trial
 
     def cut(self, study, trial) -> None:  # Trial.__init__ calls this right after the trial starts
@@ -297,8 +297,8 @@ def test_a_trial_cut_while_optuna_asks_for_it_is_queued_again_and_the_resume_spe
 
     monkeypatch.setattr(RandomSampler, "before_trial", cut)
     with pytest.raises(KeyboardInterrupt):
-        run_search(plan, workers=1, resume=False)
-    [cut_trial, *queued] = trials_of(plan)
+        run_search(spec, workers=1, resume=False)
+    [cut_trial, *queued] = trials_of(spec)
     assert cut_trial.state == TrialState.FAIL and cut_trial.user_attrs["status"] == "interrupted"
     assert cut_trial.params == {}  # it was cut before it sampled anything
     assert [t.state for t in queued] == [TrialState.WAITING]
@@ -306,8 +306,8 @@ def test_a_trial_cut_while_optuna_asks_for_it_is_queued_again_and_the_resume_spe
     assert queued[0].system_attrs["fixed_params"]["base_lr"] == 0.4  # the goyal prior's
 
     monkeypatch.setattr(RandomSampler, "before_trial", original)
-    run_search(plan, workers=1, resume=True)
-    trials = trials_of(plan)
+    run_search(spec, workers=1, resume=True)
+    trials = trials_of(spec)
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 2
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert trials[1].user_attrs["prior"] == "goyal" and trials[1].params["base_lr"] == 0.4
@@ -319,13 +319,13 @@ def test_the_study_records_the_pruner_by_the_name_its_start_line_gives(tmp_path:
                                                                       mode: str, pruner: str, name: str) -> None:
     """A pareto study is judged by its peers whatever --pruner says: the report must not say asha."""
     from tianfeng.hpo.judge.pruning import judging
-    from tianfeng.hpo.plan import plan_space
     from tianfeng.hpo.running.study import open_study
+    from tianfeng.hpo.spec import space_of
     from tianfeng.storage.study_attrs import StudyKey
 
     tiny_space["objective"]["mode"] = mode
-    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), pruner=pruner)
-    space = plan_space(plan)
-    study = open_study(plan, space, resume=False)
+    spec = spec_for(tmp_path, write_space(tmp_path, tiny_space), pruner=pruner)
+    space = space_of(spec)
+    study = open_study(spec, space, resume=False)
     assert study.user_attrs[StudyKey.PRUNER] == name
-    assert judging(space, plan.rung, pruner).label.startswith(name)
+    assert judging(space, spec.rung, pruner).label.startswith(name)

@@ -57,12 +57,12 @@ def test_the_progress_line_names_running_trials_with_their_epoch() -> None:
 
 def test_verbose_epoch_lines_name_their_trial(tmp_path, tiny_space, caplog) -> None:
     from tests.search.conftest import write_space
-    from tests.search.test_study import plan_for
+    from tests.search.test_study import spec_for
     from tianfeng.hpo.running.runner import run_search
 
-    plan = plan_for(tmp_path, write_space(tmp_path, tiny_space), trials=2, verbose=True)
+    spec = spec_for(tmp_path, write_space(tmp_path, tiny_space), trials=2, verbose=True)
     with caplog.at_level("INFO", logger="tianfeng.engine"):
-        run_search(plan, workers=1, resume=False)
+        run_search(spec, workers=1, resume=False)
     epochs = [r.getMessage() for r in caplog.records if r.name == "tianfeng.engine" and "epoch 1/2" in r.getMessage()]
     assert [m.split(":")[0] for m in epochs] == ["trial 0", "trial 1"]
     assert not logging_filters_left()

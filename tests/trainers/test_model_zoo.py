@@ -101,13 +101,13 @@ def test_a_two_trial_search_of_a_timm_model(tmp_path) -> None:
     import optuna
 
     from tests.search.conftest import TINY_SPACE, write_space
-    from tests.search.test_study import plan_for
+    from tests.search.test_study import spec_for
     from tianfeng.hpo.running.runner import run_search
 
     space = copy.deepcopy(TINY_SPACE)
     space["base"]["model"] = {"name": "timm:resnet10t", "kwargs": {"drop_rate": 0.1}}
     space["phases"].update(start_resolution=16, end_resolution=16)
-    plan = plan_for(tmp_path, write_space(tmp_path, space), trials=2)
+    plan = spec_for(tmp_path, write_space(tmp_path, space), trials=2)
     run_search(plan, workers=1, resume=False)
     trials = optuna.load_study(study_name=plan.study, storage=plan.options.storage).get_trials()
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2

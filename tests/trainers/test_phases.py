@@ -1,4 +1,4 @@
-"""The phase plan places each step in fractional epochs, so the LR stays continuous where a phase
+"""The phase timeline places each step in fractional epochs, so the LR stays continuous where a phase
 changes resolution or batch: a jump only by the batch-scaling rule's ratio, never a warm-up restart."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from tianfeng.core.lr_schedule import learning_rate, shape_factor
 from tianfeng.core.run_config import PhaseConfig, load_config
-from tianfeng.trainers.phases import PhasePlan
+from tianfeng.trainers.phases import PhaseTimeline
 
 
 def test_lr_continuous_across_phase_changes() -> None:
@@ -15,13 +15,13 @@ def test_lr_continuous_across_phase_changes() -> None:
     cfg = load_config(None, ["schedule.warmup_epochs=2", "optimizer.lr=0.1"])
     phases = (PhaseConfig(3, 16, 128), PhaseConfig(3, 24, 128), PhaseConfig(2, 32, 64))
     cfg = type(cfg)(**{**cfg.__dict__, "phases": phases})
-    plan = PhasePlan(phases, train_size=1280)
+    timeline = PhaseTimeline(phases, train_size=1280)
     lrs = []
-    for epoch in range(plan.total_epochs):
-        phase = plan.phase_of_epoch(epoch)
+    for epoch in range(timeline.total_epochs):
+        phase = timeline.phase_of_epoch(epoch)
         for step in range(phase.steps_per_epoch):
-            lrs.append((plan.progress(epoch, step), phase.batch_size,
-                        learning_rate(plan.progress(epoch, step), phase.batch_size, cfg)))
+            lrs.append((timeline.progress(epoch, step), phase.batch_size,
+                        learning_rate(timeline.progress(epoch, step), phase.batch_size, cfg)))
     i = next(i for i, (e, _, _) in enumerate(lrs) if e >= 3)  # first step at 24px
     jump, previous = lrs[i][2] - lrs[i - 1][2], lrs[i - 1][2] - lrs[i - 2][2]
     assert jump == pytest.approx(previous, rel=0.2)  # the boundary step is like any other step
@@ -34,8 +34,8 @@ def test_lr_continuous_across_phase_changes() -> None:
 
 
 def test_phase_plan_positions() -> None:
-    plan = PhasePlan((PhaseConfig(2, 16, 100), PhaseConfig(1, 32, 50)), train_size=1000)
-    assert [p.steps_per_epoch for p in plan.phases] == [10, 20]
-    assert plan.phase_of_epoch(2).resolution == 32
-    assert plan.progress(2, 5) == 2.25
-    assert plan.total_steps == 40
+    timeline = PhaseTimeline((PhaseConfig(2, 16, 100), PhaseConfig(1, 32, 50)), train_size=1000)
+    assert [p.steps_per_epoch for p in timeline.phases] == [10, 20]
+    assert timeline.phase_of_epoch(2).resolution == 32
+    assert timeline.progress(2, 5) == 2.25
+    assert timeline.total_steps == 40

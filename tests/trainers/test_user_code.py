@@ -73,12 +73,12 @@ def test_one_epoch_on_a_user_data_set(tmp_path: Path, user_module: str) -> None:
 
 
 def test_a_two_trial_search_on_a_user_data_set(tmp_path: Path, user_module: str) -> None:
-    from tests.search.test_study import plan_for, trials_of
+    from tests.search.test_study import spec_for, trials_of
     from tianfeng.hpo.running.runner import run_search
 
     space = yaml.safe_load(yaml.safe_dump(TINY_SPACE))
     space["base"]["data"] = {"source": f"{user_module}:zero_one_seven"}
-    plan = plan_for(tmp_path, write_space(tmp_path, space), trials=2)
+    plan = spec_for(tmp_path, write_space(tmp_path, space), trials=2)
     run_search(plan, workers=1, resume=False)
     trials = trials_of(plan)
     assert len(trials) == 2 and all(t.state.name == "COMPLETE" for t in trials)

@@ -69,7 +69,7 @@ def study_space(study: optuna.Study) -> SearchSpace:
                         gpus=attrs.get(StudyKey.GPUS), gpus_per_node=attrs.get(StudyKey.GPUS_PER_NODE),
                         profile=attrs.get(StudyKey.PROFILE),
                         stored_format=attrs.get(StudyKey.SPACE_FORMAT, 1), corners=False)
-    from tianfeng.hpo.plan import with_objective
+    from tianfeng.hpo.spec import with_objective
 
     return with_objective(space, attrs.get(StudyKey.OBJECTIVE_MODE), attrs.get(StudyKey.TARGET), attrs.get(StudyKey.MIN_ACCURACY))
 

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from tianfeng.core.errors import ConfigError
 from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
-from tianfeng.hpo.plan import UNLIMITED_TRIALS
+from tianfeng.hpo.spec import UNLIMITED_TRIALS
 from tianfeng.reporting.plotlyjs import bundle_for
 from tianfeng.reporting.templates import environment, script_json
 from tianfeng.scaling.results import NAIVE_SCORED, ScalePoint, ScaleStore

@@ -18,10 +18,10 @@ from tianfeng.core.lr_schedule import peak_lr
 from tianfeng.core.run_config import config_from_dict, config_to_dict
 from tianfeng.cost.walltime import format_seconds
 from tianfeng.hpo.judge.outcomes import Outcome
-from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.running.runner import derived_seed, run_search
 from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.pinned import batch_parameter
+from tianfeng.hpo.spec import SearchSpec, rung_epochs, space_of
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.scaling.results import ScalePoint, ScaleStore
 from tianfeng.storage.study_attrs import StudyKey
@@ -33,7 +33,7 @@ NAIVE_RULE = {"schedule.scaling_rule": "'linear'"}
 
 @dataclass(frozen=True)
 class ScalePlan:
-    search: SearchPlan  # the template of every batch size's search (study and batch filled in)
+    search: SearchSpec  # the template of every batch size's search (study and batch filled in)
     name: str
     batch_sizes: tuple[int, ...]
     workers: int = 1
@@ -112,7 +112,7 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
     if existing and not resume:
         raise ConfigError("--name", plan.name, f"studies {', '.join(sorted(existing))} already exist in "
                           f"{storage}; pass --resume to continue them or choose another --name")
-    space = plan_space(plan.search)
+    space = space_of(plan.search)
     pinned = batch_parameter(space)
     store = ScaleStore(storage)
     settings = {"space": plan.search.space_path, "data": plan.search.options.data or space.base.data.source,
@@ -176,7 +176,7 @@ def run_scale(plan: ScalePlan, *, resume: bool, steps_per_epoch: dict[int, int])
     return points
 
 
-def searched(search: SearchPlan, workers: int, *, resume: bool) -> None:
+def searched(search: SearchSpec, workers: int, *, resume: bool) -> None:
     """Run one search of the scale study: here, or (`--launcher slurm`) as a job array of
     `workers` tasks, waited for. A resumed search whose array still runs is waited for, not
     submitted again."""
@@ -190,7 +190,7 @@ def searched(search: SearchPlan, workers: int, *, resume: bool) -> None:
 
     search = search.changed(workers=workers)
     check_workers_submission(search)
-    study = open_study(search, plan_space(search), resume=resume, heartbeat=False)
+    study = open_study(search, space_of(search), resume=resume, heartbeat=False)
     job = study.user_attrs.get(StudyKey.WORKERS_JOB)
     if job is None or scheduler(job["launcher"]).state(job["job"]).ended:
         submit_workers(search, study)
@@ -235,14 +235,14 @@ def _comparable(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in ("name", "run_dir")}
 
 
-def _reuse_naive(search: SearchPlan, naive: optuna.trial.FrozenTrial, naive_study_label: str) -> SearchPlan:
+def _reuse_naive(search: SearchSpec, naive: optuna.trial.FrozenTrial, naive_study_label: str) -> SearchSpec:
     """A warm-start entry that would train exactly the naive baseline's config (the previous
     batch's winner under a linear scaling rule) is not trained again: the naive trial is copied
     into the new study (where it counts as one of the budget's trials), so the sampler learns
     from it without the study training it a second time."""
     if naive.state != TrialState.COMPLETE or "config" not in naive.user_attrs:
         return search
-    space = plan_space(search)
+    space = space_of(search)
     target = _comparable(naive.user_attrs[TrialKey.CONFIG])
     for i, (label, params) in enumerate(search.warm_start):
         if _comparable(config_to_dict(build_config(space, params, search.rung))) != target:

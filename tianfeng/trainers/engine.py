@@ -41,7 +41,7 @@ from tianfeng.trainers.data.subset import stratified_subset
 from tianfeng.trainers.models import build_model
 from tianfeng.trainers.noise_scale import EpochNoise, accumulated_backward, measured_backward
 from tianfeng.trainers.optim import build_optimizer
-from tianfeng.trainers.phases import PhasePlan
+from tianfeng.trainers.phases import PhaseTimeline
 from tianfeng.trainers.precision import build_precision
 from tianfeng.trainers.tensorboard_log import open_board
 
@@ -127,10 +127,10 @@ def _compile_policy(cfg: RunConfig, train_model: nn.Module, device: torch.device
 
 
 def _memory_format(cfg: RunConfig, model: nn.Module, ctx: dist_utils.DistContext, device: torch.device,
-                   plan: PhasePlan, source, precision, bn_groups: int) -> tuple[str, str]:
+                   timeline: PhaseTimeline, source, precision, bn_groups: int) -> tuple[str, str]:
     """The run's layout; under DDP rank 0 decides for all (a rank's gradient buckets follow its
     parameters' strides, so every rank must use the same one)."""
-    heaviest = max(plan.phases, key=lambda p: p.epochs * p.resolution**2)
+    heaviest = max(timeline.phases, key=lambda p: p.epochs * p.resolution**2)
     choice = ("", "")
     if ctx.is_main:
         choice = memory_format.choose(
@@ -145,7 +145,7 @@ def _memory_format(cfg: RunConfig, model: nn.Module, ctx: dist_utils.DistContext
 
 
 def _wrap_distributed(model: nn.Module, cfg: RunConfig, ctx: dist_utils.DistContext,
-                      device: torch.device, local_size: int, data: DataPipeline, plan: PhasePlan,
+                      device: torch.device, local_size: int, data: DataPipeline, timeline: PhaseTimeline,
                       loss_fn: nn.Module, autocast: Callable) -> tuple[nn.Module, object]:
     """DDP with the configured bucket size (or the fastest of a few, for `auto`) and comm hook."""
     if not ctx.enabled:
@@ -179,7 +179,7 @@ def _wrap_distributed(model: nn.Module, cfg: RunConfig, ctx: dist_utils.DistCont
     bucket_mb = dcfg.bucket_mb
     stateful = dcfg.compression in ("topk", "powersgd")
     if bucket_mb == "auto" or stateful:
-        first = plan.phases[0]
+        first = timeline.phases[0]
         batch = next(iter(data.train_batches(0, first.resolution, first.batch_size)))
     if bucket_mb == "auto":
         # each candidate runs with a throw-away hook state: the run's starts untouched
@@ -311,7 +311,7 @@ class _Run:
     local_size: int
     run_dir: Path
     ckpt_dir: Path
-    plan: PhasePlan
+    timeline: PhaseTimeline
     data: DataPipeline
     model: nn.Module  # the module whose weights are saved
     train_model: nn.Module  # what the step runs: the model wrapped by DDP when distributed
@@ -361,7 +361,7 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
     status, message = RunStatus.COMPLETED, ""
     try:
         while run.pos.epoch < run.end_epoch:
-            phase = run.plan.phase_of_epoch(run.pos.epoch)  # the batch size and resolution change here
+            phase = run.timeline.phase_of_epoch(run.pos.epoch)  # the batch size and resolution change here
             status, message, sums = _train_epoch(run, phase, max_steps)
             if status != RunStatus.COMPLETED:
                 break
@@ -373,9 +373,9 @@ def train(cfg: RunConfig, on_epoch_end: EpochCallback | None = None, *,
             if collapsed:
                 status, message = RunStatus.DIVERGED, collapsed
                 break
-        if status == RunStatus.COMPLETED and run.end_epoch < run.plan.total_epochs:
+        if status == RunStatus.COMPLETED and run.end_epoch < run.timeline.total_epochs:
             status = RunStatus.STOPPED
-            message = f"stopped after epoch {run.end_epoch} of {run.plan.total_epochs} (engine.stop_after_epochs)"
+            message = f"stopped after epoch {run.end_epoch} of {run.timeline.total_epochs} (engine.stop_after_epochs)"
     except StopTraining as stop:
         status, message = RunStatus(stop.status), str(stop)
     finally:
@@ -399,11 +399,11 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
     if ctx.enabled:  # every rank reads last.pt after rank 0 finished writing it (a run ended in this process)
         torch.distributed.barrier()
     saved = _matching_checkpoint(cfg, ckpt_dir)  # before anything is written to the run
-    plan = PhasePlan(cfg.phases, len(train_indices))
+    timeline = PhaseTimeline(cfg.phases, len(train_indices))
     data, loader_reason = build_pipeline(source, cfg.data, seed=cfg.seed, train_indices=train_indices,
-                                         resolution=plan.max_resolution, rank=ctx.rank,
+                                         resolution=timeline.max_resolution, rank=ctx.rank,
                                          world=ctx.world, device=device)
-    data.prepare([p.resolution for p in plan.phases])
+    data.prepare([p.resolution for p in timeline.phases])
     model = build_model(cfg.model, source.channels, source.num_classes).to(device)
     # fewer processes than the target's GPUs: BatchNorm over each GPU's (or node's) share, not
     # the process's (with SyncBatchNorm over the world the cluster normalises over the whole batch)
@@ -422,11 +422,11 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
         torch.backends.cudnn.benchmark = True  # shapes are fixed within a phase: tune once per shape
     optimizer = build_optimizer(model, cfg.optimizer)
     precision = build_precision(cfg.precision, device)
-    layout, layout_reason = _memory_format(cfg, model, ctx, device, plan, source, precision, groups)
+    layout, layout_reason = _memory_format(cfg, model, ctx, device, timeline, source, precision, groups)
     model = model.to(memory_format=memory_format.FORMATS[layout])
     data.memory_format = memory_format.FORMATS[layout]
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.optimizer.label_smoothing)
-    train_model, comm = _wrap_distributed(model, cfg, ctx, device, local_size, data, plan, loss_fn,
+    train_model, comm = _wrap_distributed(model, cfg, ctx, device, local_size, data, timeline, loss_fn,
                                           precision.autocast)
     if ctx.is_main:  # only now, with everything that can refuse the config built: a refused one leaves no file
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -436,7 +436,7 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
         log.info("memory format %s (%s)", layout, layout_reason)
         log.info("%s; %d training images of %d, %d classes, %d steps in %d epochs",
                  loader_reason, len(train_indices), len(source.train), source.num_classes,
-                 plan.total_steps, plan.total_epochs)
+                 timeline.total_steps, timeline.total_epochs)
         if groups:
             total = groups * ctx.world
             if cfg.distributed.sync_bn and cfg.distributed.sync_bn_group:
@@ -446,12 +446,12 @@ def _set_up(cfg: RunConfig) -> tuple[_Run, dict | None]:
             else:
                 whose = f"GPU of {total}"
             log.info("BatchNorm per %s: groups of %s images%s", whose,
-                     "/".join(str(p.batch_size // total // cfg.accumulate_steps) for p in plan.phases),
+                     "/".join(str(p.batch_size // total // cfg.accumulate_steps) for p in timeline.phases),
                      f" (micro-batches of {cfg.accumulate_steps} accumulated)" if cfg.accumulate_steps > 1 else "")
             if cfg.memory_split > 1:
                 log.info("each micro-batch in %d parts of %d GPUs' images, for this device's memory",
                          cfg.memory_split, total // cfg.memory_split)
-    return _Run(cfg, ctx, device, local_size, run_dir, ckpt_dir, plan, data, model, train_model, comm, optimizer,
+    return _Run(cfg, ctx, device, local_size, run_dir, ckpt_dir, timeline, data, model, train_model, comm, optimizer,
                 precision, loss_fn, layout, classes=source.num_classes, bn_groups=groups), saved
 
 
@@ -494,9 +494,9 @@ def _ready_loop(run: _Run) -> None:
     run.params = [p for p in run.model.parameters() if p.requires_grad]
     run.compiler = _compile_policy(run.cfg, run.train_model, device, run.ctx, run.precision, run.layout)
     stop = run.cfg.engine.stop_after_epochs
-    run.end_epoch = min(stop, run.plan.total_epochs) if stop else run.plan.total_epochs
+    run.end_epoch = min(stop, run.timeline.total_epochs) if stop else run.timeline.total_epochs
     run.shapes = [compilation.shape_key(p.resolution, max(1, p.batch_size // run.ctx.world))
-                  for p in run.plan.phases if p.first_epoch < run.end_epoch]
+                  for p in run.timeline.phases if p.first_epoch < run.end_epoch]
     run.started = time.perf_counter()
     run.board = open_board(run.run_dir, pos.epoch) if run.ctx.is_main else None
 
@@ -529,7 +529,7 @@ def _train_epoch(run: _Run, phase, max_steps: int | None) -> tuple[RunStatus, st
                       started=time.perf_counter())
     batches = run.data.train_batches(pos.epoch, phase.resolution, phase.batch_size, pos.step)
     if pos.step:  # the last step's LR, should a run resumed after the epoch's last step train none
-        sums.lr = learning_rate(run.plan.progress(pos.epoch, pos.step - 1), phase.batch_size, cfg)
+        sums.lr = learning_rate(run.timeline.progress(pos.epoch, pos.step - 1), phase.batch_size, cfg)
     while True:
         wait_from = time.perf_counter()
         batch = next(batches, None)  # in the run's memory format (data.memory_format)
@@ -538,7 +538,7 @@ def _train_epoch(run: _Run, phase, max_steps: int | None) -> tuple[RunStatus, st
             break
         x, y = batch
         # LR from progress in epochs, continuous across phases; scaled for the batch size
-        sums.lr = learning_rate(run.plan.progress(pos.epoch, pos.step), phase.batch_size, cfg)
+        sums.lr = learning_rate(run.timeline.progress(pos.epoch, pos.step), phase.batch_size, cfg)
         for group in run.optimizer.param_groups:
             group["lr"] = sums.lr
         compiles = not _measures_noise(cfg, pos, y) and run.compiler.compiles(tuple(x.shape))
@@ -614,7 +614,7 @@ def _step(run: _Run, phase, x: torch.Tensor, y: torch.Tensor, sums: _EpochSums) 
     if compiler.timing:  # engine.compile auto: timing steps, then deciding once
         compiler.timer.sync()
         compiler.step_done(time.perf_counter() - step_from, timed=not measure,
-                           steps_left=run.plan.steps_until(run.end_epoch) - pos.global_step - 1,
+                           steps_left=run.timeline.steps_until(run.end_epoch) - pos.global_step - 1,
                            shapes_left=run.shapes[phase.index:])
     return loss
 
@@ -674,7 +674,7 @@ def _end_epoch(run: _Run, phase, sums: _EpochSums) -> EpochMetrics:
             run.board.write(metrics)
         log.info("epoch %d/%d  res %d  batch %d  lr %.4g  loss %.4f  val top-1 %.2f%%  "
                  "top-5 %.2f%%  %.0f img/s  data wait %.1f%%  noise scale %s", metrics.epoch,
-                 run.plan.total_epochs, phase.resolution, phase.batch_size, sums.lr,
+                 run.timeline.total_epochs, phase.resolution, phase.batch_size, sums.lr,
                  metrics.train_loss, top1, top5, metrics.samples_per_s,
                  100 * metrics.data_wait_fraction, "-" if noise_scale is None else f"{noise_scale:.0f}")
     if run.comm is not None:
@@ -686,7 +686,7 @@ def _end_epoch(run: _Run, phase, sums: _EpochSums) -> EpochMetrics:
         if ctx.is_main:
             log.info("comm per step, busiest rank: %.0f B inter-node, %.0f B intra-node (payload)", inter, intra)
     if cfg.checkpoint.every_epochs and (pos.epoch % cfg.checkpoint.every_epochs == 0
-                                        or pos.epoch in (run.end_epoch, run.plan.total_epochs)):
+                                        or pos.epoch in (run.end_epoch, run.timeline.total_epochs)):
         _save_checkpoint(run)
     return metrics
 

@@ -21,7 +21,7 @@ class Phase:
     steps_per_epoch: int
 
 
-class PhasePlan:
+class PhaseTimeline:
     """Maps epochs to phases for a dataset of `train_size` images (last partial batch dropped)."""
 
     def __init__(self, phases: tuple[PhaseConfig, ...], train_size: int) -> None:

@@ -39,10 +39,10 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
     """The checked plan of a scale study: (ScalePlan, steps per epoch by batch size, the space).
     `options` (a `ScaleOptions`) holds what `tianfeng scale` takes as flags; `batch_sizes` and
     keyword arguments change single options."""
-    from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, rung_epochs
     from tianfeng.hpo.sampling.registry import resolve_sampler
     from tianfeng.hpo.space.read import load_space
     from tianfeng.hpo.space.shipped import resolve_space
+    from tianfeng.hpo.spec import UNLIMITED_TRIALS, SearchSpec, rung_epochs
     from tianfeng.scaling.sizes import training_set_size
     from tianfeng.scaling.study import ScalePlan
 
@@ -65,13 +65,13 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
         raise ConfigError("--budget-per-batch", "", f"{o.epochs_per_batch}epochs allows no trial: one trial at rung "
                           f"{rung} trains {trial_epochs} epochs")
     study = o.name or f"{loaded.name}-scale"
-    search_plan = SearchPlan.of(path, study=study, rung=rung, sampler=resolve_sampler(o.sampler, loaded, rung), space=loaded,
+    search_spec = SearchSpec.of(path, study=study, rung=rung, sampler=resolve_sampler(o.sampler, loaded, rung), space=loaded,
                                 data=o.data, storage=o.storage, pruner=o.pruner, seed=o.seed,
                                 trials=o.trials_per_batch or UNLIMITED_TRIALS, timeout_s=o.timeout_s_per_batch,
                                 epoch_budget=o.epochs_per_batch, runs_dir=o.runs_dir, verbose=o.verbose,
                                 launcher=o.launcher, partition=o.partition, account=o.account, time=o.time,
                                 scheduler_args=o.scheduler_args)
-    plan = ScalePlan(search=search_plan, name=study, batch_sizes=sizes, workers=o.workers, warm_start_k=o.warm_start,
+    plan = ScalePlan(search=search_spec, name=study, batch_sizes=sizes, workers=o.workers, warm_start_k=o.warm_start,
                      tolerance=o.tolerance)
     return plan, {b: size // b for b in sizes}, loaded
 

@@ -17,8 +17,8 @@ from tianfeng.verbs._flags import SpaceFlag, options_from_flags
 if TYPE_CHECKING:
     import optuna
 
-    from tianfeng.hpo.plan import SearchPlan
     from tianfeng.hpo.space.read import SearchSpace
+    from tianfeng.hpo.spec import SearchSpec
     from tianfeng.promotion.leaders import LeaderPromotion
 
 
@@ -48,23 +48,23 @@ def search(space: str | Path, options: SearchOptions | None = None, **changes: A
 
 def search_dry_run(space: str | Path, options: SearchOptions | None = None, **changes: Any) -> dict:
     """What `search` would run, checked as `search` checks before its first trial (the space,
-    every option against it, the plan; with a launcher, each value of the batch script), touching
+    every option against it, the spec; with a launcher, each value of the batch script), touching
     neither the storage nor the scheduler: the study, its objective, rung, sampler, pruner,
     budget and workers, and with a launcher the job array's `script`."""
     from tianfeng.hpo.judge.pruning import judging
-    from tianfeng.hpo.plan import plan_search
+    from tianfeng.hpo.spec import resolve_search
 
     o = (options or SearchOptions()).changed(**changes).checked()
-    plan, loaded = plan_search(space, o)
-    out = {"study": plan.study, "storage": o.storage, "space": str(plan.space_path),
-           "objective": loaded.objective.mode, "metric": loaded.objective.metric, "fidelity": plan.rung,
-           "sampler": plan.sampler, "pruner": judging(loaded, plan.rung, o.pruner).label, "trials": o.trials,
+    spec, loaded = resolve_search(space, o)
+    out = {"study": spec.study, "storage": o.storage, "space": str(spec.space_path),
+           "objective": loaded.objective.mode, "metric": loaded.objective.metric, "fidelity": spec.rung,
+           "sampler": spec.sampler, "pruner": judging(loaded, spec.rung, o.pruner).label, "trials": o.trials,
            "timeout_s": o.timeout_s, "workers": o.workers, "backend": o.backend, "launcher": o.launcher,
            "promote": o.promote, "resume": o.resume}
     if o.launcher != "local":
         from tianfeng.hpo.running.submitted import array_script
 
-        out["script"] = array_script(plan, int(o.workers), plan.runs_root.resolve() / plan.study / o.launcher,
+        out["script"] = array_script(spec, int(o.workers), spec.runs_root.resolve() / spec.study / o.launcher,
                                      check_only=True)
     return out
 
@@ -73,52 +73,52 @@ def _search(space: str | Path, o: SearchOptions, named: list[str]) -> optuna.Stu
     import optuna
 
     from tianfeng.export import track_study
-    from tianfeng.hpo.plan import plan_search
     from tianfeng.hpo.results.dashboard import publish_curves
     from tianfeng.hpo.running.runner import run_search
+    from tianfeng.hpo.spec import resolve_search
 
-    plan, loaded = plan_search(space, o)  # the space, read once in this process
-    named.append(plan.study)
+    spec, loaded = resolve_search(space, o)  # the space, read once in this process
+    named.append(spec.study)
     if o.launcher != "local":
         from tianfeng.hpo.running.study import open_study
         from tianfeng.hpo.running.submitted import check_workers_submission, submit_workers
 
-        check_workers_submission(plan)  # before the study is created
-        study = open_study(plan, loaded, resume=o.resume, heartbeat=False)
+        check_workers_submission(spec)  # before the study is created
+        study = open_study(spec, loaded, resume=o.resume, heartbeat=False)
         try:
-            submit_workers(plan, study)
+            submit_workers(spec, study)
         except BaseException:
             if not o.resume:  # sbatch refused what every check passed: the command can be run again as it was
-                optuna.delete_study(study_name=plan.study, storage=plan.options.storage)
+                optuna.delete_study(study_name=spec.study, storage=spec.options.storage)
             raise
         return study
     if o.backend == "ray":
         from tianfeng.hpo.running.ray_backend import RayOptions, run_ray_search
 
         cpus = 1.0 if o.cpus_per_trial is None else o.cpus_per_trial
-        run_ray_search(plan, RayOptions(address=o.ray_address, cpus_per_trial=cpus, gpus_per_trial=o.gpus_per_trial),
+        run_ray_search(spec, RayOptions(address=o.ray_address, cpus_per_trial=cpus, gpus_per_trial=o.gpus_per_trial),
                        resume=o.resume)
     else:
-        promotion = _leader_promotion(plan, loaded)
-        study = run_search(plan, o.workers, resume=o.resume, space=loaded, progress=o.progress,
+        promotion = _leader_promotion(spec, loaded)
+        study = run_search(spec, o.workers, resume=o.resume, space=loaded, progress=o.progress,
                            between_trials=promotion)
         if promotion is not None:
             promotion.finish(study)
-    study = optuna.load_study(study_name=plan.study, storage=o.storage)
+    study = optuna.load_study(study_name=spec.study, storage=o.storage)
     publish_curves(study)  # for optuna-dashboard, when installed
     track_study(o.mlflow, o.wandb, study, o.storage)
     return study
 
 
-def _leader_promotion(plan: SearchPlan, space: SearchSpace) -> LeaderPromotion | None:
+def _leader_promotion(spec: SearchSpec, space: SearchSpace) -> LeaderPromotion | None:
     """`--promote leader` or `balanced`: the work between trials, or None."""
-    if plan.options.promote == "none":
+    if spec.options.promote == "none":
         return None
     from tianfeng.promotion.leaders import LeaderPromotion
 
-    return LeaderPromotion(plan.options.storage, plan.study, plan.runs_root,
-                           screen_epochs=space.fidelities[plan.rung].stop_after_epochs, metric=space.objective.metric,
-                           balanced=plan.options.promote == "balanced")
+    return LeaderPromotion(spec.options.storage, spec.study, spec.runs_root,
+                           screen_epochs=space.fidelities[spec.rung].stop_after_epochs, metric=space.objective.metric,
+                           balanced=spec.options.promote == "balanced")
 
 
 def search_options(args: argparse.Namespace) -> SearchOptions:
@@ -186,13 +186,13 @@ def _search_command(args: argparse.Namespace) -> int:
     return code
 
 
-def _print_dry_run(plan: dict) -> int:
-    script = plan.pop("script", None)
-    budget = f"{plan['trials']} trials" + (f" or {plan['timeout_s']:g} s" if plan["timeout_s"] else "")
-    print(f"study {plan['study']} in {plan['storage']}{' (resumed)' if plan['resume'] else ''}: {plan['space']}, "
-          f"objective {plan['objective']} ({plan['metric']}), rung {plan['fidelity']}, sampler {plan['sampler']}, "
-          f"pruner {plan['pruner']}, {budget}, workers {plan['workers']} ({plan['backend']}, "
-          f"launcher {plan['launcher']}), promote {plan['promote']}")
+def _print_dry_run(spec: dict) -> int:
+    script = spec.pop("script", None)
+    budget = f"{spec['trials']} trials" + (f" or {spec['timeout_s']:g} s" if spec["timeout_s"] else "")
+    print(f"study {spec['study']} in {spec['storage']}{' (resumed)' if spec['resume'] else ''}: {spec['space']}, "
+          f"objective {spec['objective']} ({spec['metric']}), rung {spec['fidelity']}, sampler {spec['sampler']}, "
+          f"pruner {spec['pruner']}, {budget}, workers {spec['workers']} ({spec['backend']}, "
+          f"launcher {spec['launcher']}), promote {spec['promote']}")
     if script:
         print(f"the job array's batch script:\n{script}", end="")
     print("dry run: nothing was started, created or submitted", file=sys.stderr)

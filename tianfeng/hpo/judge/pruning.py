@@ -1,4 +1,4 @@
-"""Who stops a plan's trials early, decided once: an Optuna pruner (past each trial's warm-up),
+"""Who stops a spec's trials early, decided once: an Optuna pruner (past each trial's warm-up),
 the peer rule, or nobody; the search's start line names the same decision."""
 
 from __future__ import annotations

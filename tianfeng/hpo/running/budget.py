@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 from tianfeng.defaults import FAILURE_LIMIT
 from tianfeng.hpo.judge.outcomes import Outcome, outcome
 from tianfeng.hpo.judge.scores import epochs_reported
-from tianfeng.hpo.plan import SearchPlan
+from tianfeng.hpo.spec import SearchSpec
 from tianfeng.hpo.trial_attrs import TrialKey
 
 log = logging.getLogger("tianfeng.search")
@@ -60,10 +60,10 @@ class StopOnRepeatedFailure:
             study.stop()
 
 
-def raise_if_failing(plan: SearchPlan, study: optuna.Study) -> None:
-    error = repeated_failure(study, plan.options.failure_limit)
+def raise_if_failing(spec: SearchSpec, study: optuna.Study) -> None:
+    error = repeated_failure(study, spec.options.failure_limit)
     if error:
-        raise SearchFailed(f"the last {plan.options.failure_limit} trials of study {plan.study} failed with: {error}; "
+        raise SearchFailed(f"the last {spec.options.failure_limit} trials of study {spec.study} failed with: {error}; "
                            "completed trials are kept: fix the cause and continue with --resume")
 
 

@@ -26,7 +26,6 @@ from tianfeng.core.run_config import config_to_dict
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.peers import PeerPruner
 from tianfeng.hpo.judge.pruning import judging
-from tianfeng.hpo.plan import SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.running.budget import Budget, counted, raise_if_failing, repeated_failure
 from tianfeng.hpo.running.locked_storage import worker_id
 from tianfeng.hpo.running.objective import (
@@ -42,6 +41,7 @@ from tianfeng.hpo.running.study import open_study
 from tianfeng.hpo.running.trial_log import TrialLogger, log_objective
 from tianfeng.hpo.space.materialize import screened_epochs, stopping_after
 from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.hpo.spec import SearchSpec, rung_epochs, space_of
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status
 from tianfeng.launch.ray_cluster import start_or_join
 from tianfeng.terminal.interrupts import deferred_interrupt
@@ -94,18 +94,18 @@ def ray_trial(config: dict[str, Any]) -> None:
 class StudySearcher(Searcher):
     """A Ray Tune searcher backed by an Optuna study through ask and tell."""
 
-    def __init__(self, study: optuna.Study, space: SearchSpace, plan: SearchPlan, options: RayOptions,
+    def __init__(self, study: optuna.Study, space: SearchSpace, spec: SearchSpec, options: RayOptions,
                  progress: StudyProgress | None = None) -> None:
         super().__init__()
-        self.study, self.space, self.plan, self.progress = study, space, plan, progress
+        self.study, self.space, self.spec, self.progress = study, space, spec, progress
         self.threads, self.trainer = max(1, int(options.cpus_per_trial)), options.trainer
         self.cores = options.cpus_per_trial
-        self.budget = Budget(plan.options.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
+        self.budget = Budget(spec.options.trials, spec.epoch_budget, rung_epochs(space, spec.rung))
         self.epochs: dict[str, int] = {}  # each Ray trial's own epochs at the rung (they differ per trial)
         self.log_trial = TrialLogger(space.objective.metric)
         self.trials: dict[str, optuna.Trial] = {}
         self.values: dict[str, dict[int, float]] = {}  # epoch -> value, per Ray trial
-        self.runs_root = Path(plan.runs_root).resolve()  # workers run elsewhere
+        self.runs_root = Path(spec.runs_root).resolve()  # workers run elsewhere
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its searcher into the experiment directory; the study (a database
@@ -114,23 +114,23 @@ class StudySearcher(Searcher):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.study = optuna.load_study(study_name=self.plan.study, storage=self.plan.options.storage)
+        self.study = optuna.load_study(study_name=self.spec.study, storage=self.spec.options.storage)
         self.progress, self.trials = None, {}
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return True  # metric and mode come from the space
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        if self.budget.exhausted(self.study) or repeated_failure(self.study, self.plan.options.failure_limit):
+        if self.budget.exhausted(self.study) or repeated_failure(self.study, self.spec.options.failure_limit):
             return Searcher.FINISHED
         trial = self.study.ask()
-        cfg = prepare_trial(trial, self.space, self.plan.study, self.runs_root, self.plan.rung,
+        cfg = prepare_trial(trial, self.space, self.spec.study, self.runs_root, self.spec.rung,
                             cores=self.cores, worker="ray (waiting for a worker)",
                             # the trial trains on a Ray worker, not this driver: only the option sizes it
-                            memory_gib=self.plan.options.trial_memory_gib, detect_memory=False)
+                            memory_gib=self.spec.options.trial_memory_gib, detect_memory=False)
         trial.set_user_attr(TrialKey.BACKEND, "ray")
         self.trials[trial_id], self.values[trial_id] = trial, {}
-        self.epochs[trial_id] = screened_epochs(self.space.fidelities[self.plan.rung], cfg.total_epochs)
+        self.epochs[trial_id] = screened_epochs(self.space.fidelities[self.spec.rung], cfg.total_epochs)
         return {"run_config": config_to_dict(stopping_after(cfg, self.epochs[trial_id])), "trial_number": trial.number, "threads": self.threads,
                 "last_epoch": self.epochs[trial_id],
                 "trainer": self.trainer,
@@ -179,7 +179,7 @@ class StudySearcher(Searcher):
         if error:
             set_status(trial, TrialStatus.FAILED)
             trial.set_user_attr(TrialKey.ERROR, "the trial raised on its Ray worker; see error.txt in "
-                                         f"{ray_folder(self.plan)}")
+                                         f"{ray_folder(self.spec)}")
             self.study.tell(trial, state=TrialState.FAIL)
         elif status == TrialStatus.DIVERGED:
             set_status(trial, TrialStatus.DIVERGED)
@@ -260,25 +260,25 @@ def connect(options: RayOptions) -> tuple[dict[str, float], RayOptions]:
     return resources, options
 
 
-def ray_folder(plan: SearchPlan) -> Path:
+def ray_folder(spec: SearchSpec) -> Path:
     """Ray Tune's experiment folder: inside the study's own run folder."""
-    return Path(plan.runs_root).resolve() / plan.study / "ray"
+    return Path(spec.runs_root).resolve() / spec.study / "ray"
 
 
-def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> optuna.Study:
+def run_ray_search(spec: SearchSpec, options: RayOptions, *, resume: bool) -> optuna.Study:
     quiet_optuna()
-    space = plan_space(plan)
+    space = space_of(spec)
     resources, options = connect(options)
     from ray import tune
 
-    if not plan.options.verbose:
+    if not spec.options.verbose:
         logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
-    study = open_study(plan, space, resume=resume, heartbeat=False,
-                       seed=sampler_seed(plan, 0, new_stream() if resume else 0))
+    study = open_study(spec, space, resume=resume, heartbeat=False,
+                       seed=sampler_seed(spec, 0, new_stream() if resume else 0))
     log_objective(space)
-    epochs = rung_epochs(space, plan.rung)
-    pruner = plan.options.pruner
-    if isinstance(judging(space, plan.rung, pruner).pruner, PeerPruner):
+    epochs = rung_epochs(space, spec.rung)
+    pruner = spec.options.pruner
+    if isinstance(judging(space, spec.rung, pruner).pruner, PeerPruner):
         log.warning("Ray's schedulers stop trials on the metric alone; with objective %s no trial is "
                     "pruned under --backend ray (the optuna backend compares trials of similar "
                     "predicted time)", space.objective.mode)
@@ -288,11 +288,11 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
     if options.gpus_per_trial:
         concurrent = min(concurrent, int(resources.get("GPU", 0) // options.gpus_per_trial))
     log.info("study %s on Ray (%g CPUs, %g GPUs; up to %d trials at once): %d of %d trials done; "
-             "sampler %s, scheduler %s, rung %s", plan.study, resources.get("CPU", 0),
-             resources.get("GPU", 0), concurrent, done, plan.options.trials, plan.sampler,
-             RAY_PRUNERS[pruner], plan.rung)
-    with StudyProgress(plan.options.trials, space.objective.metric) as progress:
-        searcher = StudySearcher(study, space, plan, options, progress)
+             "sampler %s, scheduler %s, rung %s", spec.study, resources.get("CPU", 0),
+             resources.get("GPU", 0), concurrent, done, spec.options.trials, spec.sampler,
+             RAY_PRUNERS[pruner], spec.rung)
+    with StudyProgress(spec.options.trials, space.objective.metric) as progress:
+        searcher = StudySearcher(study, space, spec, options, progress)
         trainable = tune.with_resources(ray_trial, {"cpu": options.cpus_per_trial,
                                                     "gpu": options.gpus_per_trial})
         tuner = tune.Tuner(
@@ -300,17 +300,17 @@ def run_ray_search(plan: SearchPlan, options: RayOptions, *, resume: bool) -> op
             tune_config=tune.TuneConfig(
                 search_alg=searcher, scheduler=_scheduler(pruner, epochs),
                 metric=space.objective.metric, mode="max" if space.objective.direction == "maximize" else "min",
-                num_samples=max(1, plan.options.trials - done), time_budget_s=plan.options.timeout_s, reuse_actors=True),
-            run_config=tune.RunConfig(name=ray_folder(plan).name, storage_path=str(ray_folder(plan).parent), verbose=0,
+                num_samples=max(1, spec.options.trials - done), time_budget_s=spec.options.timeout_s, reuse_actors=True),
+            run_config=tune.RunConfig(name=ray_folder(spec).name, storage_path=str(ray_folder(spec).parent), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=0)))
         try:
             with contextlib.redirect_stdout(sys.stderr):  # Tune's own tables are logs, not results
                 tuner.fit()
         finally:
             cut = searcher.close_unfinished()
-            requeue_interrupted(plan.options.storage, plan.study)
+            requeue_interrupted(spec.options.storage, spec.study)
             if cut:
                 log.warning("trial(s) %s did not finish under Ray; --resume runs them again",
                             ", ".join(map(str, cut)))
-    raise_if_failing(plan, study)
+    raise_if_failing(spec, study)
     return study

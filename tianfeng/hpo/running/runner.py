@@ -22,7 +22,6 @@ from optuna.trial import TrialState
 from tianfeng.core.cores import usable_cores
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.optuna_private import storage_of, trial_id
-from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan, plan_space, rung_epochs
 from tianfeng.hpo.running.budget import (
     Budget,
     StopOnRepeatedFailure,
@@ -46,6 +45,7 @@ from tianfeng.hpo.running.study import (
 from tianfeng.hpo.running.trial_log import TrialLogger, budget_text, log_objective
 from tianfeng.hpo.sampling.registry import make_sampler
 from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.hpo.spec import UNLIMITED_TRIALS, SearchSpec, rung_epochs, space_of
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus
 from tianfeng.terminal.interrupts import (
     deferred_interrupt,
@@ -58,19 +58,19 @@ from tianfeng.terminal.logs import quiet_optuna
 log = logging.getLogger("tianfeng.search")
 
 
-def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
+def run_worker(spec: SearchSpec, worker: int = 0, threads: int | None = None,
                progress: StudyProgress | None = None, stream: int = 0, space: SearchSpace | None = None,
                after_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None,
                idle: Callable[[optuna.Study], None] | None = None) -> None:
     """One worker: run trials of the study until the budget or the timeout is reached, then stay
-    while other workers run trials, to continue any whose worker dies. `space`: the plan's space
+    while other workers run trials, to continue any whose worker dies. `space`: the spec's space
     when this process has already read it; `after_trial`: called after each of its trials, after
     the budget and the progress bar have seen it; `idle`: called every second while it stays."""
     from tianfeng.terminal.logs import setup_logging
 
     if worker > 0:  # a spawned process: set up logging and the worker's share of the cores
         setup_logging()
-    if not plan.options.verbose:  # per-trial lines only; the engine's epoch lines with --verbose
+    if not spec.options.verbose:  # per-trial lines only; the engine's epoch lines with --verbose
         logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
     if threads:
         import torch
@@ -78,26 +78,26 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
         torch.set_num_threads(threads)
     # a failed trial is one line of ours (TrialLogger); Optuna's traceback only with --debug
     quiet_optuna()
-    space = space if space is not None else plan_space(plan)
-    judge = judging(space, plan.rung, plan.options.pruner)
-    storage = open_storage(plan.options.storage, plan.options.heartbeat_s, plan.options.grace_s)
-    study = optuna.load_study(study_name=plan.study, storage=storage,
-                              sampler=make_sampler(plan.sampler, space, sampler_seed(plan, worker, stream), plan.options.seed),
+    space = space if space is not None else space_of(spec)
+    judge = judging(space, spec.rung, spec.options.pruner)
+    storage = open_storage(spec.options.storage, spec.options.heartbeat_s, spec.options.grace_s)
+    study = optuna.load_study(study_name=spec.study, storage=storage,
+                              sampler=make_sampler(spec.sampler, space, sampler_seed(spec, worker, stream), spec.options.seed),
                               pruner=judge.pruner)
-    budget = Budget(plan.options.trials, plan.epoch_budget, rung_epochs(space, plan.rung))
+    budget = Budget(spec.options.trials, spec.epoch_budget, rung_epochs(space, spec.rung))
     if isinstance(storage, LockedSQLiteStorage):  # the count checked as each trial starts
-        storage.limit(plan.study, budget.exhausted_by)
-    ranks = trial_ranks(plan)
-    objective = ProxyObjective(space, plan.study, Path(plan.runs_root), plan.rung,
-                               memory_gib=plan.options.trial_memory_gib, ranks=ranks,
+        storage.limit(spec.study, budget.exhausted_by)
+    ranks = trial_ranks(spec)
+    objective = ProxyObjective(space, spec.study, Path(spec.runs_root), spec.rung,
+                               memory_gib=spec.options.trial_memory_gib, ranks=ranks,
                                **({"trainer": ranked_trainer(ranks, threads)} if ranks > 1 else {}))
-    callbacks = [budget, StopOnRepeatedFailure(plan.options.failure_limit), TrialLogger(space.objective.metric)] + (
+    callbacks = [budget, StopOnRepeatedFailure(spec.options.failure_limit), TrialLogger(space.objective.metric)] + (
         [progress.update] if progress else []) + [lambda study, trial: raise_if_interrupted()] + (
         [after_trial] if after_trial else [])
-    if plan.pause_file:  # before the first trial too: a worker may start while a promoted run trains
-        callbacks.append(WaitWhilePaused(Path(plan.pause_file)))
+    if spec.pause_file:  # before the first trial too: a worker may start while a promoted run trains
+        callbacks.append(WaitWhilePaused(Path(spec.pause_file)))
         callbacks[-1].wait()
-    deadline = time.monotonic() + plan.options.timeout_s if plan.options.timeout_s else None
+    deadline = time.monotonic() + spec.options.timeout_s if spec.options.timeout_s else None
 
     def run_trials() -> None:
         if budget.exhausted(study) or (deadline is not None and time.monotonic() >= deadline):
@@ -108,7 +108,7 @@ def run_worker(plan: SearchPlan, worker: int = 0, threads: int | None = None,
                            callbacks=callbacks, catch=(Exception,))
 
     run_trials()
-    if not repeated_failure(study, plan.options.failure_limit):  # a search that cannot work ends here
+    if not repeated_failure(study, spec.options.failure_limit):  # a search that cannot work ends here
         watch_until_others_end(study, run_trials, deadline=deadline, idle=idle)
 
 
@@ -127,7 +127,7 @@ class WaitWhilePaused:
             raise_if_interrupted()
 
 
-def sampler_seed(plan: SearchPlan, worker: int, stream: int) -> int:
+def sampler_seed(spec: SearchSpec, worker: int, stream: int) -> int:
     """Each worker of each process draws from its own stream, and so does each --seed. A new
     study's worker 0 (the search process itself: a one-worker search, or `--promote leader`'s
     own worker) draws from the seed, so a one-worker search repeats with the same --seed; every
@@ -136,8 +136,8 @@ def sampler_seed(plan: SearchPlan, worker: int, stream: int) -> int:
     1's worker 1 would draw --seed 2's worker 0's trials, and two seeds would share half their
     trials."""
     if stream == 0 and worker == 0:
-        return plan.options.seed
-    return derived_seed(plan.options.seed, worker, stream)
+        return spec.options.seed
+    return derived_seed(spec.options.seed, worker, stream)
 
 
 def derived_seed(*keys: int) -> int:
@@ -150,46 +150,46 @@ def derived_seed(*keys: int) -> int:
 ExclusiveWork = Callable[[optuna.Study], Callable[[], None] | None]
 
 
-def run_search(plan: SearchPlan, workers: int | str, *, resume: bool, space: SearchSpace | None = None,
+def run_search(spec: SearchSpec, workers: int | str, *, resume: bool, space: SearchSpace | None = None,
                progress: bool = True, between_trials: ExclusiveWork | None = None) -> optuna.Study:
-    """Run the plan's study with `workers` local processes (a count, or auto: see hpo/workers.py).
-    `space`: the plan's space when the caller has read it (each worker process reads its own);
+    """Run the spec's study with `workers` local processes (a count, or auto: see hpo/workers.py).
+    `space`: the spec's space when the caller has read it (each worker process reads its own);
     `progress`: the live bar on a terminal. `between_trials(study)`: asked after each trial of
     this process and, once it has none left, until the others end; the work it returns (or None)
     runs here with every core while the other workers start no trial (see `_run_with_exclusive`)."""
     from tianfeng.hpo.workers import resolve_workers
 
     quiet_optuna()
-    space = space if space is not None else plan_space(plan)
-    study = open_study(plan, space, resume=resume)
+    space = space if space is not None else space_of(spec)
+    study = open_study(spec, space, resume=resume)
     log_objective(space)
     done = finished_count(study)
-    workers, why = resolve_workers(workers, plan.options.trials - done, per_trial=trial_ranks(plan))
+    workers, why = resolve_workers(workers, spec.options.trials - done, per_trial=trial_ranks(spec))
     log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s) (%s)",
-             plan.study, done, budget_text(plan), plan.sampler, judging(space, plan.rung, plan.options.pruner).label, plan.rung, workers, why)
-    total = plan.options.trials if plan.options.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
+             spec.study, done, budget_text(spec), spec.sampler, judging(space, spec.rung, spec.options.pruner).label, spec.rung, workers, why)
+    total = spec.options.trials if spec.options.trials < UNLIMITED_TRIALS else None  # None: rich draws a pulsing bar
     stream = new_stream() if resume else 0
     with StudyProgress(total, space.objective.metric, enabled=progress) as bar:
         bar.update(study)
         bar.follow(study)
         if between_trials is not None:
-            _run_with_exclusive(plan, workers, study, space, bar, stream, between_trials)
+            _run_with_exclusive(spec, workers, study, space, bar, stream, between_trials)
         elif workers <= 1:
             try:
-                run_worker(plan, progress=bar, stream=stream, space=space, idle=bar.update)
+                run_worker(spec, progress=bar, stream=stream, space=space, idle=bar.update)
             except KeyboardInterrupt:  # this process was the worker: none of its trials still runs
-                requeue_interrupted(plan.options.storage, plan.study, dead_workers={worker_id()})
+                requeue_interrupted(spec.options.storage, spec.study, dead_workers={worker_id()})
                 raise
         else:
-            _run_processes(plan, workers, study, bar, stream)
-    raise_if_failing(plan, study)
+            _run_processes(spec, workers, study, bar, stream)
+    raise_if_failing(spec, study)
     return study
 
 
-def trial_ranks(plan: SearchPlan) -> int:
+def trial_ranks(spec: SearchSpec) -> int:
     """DDP processes per trial: --gpus-per-trial with the optuna backend (Ray's is a share)."""
-    g = plan.options.gpus_per_trial
-    return int(g) if plan.options.backend == "optuna" and g else 1
+    g = spec.options.gpus_per_trial
+    return int(g) if spec.options.backend == "optuna" and g else 1
 
 
 def ranked_trainer(ranks: int, threads: int | None):
@@ -209,10 +209,10 @@ def new_stream() -> int:
     return int.from_bytes(os.urandom(4), "little") or 1
 
 
-def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress: StudyProgress,
+def _run_processes(spec: SearchSpec, workers: int, study: optuna.Study, progress: StudyProgress,
                    stream: int = 0) -> None:
-    procs = _worker_processes(plan, range(1, workers + 1), max(1, usable_cores() // workers), stream,
-                              worker_gpus(workers, per_worker=trial_ranks(plan)))
+    procs = _worker_processes(spec, range(1, workers + 1), max(1, usable_cores() // workers), stream,
+                              worker_gpus(workers, per_worker=trial_ranks(spec)))
     try:
         _start(procs)
         while any(p.is_alive() for p in procs):
@@ -222,17 +222,17 @@ def _run_processes(plan: SearchPlan, workers: int, study: optuna.Study, progress
                 p.join(timeout=1.0 / len(procs))
     except KeyboardInterrupt:
         _interrupt(procs)
-        requeue_interrupted(plan.options.storage, plan.study, dead_workers={worker_id(p.pid) for p in procs})
+        requeue_interrupted(spec.options.storage, spec.study, dead_workers={worker_id(p.pid) for p in procs})
         raise
     _warn_abnormal(procs)
 
 
-def _worker_processes(plan: SearchPlan, numbers: range, threads: int, stream: int,
+def _worker_processes(spec: SearchSpec, numbers: range, threads: int, stream: int,
                       gpus: list[str | None]) -> list[multiprocessing.Process]:
     """Worker `n` of `numbers` as a spawned process (not started), on `gpus[n - 1]`."""
     ctx = multiprocessing.get_context("spawn")
     return [ctx.Process(target=run_quietly, args=(__name__, "_worker_process",
-                                                  pickle.dumps((plan, n, threads, stream, gpus[n - 1]))),
+                                                  pickle.dumps((spec, n, threads, stream, gpus[n - 1]))),
                         name=f"tianfeng-worker-{n}") for n in numbers]
 
 
@@ -245,7 +245,7 @@ def _start(procs: list[multiprocessing.Process]) -> None:
             p.start()
 
 
-def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, space: SearchSpace,
+def _run_with_exclusive(spec: SearchSpec, workers: int, study: optuna.Study, space: SearchSpace,
                         progress: StudyProgress, stream: int, between_trials: ExclusiveWork) -> None:
     """This process is worker 0 of `workers` (its trials on the first GPU, if any), the others are
     spawned. Before any trial (a resumed search first finishes the work it was cut in), after
@@ -272,13 +272,13 @@ def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, spa
                 torch.set_num_threads(threads)
                 paused.unlink(missing_ok=True)
 
-        gpus = worker_gpus(workers, per_worker=trial_ranks(plan))  # worker n on gpus[n]: this process has the first
-        procs = _worker_processes(dataclasses.replace(plan, pause_file=str(paused)), range(1, workers), threads,
+        gpus = worker_gpus(workers, per_worker=trial_ranks(spec))  # worker n on gpus[n]: this process has the first
+        procs = _worker_processes(dataclasses.replace(spec, pause_file=str(paused)), range(1, workers), threads,
                                   stream, gpus[1:] + gpus[:1])
         try:
             run_due(study)
             _start(procs)
-            run_worker(plan, 0, threads, progress=progress, stream=stream, space=space, after_trial=run_due,
+            run_worker(spec, 0, threads, progress=progress, stream=stream, space=space, after_trial=run_due,
                        idle=lambda study: (progress.update(study), run_due(study)))
             while any(p.is_alive() for p in procs):
                 raise_if_interrupted()
@@ -289,7 +289,7 @@ def _run_with_exclusive(plan: SearchPlan, workers: int, study: optuna.Study, spa
             run_due(study)
         except KeyboardInterrupt:
             _interrupt(procs)
-            requeue_interrupted(plan.options.storage, plan.study,
+            requeue_interrupted(spec.options.storage, spec.study,
                                 dead_workers={worker_id()} | {worker_id(p.pid) for p in procs})
             raise
         finally:
@@ -343,14 +343,14 @@ def _one_line_thread_error(args: threading.ExceptHookArgs) -> None:
                 args.exc_type.__name__, str(args.exc_value).strip().splitlines()[0] if str(args.exc_value).strip() else "")
 
 
-def _worker_process(plan: SearchPlan, worker: int, threads: int, stream: int, gpu: str | None = None) -> None:
+def _worker_process(spec: SearchSpec, worker: int, threads: int, stream: int, gpu: str | None = None) -> None:
     """A spawned worker: on its own GPU if there are any (set before CUDA starts in this process);
     Ctrl-C ends it quietly (its trial is already marked interrupted)."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     threading.excepthook = _one_line_thread_error
     try:
-        run_worker(plan, worker, threads, stream=stream)
+        run_worker(spec, worker, threads, stream=stream)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
 

@@ -15,13 +15,13 @@ from optuna.trial import TrialState
 from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.pruning import judging
-from tianfeng.hpo.plan import SearchPlan
 from tianfeng.hpo.results.dashboard import metric_names
 from tianfeng.hpo.running.budget import counted
 from tianfeng.hpo.running.locked_storage import rdb_storage
 from tianfeng.hpo.sampling.registry import make_sampler
 from tianfeng.hpo.space.read import SearchSpace, per_gpu_range
 from tianfeng.hpo.space.stored import store_space_text
+from tianfeng.hpo.spec import SearchSpec
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.storage.ownership import check_folder, claim_folder, new_uid, study_owner
 from tianfeng.storage.study_attrs import StudyKey
@@ -60,40 +60,40 @@ def directions(space: SearchSpace) -> list[str]:
 
 
 
-def open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
+def open_study(spec: SearchSpec, space: SearchSpace, *, resume: bool, heartbeat: bool = True,
                seed: int | None = None) -> optuna.Study:
-    """The plan's study, created whole (Ctrl-C waits for it) or loaded to be resumed."""
+    """The spec's study, created whole (Ctrl-C waits for it) or loaded to be resumed."""
     with deferred_interrupt():
-        return _open_study(plan, space, resume=resume, heartbeat=heartbeat, seed=seed)
+        return _open_study(spec, space, resume=resume, heartbeat=heartbeat, seed=seed)
 
 
-def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat: bool,
+def _open_study(spec: SearchSpec, space: SearchSpace, *, resume: bool, heartbeat: bool,
                 seed: int | None) -> optuna.Study:
-    storage = open_storage(plan.options.storage, plan.options.heartbeat_s if heartbeat else None, plan.options.grace_s)
-    exists = plan.study in optuna.get_all_study_names(storage)
+    storage = open_storage(spec.options.storage, spec.options.heartbeat_s if heartbeat else None, spec.options.grace_s)
+    exists = spec.study in optuna.get_all_study_names(storage)
     if exists and not resume:
-        raise ConfigError("--study", plan.study, f"already exists in {plan.options.storage}; pass --resume to "
+        raise ConfigError("--study", spec.study, f"already exists in {spec.options.storage}; pass --resume to "
                           "continue it or choose another --study name")
     if not exists and resume:
-        raise ConfigError("--study", plan.study, f"no such study in {plan.options.storage} to resume")
-    if space.objective.mode == ObjectiveMode.PARETO and plan.sampler == "cmaes":
+        raise ConfigError("--study", spec.study, f"no such study in {spec.options.storage} to resume")
+    if space.objective.mode == ObjectiveMode.PARETO and spec.sampler == "cmaes":
         raise ConfigError("--sampler", "cmaes", "optimises one objective; with objective pareto use tpe, "
                           "random, qmc or grid")
-    folder = Path(plan.runs_root) / plan.study
+    folder = Path(spec.runs_root) / spec.study
     if exists:
-        stored = optuna.load_study(study_name=plan.study, storage=storage)
+        stored = optuna.load_study(study_name=spec.study, storage=storage)
         was = stored.user_attrs.get(StudyKey.OBJECTIVE_MODE, ObjectiveMode.ACCURACY)
         if was != space.objective.mode:
-            raise ConfigError("--objective", space.objective.mode, f"study {plan.study} was created with "
+            raise ConfigError("--objective", space.objective.mode, f"study {spec.study} was created with "
                               f"objective {was}; resume it with --objective {was}")
-        owner = study_owner(stored, plan.options.storage)
+        owner = study_owner(stored, spec.options.storage)
         claim_folder(folder, owner)
     else:  # before the study exists, so a refusal leaves nothing behind
         check_folder(folder, None)
-    judged = judging(space, plan.rung, plan.options.pruner)
-    study = optuna.create_study(study_name=plan.study, storage=storage, load_if_exists=True,
+    judged = judging(space, spec.rung, spec.options.pruner)
+    study = optuna.create_study(study_name=spec.study, storage=storage, load_if_exists=True,
                                 directions=directions(space),
-                                sampler=make_sampler(plan.sampler, space, plan.options.seed if seed is None else seed, plan.options.seed),
+                                sampler=make_sampler(spec.sampler, space, spec.options.seed if seed is None else seed, spec.options.seed),
                                 pruner=judged.pruner)
     if not exists:
         with warnings.catch_warnings():  # experimental since Optuna 3.2, and what the dashboard reads
@@ -105,40 +105,40 @@ def _open_study(plan: SearchPlan, space: SearchSpace, *, resume: bool, heartbeat
                  StudyKey.TARGET: space.objective.target, StudyKey.MIN_ACCURACY: space.objective.min_accuracy,
                  StudyKey.CLUSTER: space.cluster.describe(), StudyKey.PER_GPU_BATCH: per_gpu_range(space),
                  StudyKey.GPUS: space.cluster.gpus, StudyKey.GPUS_PER_NODE: space.cluster.gpus_per_node,
-                 StudyKey.PROFILE: str(Path(plan.options.profile).resolve()) if plan.options.profile else None,
-                 StudyKey.DATA: plan.options.data or space.base.data.source, StudyKey.RUNG: plan.rung,
-                 StudyKey.SAMPLER: plan.sampler, StudyKey.PRUNER: judged.name,
-                 StudyKey.METRIC: space.objective.metric, StudyKey.RUNS_ROOT: str(plan.runs_root),
+                 StudyKey.PROFILE: str(Path(spec.options.profile).resolve()) if spec.options.profile else None,
+                 StudyKey.DATA: spec.options.data or space.base.data.source, StudyKey.RUNG: spec.rung,
+                 StudyKey.SAMPLER: spec.sampler, StudyKey.PRUNER: judged.name,
+                 StudyKey.METRIC: space.objective.metric, StudyKey.RUNS_ROOT: str(spec.runs_root),
                  StudyKey.CREATED: time.strftime("%Y-%m-%d %H:%M:%S"), StudyKey.SPACE_FORMAT: SPACE_FORMAT,
-                 StudyKey.UID: new_uid(), **plan.study_attrs}
+                 StudyKey.UID: new_uid(), **spec.study_attrs}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
-        claim_folder(folder, study_owner(study, plan.options.storage))
-        for trial in plan.copied_trials:
+        claim_folder(folder, study_owner(study, spec.options.storage))
+        for trial in spec.copied_trials:
             study.add_trial(trial)
-        for label, params in plan.warm_start:
+        for label, params in spec.warm_start:
             study.enqueue_trial(params, user_attrs={TrialKey.WARM_START: label})
-        if plan.sampler == "grid" and space.priors:
+        if spec.sampler == "grid" and space.priors:
             log.info("grid sampler: the priors are not enqueued (the grid covers the space itself)")
-    if plan.sampler != "grid":
-        enqueue_priors(study, space, plan)
-    study.set_user_attr(StudyKey.TRIAL_BUDGET, plan.options.trials)  # this start's budget: what `status --follow` waits for
+    if spec.sampler != "grid":
+        enqueue_priors(study, space, spec)
+    study.set_user_attr(StudyKey.TRIAL_BUDGET, spec.options.trials)  # this start's budget: what `status --follow` waits for
     return study
 
 
-def enqueue_priors(study: optuna.Study, space: SearchSpace, plan: SearchPlan) -> None:
+def enqueue_priors(study: optuna.Study, space: SearchSpace, spec: SearchSpec) -> None:
     """Queue the space's published recipes as the next trials, as many as the budget has room
     for; on a resume with a larger budget, the ones that did not fit before."""
     trials = study.get_trials(deepcopy=False)
     # a prior the warm start already holds (same values for every key the prior names) is dropped
-    warm = [params for _, params in plan.warm_start] + [t.params for t in plan.copied_trials]
+    warm = [params for _, params in spec.warm_start] + [t.params for t in spec.copied_trials]
     queued = {t.user_attrs.get(TrialKey.PRIOR) for t in trials}
     priors = [p for p in space.priors if p.name not in queued
               and not any(all(w.get(k) == v for k, v in p.params.items()) for w in warm)]
     if not priors:
         return
     waiting = sum(t.state == TrialState.WAITING for t in trials)
-    room = max(0, plan.options.trials - len(counted(trials)) - waiting)
+    room = max(0, spec.options.trials - len(counted(trials)) - waiting)
     fits, left = priors[:room], priors[room:]
     for prior in fits:
         study.enqueue_trial(prior.params, user_attrs={TrialKey.PRIOR: prior.name})
@@ -146,4 +146,4 @@ def enqueue_priors(study: optuna.Study, space: SearchSpace, plan: SearchPlan) ->
         log.info("enqueued %d published recipes as the first trials: %s", len(fits), ", ".join(p.name for p in fits))
     if left:
         log.info("the budget of %d trials has no room for the published recipe(s) %s; a --resume with a larger "
-                 "--trials runs them", plan.options.trials, ", ".join(p.name for p in left))
+                 "--trials runs them", spec.options.trials, ", ".join(p.name for p in left))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tianfeng.core.errors import LaunchError
 from tianfeng.hpo.options import SearchOptions
-from tianfeng.hpo.plan import SearchPlan
+from tianfeng.hpo.spec import SearchSpec
 from tianfeng.launch import gate
 from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.slurm import batch_script, sbatch_directives
@@ -31,53 +31,53 @@ WORKER_RESTARTS = 3  # workers killed outright that a task replaces
 
 
 
-def worker_options(plan: SearchPlan) -> SearchOptions:
+def worker_options(spec: SearchSpec) -> SearchOptions:
     """What each task's worker runs: the search's own options, resolved as this process resolved
     them (study, rung, sampler, floor), joining the study, with paths that hold on any node."""
     # the job's own options stay here: a task runs one local worker (its trials on
     # --gpus-per-trial ranks, the task's GPUs)
-    return plan.options.changed(
-        study=plan.study, sampler=plan.sampler, fidelity=plan.rung, min_accuracy=plan.accuracy_floor, workers=1,
-        resume=True, runs_dir=str(plan.runs_root.resolve()), launcher="local", partition=None, account=None,
+    return spec.options.changed(
+        study=spec.study, sampler=spec.sampler, fidelity=spec.rung, min_accuracy=spec.accuracy_floor, workers=1,
+        resume=True, runs_dir=str(spec.runs_root.resolve()), launcher="local", partition=None, account=None,
         time=None, scheduler_args=(), cpus_per_trial=None, mlflow=None, wandb=None, dry_run=False, qos=None, job_name=None, mem=None,
         cpus_per_task=None, array_throttle=None,
-        profile=str(Path(plan.options.profile).resolve()) if plan.options.profile else None)
+        profile=str(Path(spec.options.profile).resolve()) if spec.options.profile else None)
 
 
-def needs_plan_file(plan: SearchPlan) -> bool:
-    """Whether the plan says more than `tianfeng search`'s flags can."""
-    default = SearchPlan(plan.space_path, plan.options, plan.study, plan.rung, plan.sampler)
-    return any(getattr(plan, f) != getattr(default, f)
+def needs_spec_file(spec: SearchSpec) -> bool:
+    """Whether the spec says more than `tianfeng search`'s flags can."""
+    default = SearchSpec(spec.space_path, spec.options, spec.study, spec.rung, spec.sampler)
+    return any(getattr(spec, f) != getattr(default, f)
                for f in ("batch_size", "set_overrides", "priors", "epoch_budget"))
 
 
-def write_plan_file(plan: SearchPlan, path: Path) -> Path:
+def write_spec_file(spec: SearchSpec, path: Path) -> Path:
     # the worker joins a study that exists: nothing of the start-up (warm start, copied trials) again
-    path.write_bytes(pickle.dumps(dataclasses.replace(plan, warm_start=(), copied_trials=(), study_attrs={})))
+    path.write_bytes(pickle.dumps(dataclasses.replace(spec, warm_start=(), copied_trials=(), study_attrs={})))
     return path
 
 
-def array_script(plan: SearchPlan, workers: int, log_dir: Path, check_only: bool = False) -> str:
+def array_script(spec: SearchSpec, workers: int, log_dir: Path, check_only: bool = False) -> str:
     """The batch script of the job array: one worker per task, in the background so that the
     batch shell's trap runs when the pre-timeout signal comes (bash runs a trap only between
     commands), and the trap stops the worker as Ctrl-C would. `check_only`: every value passes
-    the gate, and no plan file is written."""
-    o = plan.options
-    if needs_plan_file(plan) and check_only:
+    the gate, and no spec file is written."""
+    o = spec.options
+    if needs_spec_file(spec) and check_only:
         worker = [sys.executable]
-    elif needs_plan_file(plan):  # a scale study's search: what its flags cannot say travels in a file
-        worker = [sys.executable, "-m", "tianfeng.hpo.running.plan_worker",
-                  str(write_plan_file(plan, log_dir / "search-plan.pickle"))]
+    elif needs_spec_file(spec):  # a scale study's search: what its flags cannot say travels in a file
+        worker = [sys.executable, "-m", "tianfeng.hpo.running.spec_worker",
+                  str(write_spec_file(spec, log_dir / "search-spec.pickle"))]
     else:
-        worker = [sys.executable, "-m", "tianfeng.cli", "search", "--space", str(Path(plan.space_path).resolve()),
-                  *option_args(worker_options(plan))]
+        worker = [sys.executable, "-m", "tianfeng.cli", "search", "--space", str(Path(spec.space_path).resolve()),
+                  *option_args(worker_options(spec))]
     command = " ".join(shlex.quote(a) for a in worker)
     # Slurm allots whole CPUs and GPUs: a share is rounded up
     resources = [*([f"#SBATCH --cpus-per-task={math.ceil(o.cpus_per_trial)}"] if o.cpus_per_trial and not o.cpus_per_task
                    else []),
                  *([f"#SBATCH --gpus-per-task={math.ceil(o.gpus_per_trial)}"] if o.gpus_per_trial else [])]
     throttle = f"%{int(o.array_throttle)}" if o.array_throttle else ""
-    header = [f"#SBATCH --job-name=search-{plan.study}", f"#SBATCH --array=0-{workers - 1}{throttle}",
+    header = [f"#SBATCH --job-name=search-{spec.study}", f"#SBATCH --array=0-{workers - 1}{throttle}",
               "#SBATCH --ntasks=1", *resources,
               f"#SBATCH --chdir={gate.script_path('the working folder', str(Path.cwd()))}",
               *sbatch_directives(o, log_dir, "slurm-%A_%a.out")]
@@ -91,14 +91,14 @@ def array_script(plan: SearchPlan, workers: int, log_dir: Path, check_only: bool
                                  "checkpoint once its heartbeat is missed)")
 
 
-def check_workers_submission(plan: SearchPlan) -> None:
+def check_workers_submission(spec: SearchSpec) -> None:
     """Every check the submission makes, before anything is created or written: the scheduler
     here and its partition, each value the batch script would hold, and a SQLite study whose
     workers may run on other machines (SQLite's file locks do not hold on network file systems;
     a cluster whose every node is this machine, as a workstation's Slurm, may use it)."""
-    o = plan.options
+    o = spec.options
     scheduler(o.launcher).check(o)
-    array_script(plan, int(o.workers), plan.runs_root.resolve() / plan.study / o.launcher, check_only=True)
+    array_script(spec, int(o.workers), spec.runs_root.resolve() / spec.study / o.launcher, check_only=True)
     if not o.storage.startswith("sqlite"):
         return
     nodes = scheduler(o.launcher).nodes(o)
@@ -110,21 +110,21 @@ def check_workers_submission(plan: SearchPlan) -> None:
                           "locks do not hold on a shared file system; give --storage postgresql://USER@HOST/DB")
 
 
-def submit_workers(plan: SearchPlan, study) -> dict:
+def submit_workers(spec: SearchSpec, study) -> dict:
     """Submit the search's workers as a job array (the study already created); returns the job
     as the study records it."""
-    o = plan.options
+    o = spec.options
     sched = scheduler(o.launcher)
     sched.check(o)
     workers = int(o.workers)
-    log_dir = plan.runs_root.resolve() / plan.study / o.launcher
+    log_dir = spec.runs_root.resolve() / spec.study / o.launcher
     log_dir.mkdir(parents=True, exist_ok=True)
     script = log_dir / "search-workers.sh"
-    script.write_text(array_script(plan, workers, log_dir))
+    script.write_text(array_script(spec, workers, log_dir))
     script.chmod(0o755)
     job = sched.submit(script, o)
     record = {"launcher": o.launcher, "job": job, "workers": workers, "script": str(script), "log_dir": str(log_dir)}
     study.set_user_attr(StudyKey.WORKERS_JOB, record)
-    log.info("study %s: %d workers submitted as %s job array %s (logs in %s)", plan.study, workers, o.launcher,
+    log.info("study %s: %d workers submitted as %s job array %s (logs in %s)", spec.study, workers, o.launcher,
              job, log_dir)
     return record

@@ -12,8 +12,8 @@ from tianfeng.core.run_config import config_from_dict
 from tianfeng.cost.walltime import format_seconds
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.scores import best_trial, epochs_reported, score
-from tianfeng.hpo.plan import UNLIMITED_TRIALS, SearchPlan
 from tianfeng.hpo.space.read import SearchSpace
+from tianfeng.hpo.spec import UNLIMITED_TRIALS, SearchSpec
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus
 
 log = logging.getLogger("tianfeng.search")
@@ -56,13 +56,13 @@ def _short(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def budget_text(plan: SearchPlan) -> str:
-    """The plan's budget as a person would say it: "12 trials", "45 min", "72 epochs or 10 min"."""
-    parts = [f"{plan.options.trials} trials"] if plan.options.trials < UNLIMITED_TRIALS else []
-    if plan.epoch_budget is not None:
-        parts.append(f"{plan.epoch_budget} epochs")
-    if plan.options.timeout_s is not None:
-        parts.append(f"{plan.options.timeout_s / 60:g} min")
+def budget_text(spec: SearchSpec) -> str:
+    """The spec's budget as a person would say it: "12 trials", "45 min", "72 epochs or 10 min"."""
+    parts = [f"{spec.options.trials} trials"] if spec.options.trials < UNLIMITED_TRIALS else []
+    if spec.epoch_budget is not None:
+        parts.append(f"{spec.epoch_budget} epochs")
+    if spec.options.timeout_s is not None:
+        parts.append(f"{spec.options.timeout_s / 60:g} min")
     return " or ".join(parts) or "unlimited"
 
 

@@ -1,7 +1,7 @@
-"""A submitted worker of a search whose plan holds more than its command-line options (a scale
+"""A submitted worker of a search whose spec holds more than its command-line options (a scale
 study's search: the batch pinned, extra `set:` entries, an epoch budget): the submitting process
-writes the plan to a file beside the job's script and each task runs
-`python -m tianfeng.hpo.running.plan_worker PLAN` with it, joining the study as one local worker."""
+writes the spec to a file beside the job's script and each task runs
+`python -m tianfeng.hpo.running.spec_worker PLAN` with it, joining the study as one local worker."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ def main(argv: list[str] | None = None) -> int:
     from tianfeng.terminal.logs import setup_logging
 
     setup_logging()
-    plan = pickle.loads(Path((argv or sys.argv[1:])[0]).read_bytes())  # written by this user's own search
-    plan = dataclasses.replace(plan, options=worker_options(plan))
+    spec = pickle.loads(Path((argv or sys.argv[1:])[0]).read_bytes())  # written by this user's own search
+    spec = dataclasses.replace(spec, options=worker_options(spec))
     try:
-        run_search(plan, 1, resume=True)
+        run_search(spec, 1, resume=True)
     except KeyboardInterrupt:  # the batch shell's trap: the trial is queued again
         return 130
     return 0

@@ -1,4 +1,4 @@
-"""A search's plan: the options as given, what was resolved from them and the space once (the
+"""A search's spec: the options as given, what was resolved from them and the space once (the
 study's name, the rung, the sampler `auto` stands for, the accuracy floor), and what `tianfeng
 scale` adds; plain values, so it crosses a process boundary to the workers."""
 
@@ -27,11 +27,11 @@ from tianfeng.storage.study_attrs import StudyKey
 log = logging.getLogger("tianfeng.search")
 
 
-UNLIMITED_TRIALS = 10**6  # a plan's trial budget when only a time or epoch budget bounds it
+UNLIMITED_TRIALS = 10**6  # a spec's trial budget when only a time or epoch budget bounds it
 
 
 @dataclass(frozen=True)
-class SearchPlan:
+class SearchSpec:
     """Everything a worker process needs."""
     space_path: str
     options: SearchOptions
@@ -51,7 +51,7 @@ class SearchPlan:
     epoch_budget: int | None = None  # training epochs summed over trials (pruned ones count what they ran)
     pause_file: str | None = None  # while this file exists the worker starts no trial (a promoted run has the cores)
     # the space as read once, its objective and floor resolved: what every worker, Ray and a scale
-    # study search (pinned by `plan_space`), handed on rather than read again
+    # study search (pinned by `space_of`), handed on rather than read again
     space: SearchSpace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -59,7 +59,7 @@ class SearchPlan:
 
     @property
     def accuracy_floor(self) -> float | None:
-        """The floor the plan's trials are judged by: the resolved one, else the option's."""
+        """The floor the spec's trials are judged by: the resolved one, else the option's."""
         return self.options.min_accuracy if self.floor is None else self.floor
 
     @property
@@ -68,17 +68,17 @@ class SearchPlan:
 
     @classmethod
     def of(cls, space_path: str | Path, *, study: str, rung: str, sampler: str = "tpe",
-           **changes: Any) -> SearchPlan:
-        """A plan made by hand (benchmarks, studies built on searches): `changes` name the plan's
+           **changes: Any) -> SearchSpec:
+        """A spec made by hand (benchmarks, studies built on searches): `changes` name the spec's
         own fields or options."""
         return cls(str(space_path), SearchOptions(), study, rung, sampler).changed(**changes)
 
-    def changed(self, **changes: Any) -> SearchPlan:
-        """A copy with `changes` to the plan's own fields or to its options."""
+    def changed(self, **changes: Any) -> SearchSpec:
+        """A copy with `changes` to the spec's own fields or to its options."""
         own = {f.name for f in dataclasses.fields(self)}
         options = {k: v for k, v in changes.items() if k not in own}
-        plan = dataclasses.replace(self, **{k: v for k, v in changes.items() if k in own})
-        return dataclasses.replace(plan, options=plan.options.changed(**options)) if options else plan
+        spec = dataclasses.replace(self, **{k: v for k, v in changes.items() if k in own})
+        return dataclasses.replace(spec, options=spec.options.changed(**options)) if options else spec
 
 
 def check_data(space) -> int:
@@ -91,8 +91,8 @@ def check_data(space) -> int:
                        synthetic_classes=base.synthetic_classes).num_classes
 
 
-def plan_search(space: str | Path, options: SearchOptions) -> tuple[SearchPlan, SearchSpace]:
-    """The plan of a search over `space` (a file, or a shipped space's bare name) with checked
+def resolve_search(space: str | Path, options: SearchOptions) -> tuple[SearchSpec, SearchSpace]:
+    """The spec of a search over `space` (a file, or a shipped space's bare name) with checked
     `options`, and the space it searches, read once: the rung checked, the sampler and the
     default Pareto floor resolved, and a report path of another study refused before any trial."""
     o = options
@@ -115,23 +115,23 @@ def plan_search(space: str | Path, options: SearchOptions) -> tuple[SearchPlan, 
         loaded = with_objective(loaded, None, None, floor)
         # the default floor also rises with the study's best: the front reads the chance level
         attrs = {StudyKey.CHANCE: chance_level(obj.metric, classes)} if floor is not None else {}
-    plan = SearchPlan(loaded.path, o, study, rung, resolve_sampler(o.sampler, loaded, rung), floor, study_attrs=attrs,
+    spec = SearchSpec(loaded.path, o, study, rung, resolve_sampler(o.sampler, loaded, rung), floor, study_attrs=attrs,
                       space=loaded)
-    return plan, loaded
+    return spec, loaded
 
 
-def plan_space(plan: SearchPlan) -> SearchSpace:
-    """The space a plan searches, pinned and adjusted as the plan says: the one it carries, or
-    (a plan made in another process from flags alone) the file's."""
-    o = plan.options
-    space = plan.space
+def space_of(spec: SearchSpec) -> SearchSpace:
+    """The space a spec searches, pinned and adjusted as the spec says: the one it carries, or
+    (a spec made in another process from flags alone) the file's."""
+    o = spec.options
+    space = spec.space
     if space is None:
-        space = load_space(plan.space_path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
+        space = load_space(spec.space_path, data=o.data, gpus=o.gpus, gpus_per_node=o.gpus_per_node,
                            profile=o.profile)
-    space = with_objective(space, o.objective, o.target, plan.accuracy_floor)
-    if plan.batch_size is None and not plan.set_overrides and plan.priors:
+    space = with_objective(space, o.objective, o.target, spec.accuracy_floor)
+    if spec.batch_size is None and not spec.set_overrides and spec.priors:
         return space
-    return at_batch(space, plan.batch_size, assignments=plan.set_overrides, priors=plan.priors)
+    return at_batch(space, spec.batch_size, assignments=spec.set_overrides, priors=spec.priors)
 
 
 def with_objective(space: SearchSpace, mode: str | None, target: float | None,
