@@ -104,15 +104,15 @@ def test_scale_options_are_checked_before_the_space_is_read(tmp_path: Path, chan
     ({"inter_latency_us": -1.0}, "--inter-latency-us: must be >= 0, got -1"),
     ({"preset": "p100"}, "--preset: must be one of v100, a100, h100; got 'p100'"),
     ({"loader": "pil"}, "--loader: must be one of dali, cache, torch; got 'pil'"),
-    ({"gpu_per_node": 4}, "spec: gpu_per_node: unknown option; did you mean gpus_per_node?"),
+    ({"gpu_per_node": 4}, "plan: gpu_per_node: unknown option; did you mean gpus_per_node?"),
 ])
 def test_plan_options_are_checked_before_the_config_is_read(tmp_path: Path, changes, message) -> None:
-    """tianfeng.spec holds the command's checks: a Python caller gets the same one line."""
+    """tianfeng.plan holds the command's checks: a Python caller gets the same one line."""
     from tianfeng import api
     from tianfeng.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as caught:
-        api.spec(tmp_path / "no-such-config.yaml", **changes)
+        api.plan(tmp_path / "no-such-config.yaml", **changes)
     assert str(caught.value) == message
 
 
@@ -125,8 +125,8 @@ def test_plan_from_python_matches_the_command(tmp_path: Path, capsys) -> None:
 
     config = tmp_path / "r50.yaml"
     config.write_text("model: {name: resnet50}\nphases: [{epochs: 2, resolution: 128, batch_size: 1024}]\n")
-    grid = api.spec(config, PlanOptions(gpus=32, preset="a100"), inter_gbps=100.0)
-    assert main(["spec", "--config", str(config), "--gpus", "32", "--preset", "a100", "--inter-gbps", "100",
+    grid = api.plan(config, PlanOptions(gpus=32, preset="a100"), inter_gbps=100.0)
+    assert main(["plan", "--config", str(config), "--gpus", "32", "--preset", "a100", "--inter-gbps", "100",
                  "--json"]) == 0
     assert grid.rows == json.loads(capsys.readouterr().out)
     assert grid.cluster.gpus == 32 and grid.cluster.links().inter.gbit_s == 100.0

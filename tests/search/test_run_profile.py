@@ -138,7 +138,7 @@ def test_plan_and_search_predict_with_the_profile_a_run_refined(promoted, tmp_pa
     row = next(r for r in RunStore(storage).runs() if r["id"] == run)
     config = tmp_path / "run.yaml"
     config.write_text(row["config_yaml"])
-    assert main(["spec", "--config", str(config), "--gpus", "1", "--gpus-per-node", "1", "--train-images", "1280",
+    assert main(["plan", "--config", str(config), "--gpus", "1", "--gpus-per-node", "1", "--train-images", "1280",
                  "--profile", str(profile), "--json"]) == 0
     captured = capsys.readouterr()
     flat = next(r for r in json.loads(captured.out) if r["gpus"] == 1 and r["variant"] == "flat")

@@ -127,12 +127,12 @@ def test_scheduler_options_without_slurm_are_refused(tmp_path: Path, tiny_space:
 ])
 def test_a_malformed_or_impossible_profile_is_one_line_naming_the_field(tmp_path: Path, tiny_space: dict, capsys,
                                                                         content, said) -> None:
-    """`spec --profile` of a file holding `[1, 2]`, or rates beyond what a step can take (which
+    """`plan --profile` of a file holding `[1, 2]`, or rates beyond what a step can take (which
     printed `nan h` and `inf h` and exited 0)."""
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(content))
     from tianfeng.recipes import DEFAULT_RECIPE
 
-    code = main(["spec", "--config", str(DEFAULT_RECIPE), "--gpus", "8", "--profile", str(path)])
+    code = main(["plan", "--config", str(DEFAULT_RECIPE), "--gpus", "8", "--profile", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and said in err and err.count("\n") == 1, err
