@@ -91,12 +91,12 @@ def recipes(a, n: int) -> list[list]:
 def run_arm(spec_path: Path) -> None:
     """In the arm's own process: the search of one arm, its trials enqueued."""
     spec = json.loads(spec_path.read_text())
-    spec = SearchSpec.of(objective="accuracy", space_path=spec["space"], data=spec["data"], storage=spec["storage"],
-                      study=spec["study"], sampler="random", pruner="none", seed=spec["seed"], trials=spec["trials"],
-                      timeout_s=None, runs_dir=spec["runs"], rung=spec["fidelity"],
-                      warm_start=tuple((label, params) for label, params in spec["recipes"]))
+    search = SearchSpec.of(objective="accuracy", space_path=spec["space"], data=spec["data"], storage=spec["storage"],
+                        study=spec["study"], sampler="random", pruner="none", seed=spec["seed"], trials=spec["trials"],
+                        timeout_s=None, runs_dir=spec["runs"], rung=spec["fidelity"],
+                        warm_start=tuple((label, params) for label, params in spec["recipes"]))
     setup_logging()
-    run_search(spec, spec["workers"], resume=False)
+    run_search(search, spec["workers"], resume=False)
 
 
 def search(tmp: Path, name: str, space: Path, cache: Path, a, trial_recipes: list,

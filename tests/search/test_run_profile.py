@@ -124,7 +124,7 @@ def test_an_unknown_run_and_another_models_profile_are_one_line(promoted, tmp_pa
 
 def test_plan_and_search_predict_with_the_profile_a_run_refined(promoted, tmp_path: Path, capsys,
                                                                 monkeypatch) -> None:
-    """Bug caught: --profile dropped by spec, by the search, or by the study (promote re-reads the
+    """Bug caught: --profile dropped by `plan`, by the search, or by the study (promote re-reads the
     study's cluster from it)."""
     import optuna
 
