@@ -60,6 +60,30 @@ def test_transfer_rules_are_explicit(tmp_path: Path, tiny_space: dict) -> None:
     assert "batch 64 -> 256" in lr.rule
 
 
+def test_a_transfer_builds_the_target_config_once(tmp_path: Path, tiny_space: dict,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # the proxy's micro-batch count is the target's: it reuses the target config, not a rebuild;
+    # and a promotion with no batch, override, name or folder to change keeps that config as it is
+    import tianfeng.core.run_config as run_config
+    import tianfeng.hpo.space.materialize as materialize
+
+    space = load_space(write_space(tmp_path, tiny_space))
+    assert space.cluster.device_memory_gib is not None  # the memory check runs, and reads the target
+    built: list[str] = []
+
+    def counted(raw: dict, source: str = "") -> object:
+        built.append(source)
+        return run_config_from_dict(raw, source)
+
+    run_config_from_dict = run_config.config_from_dict
+    monkeypatch.setattr(materialize, "config_from_dict", counted)
+    monkeypatch.setattr(run_config, "config_from_dict", counted)
+    values = {"optimizer": "sgd", "base_lr": 0.4, "warmup_epochs": 1.0, "batch_size": 64, "momentum": 0.9}
+    full, _ = transfer(space, values, "proxy")
+    assert [s.rsplit("[", 1)[-1] for s in built] == ["target]", "proxy]"], built
+    assert full == build_config(space, values, "target")
+
+
 def test_every_phase_shows_its_own_peak_lr(tmp_path: Path, tiny_space: dict) -> None:
     tiny_space["phases"] = {"stages": 2, "start_resolution": 8, "end_resolution": 12, "batch_size": "batch_size",
                             "scale_batch_with_resolution": True}

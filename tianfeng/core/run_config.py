@@ -438,7 +438,9 @@ def derived(cfg: RunConfig, source: str, *, last_batch: int | None = None, overr
             **fields: Any) -> RunConfig:
     """cfg with every phase's batch scaled so the last phase's is `last_batch` (each at least 1),
     then `a.b.c=value` overrides, then top-level `fields` not None (name, run_dir); validated
-    once, errors naming `source`."""
+    once, errors naming `source`. With nothing to change, cfg itself (it is valid already)."""
+    if last_batch is None and not overrides and all(value is None for value in fields.values()):
+        return cfg
     raw = config_to_dict(cfg)
     if last_batch is not None:
         factor = last_batch / raw["phases"][-1]["batch_size"]

@@ -64,9 +64,9 @@ def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, tar
     """The full-fidelity config of a proxy trial's `values` and what changed on the way.
     `screened`: the epochs a screening trial trained (its study's screen may have lengthened
     past the rung's own `stop_after_epochs`)."""
-    proxy = build_config(space, values, proxy_rung)
-    full = derived(build_config(space, values, target_rung), "promoted config", last_batch=batch_size,
-                   overrides=overrides, name=name, run_dir=run_dir)
+    target = build_config(space, values, target_rung)
+    proxy = build_config(space, values, proxy_rung, target=target if target_rung == "target" else None)
+    full = derived(target, "promoted config", last_batch=batch_size, overrides=overrides, name=name, run_dir=run_dir)
     overridden = {a.split("=", 1)[0] for a in overrides}
     before, after = _flatten(config_to_dict(proxy)), _flatten(config_to_dict(full))
     skip = {"name", "run_dir"}

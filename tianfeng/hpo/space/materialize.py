@@ -211,17 +211,20 @@ def _shrink(raw: dict[str, Any], f: Fidelity) -> None:
 
 
 def build_config(space: SearchSpace, values: dict[str, Any], rung: str, *, name: str | None = None,
-                 run_dir: str | None = None) -> RunConfig:
+                 run_dir: str | None = None, target: RunConfig | None = None) -> RunConfig:
     """The run of `values` at `rung`. A per-GPU batch beyond the target GPU's memory trains in
     micro-batches (gradient accumulation, priced by the wall-time model), as many as the target
-    rung needs; a proxy uses the same count, so its BatchNorm sees what a GPU's would."""
+    rung needs; a proxy uses the same count, so its BatchNorm sees what a GPU's would. `target`:
+    the same values' target-rung config, where the caller has built it already."""
     cfg = config_from_dict(_raw_config(space, values, rung, name, run_dir), f"{space.path} [{rung}]")
     if cfg.accumulate_steps > 1 or space.cluster.device_memory_gib is None:
         return cfg  # the space chose, or nothing limits the batch
     from tianfeng.cost.memory import accumulation_needed
 
-    target = cfg if rung == "target" else config_from_dict(_raw_config(space, values, "target", None, None),
-                                                           f"{space.path} [target]")
+    if rung == "target":
+        target = cfg
+    elif target is None:
+        target = config_from_dict(_raw_config(space, values, "target", None, None), f"{space.path} [target]")
     k = accumulation_needed(target, space.cluster.gpus, space.cluster.device_memory_gib,
                             in_channels=space.constants.get("channels", 3), classes=space.constants.get("classes", 1000))
     return cfg if k == 1 else with_changes(cfg, accumulate_steps=k)
