@@ -208,18 +208,21 @@ class Machine:
 
     def search(self, study: optuna.Study, samplers: list[optuna.samplers.BaseSampler], rung: str,
                stop_at: float, judge: str = "tianfeng", screen: Callable[[], int] | None = None,
-               on_end: Callable[[optuna.trial.FrozenTrial, Recipe], None] | None = None) -> list[tuple[Recipe, optuna.Trial]]:
+               on_end: Callable[[optuna.trial.FrozenTrial, Recipe], None] | None = None,
+               pause: Callable[[], bool] | None = None) -> list[tuple[Recipe, optuna.Trial]]:
         """Trials at `rung`, one per core (worker k asks with samplers[k]), until `stop_at`: no
         trial starts after it, and none still training at the budget counts. A target-rung trial
-        that completes is a whole-run score. `screen()` gives a screening rung's length now.
-        Returns the completed trials with their recipes."""
+        that completes is a whole-run score. `screen()` gives a screening rung's length now. Once
+        `pause()` is true when a trial ends, no trial starts and the search returns when those
+        running have ended (as the live search's workers finish their trial while a promoted run
+        waits). Returns the completed trials with their recipes."""
         done: list[tuple[Recipe, optuna.Trial]] = []
         running: list[tuple[float, int, Iterator]] = []  # (time its next epoch ends, worker, its epochs)
         order = 0
 
         def start(worker: int) -> None:
             nonlocal order
-            if self.now >= stop_at:
+            if self.now >= stop_at or (pause is not None and pause()):
                 return
             epochs = self._trial(study, samplers[worker], rung, judge, screen, done, on_end)
             if epochs is None:
@@ -310,14 +313,17 @@ def _pruner(machine: Machine, rung: str, name: str) -> optuna.pruners.BasePruner
     return judging(machine.space, rung, name).pruner
 
 
-def tianfeng_default(machine: Machine) -> None:
-    """tianfeng's default: TPE, ASHA and the priors on the proxy rung for half the budget, then the
-    best proxy trials trained whole, best first, with every core."""
-    study = _study(machine, priors=True, pruner=_pruner(machine, "proxy", "asha"))
-    done = machine.search(study, _samplers(machine, "tpe", machine.cores), "proxy", machine.budget * SEARCH_SHARE)
-    for recipe, _ in sorted(done, key=lambda d: -study.trials[d[1].number].value):
-        if not machine.whole_run(recipe):
-            return
+def proxies_then_best(rung: str = "proxy") -> Callable[[Machine], None]:
+    """tianfeng's default (at the space's proxy rung, or `--fidelity rung`): TPE, ASHA and the
+    priors on the rung for half the budget, then the best proxy trials trained whole, best first,
+    with every core."""
+    def method(machine: Machine) -> None:
+        study = _study(machine, priors=True, pruner=_pruner(machine, rung, "asha"))
+        done = machine.search(study, _samplers(machine, "tpe", machine.cores), rung, machine.budget * SEARCH_SHARE)
+        for recipe, _ in sorted(done, key=lambda d: -study.trials[d[1].number].value):
+            if not machine.whole_run(recipe):
+                return
+    return method
 
 
 def search_at_target(sampler: str, pruner: str, priors: bool) -> Callable[[Machine], None]:
@@ -325,6 +331,50 @@ def search_at_target(sampler: str, pruner: str, priors: bool) -> Callable[[Machi
     def method(machine: Machine) -> None:
         study = _study(machine, priors, _pruner(machine, "target", pruner) if pruner != "none" else None)
         machine.search(study, _samplers(machine, sampler, machine.cores), "target", machine.budget)
+    return method
+
+
+def proxy_leaders(balanced: bool, rung: str = "proxy") -> Callable[[Machine], None]:
+    """`tianfeng search --promote leader` (or `balanced`), at the space's proxy rung or `rung`
+    (`--fidelity`): the default's search (TPE, ASHA, the priors), and whenever the search's own
+    `proxy_leader` names a trial not yet trained whole, the trials running end, no new one starts,
+    and the leader's recipe is trained whole with every core. Nothing ranked below a promoted
+    trial is promoted. Balanced: a leader waits until the search has spent as long on proxies as
+    its whole runs will have taken with this one (the last whole run's time, before the first the
+    leader's own)."""
+    def method(machine: Machine) -> None:
+        from tianfeng.promotion.leaders import proxy_leader
+
+        study = _study(machine, priors=True, pruner=_pruner(machine, rung, "asha"))
+        samplers = _samplers(machine, "tpe", machine.cores)
+        recipes: dict[int, Recipe] = {}  # trial number -> the recipe it trained
+        promoted: set[int] = set()
+        full = {"s": 0.0, "last": None}  # the whole runs' seconds, and the last one's
+
+        def due() -> int | None:
+            leader = proxy_leader(study)
+            if leader is None or leader.number in promoted:
+                return None
+            if balanced:
+                expected = full["last"] or sum(recipes[leader.number].costs["target"]) / machine.cores
+                if machine.now - full["s"] < full["s"] + expected:
+                    return None
+            return leader.number
+
+        def on_end(trial: optuna.trial.FrozenTrial, recipe: Recipe) -> None:
+            recipes[trial.number] = recipe
+
+        while machine.now < machine.budget:
+            machine.search(study, samplers, rung, machine.budget, on_end=on_end, pause=lambda: due() is not None)
+            leader = due()
+            if leader is None:  # the budget or the pool is spent
+                return
+            promoted.add(leader)
+            began = machine.now
+            if not machine.whole_run(recipes[leader]):
+                return
+            full["last"] = machine.now - began
+            full["s"] += full["last"]
     return method
 
 
@@ -382,8 +432,13 @@ def screen_leaders(balanced: bool) -> Callable[[Machine], None]:
 
 
 METHODS: dict[str, Callable[[Machine], None]] = {
-    "tianfeng": tianfeng_default,
+    "tianfeng": proxies_then_best(),
+    "lowres": proxies_then_best("lowres_half"),
     "tianfeng-target": search_at_target("tpe", "asha", priors=True),
+    "proxy-leader": proxy_leaders(balanced=False),
+    "proxy-balanced": proxy_leaders(balanced=True),
+    "lowres-leader": proxy_leaders(balanced=False, rung="lowres_half"),
+    "lowres-balanced": proxy_leaders(balanced=True, rung="lowres_half"),
     "screen-leader": screen_leaders(balanced=False),
     "screen-balanced": screen_leaders(balanced=True),
     "optuna-tpe": search_at_target("tpe", "none", priors=False),
@@ -394,7 +449,8 @@ METHODS: dict[str, Callable[[Machine], None]] = {
 }
 PEERS = ("optuna-tpe", "tpe-hyperband", "asha", "one-epoch", "random")
 # the live benchmark's names (search_methods.py) of the methods replayed here
-LIVE_NAMES = {"tianfeng": "tianfeng", "tianfeng-target": "tianfeng-target", "optuna-tpe": "optuna-tpe",
+LIVE_NAMES = {"tianfeng": "tianfeng", "tianfeng-target": "tianfeng-target", "tianfeng-leader": "proxy-leader",
+              "optuna-tpe": "optuna-tpe",
               "tpe-hyperband": "tpe-hyperband", "ray-asha": "asha", "one-epoch": "one-epoch",
               "tianfeng-screen": "screen-leader", "tianfeng-screen-balanced": "screen-balanced"}
 

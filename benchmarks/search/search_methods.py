@@ -76,9 +76,9 @@ def _promote_best(storage: str, study: str, directory: Path) -> None:
 
 def _promote(storage: str, study: str, number: int, directory: Path) -> None:
     """Trial `number` at full fidelity, as `tianfeng promote` runs it here."""
-    from tianfeng.promotion.run import promote
+    import tianfeng
 
-    promote(storage, study, number, batch_size=None, overrides=[], runs_dir=directory / "runs", dry_run=False)
+    tianfeng.promote(number, storage=storage, study=study, runs_dir=str(directory / "runs"))
 
 
 def _proxy_worker(spec: SearchSpec, space: SearchSpace, worker: int) -> tuple[optuna.Study, Callable[[], None]]:

@@ -40,7 +40,8 @@ def pool(space, tmp_path_factory) -> replay.Pool:
     for recipe in record_pool.draw_pool(space, 40, seed=0):
         epochs = recipe["params"]["epochs"]
         record_pool.append_row(path, {**recipe, "predicted_s": 30.0, "rungs": {
-            "target": _rung(recipe["params"], epochs), "proxy": _rung(recipe["params"], max(1, epochs // 2))}})
+            "target": _rung(recipe["params"], epochs), "proxy": _rung(recipe["params"], max(1, epochs // 2)),
+            "lowres_half": _rung(recipe["params"], 1)}})  # a proxy far cheaper than the whole run
     _, recipes = replay.read_pool(path)
     return replay.Pool(space, recipes)
 
@@ -86,6 +87,26 @@ def test_the_default_searches_proxies_for_half_the_budget_then_trains_whole_runs
     # each promoted run takes its recipe's CPU seconds shared by both cores
     gaps = {round(b - a, 6) for a, b in zip(times, times[1:], strict=False)}
     assert gaps <= {round(e * EPOCH_S / 2, 6) for e in range(6, 31)}
+
+
+def test_a_promoting_search_trains_its_leaders_whole_as_they_come_and_balanced_waits(pool, space,
+                                                                                    monkeypatch) -> None:
+    def first(method: str) -> tuple[float, float]:
+        """When the method's first whole run ended, and how long it took on both cores."""
+        at, score = min(replay.replay(method, pool, space, budget=1000.0, cores=2, seed=0).events)
+        recipe = next(r for r in pool.recipes if r.whole == score)
+        return at, sum(recipe.costs["target"]) / 2
+
+    # a leader of the first few proxies is trained whole long before the default's half ends
+    assert first("proxy-leader")[0] < 500.0 < first("tianfeng")[0]
+    # where proxies are cheap, balanced waits until they have had as long as that whole run takes
+    leader, (balanced, took) = first("lowres-leader"), first("lowres-balanced")
+    assert leader[0] - leader[1] < leader[1] and balanced - took >= took
+    # whole runs come only from the search's own leader rule
+    from tianfeng.promotion import leaders
+
+    monkeypatch.setattr(leaders, "proxy_leader", lambda study, **_: None)
+    assert not replay.replay("proxy-leader", pool, space, budget=1000.0, cores=2, seed=0).events
 
 
 def test_the_searchs_own_pruner_decides_what_the_replay_prunes(pool, space, monkeypatch) -> None:

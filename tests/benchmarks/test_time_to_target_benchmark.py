@@ -154,6 +154,27 @@ def test_methods_and_seeds_run_to_the_budget_and_are_read_back(tmp_path: Path) -
     assert "settings" not in again.stderr  # one machine measured them all
 
 
+@pytest.mark.slow
+def test_the_default_methods_promotion_trains_the_trial_whole(tmp_path: Path) -> None:
+    # the live default's second half goes through the public `tianfeng.promote`: a call the
+    # promotion no longer takes would leave every live run of the default without a whole run
+    import copy
+
+    from search_methods import _promote
+
+    from tests.search.conftest import TINY_SPACE, write_space
+    from tests.search.test_study import spec_for
+    from tianfeng.hpo.running.runner import run_search
+    from tianfeng.storage.runs import RunStore
+
+    spec = spec_for(tmp_path, write_space(tmp_path, copy.deepcopy(TINY_SPACE)), trials=1, study="d")
+    run_search(spec, workers=1, resume=False)
+    _promote(spec.options.storage, "d", 0, tmp_path)
+    runs = RunStore(spec.options.storage).runs("d")
+    assert [(r["kind"], r["trial_number"], r["status"]) for r in runs] == [("promote", 0, "completed")]
+    assert Path(runs[0]["run_dir"]).is_relative_to(tmp_path / "runs")
+
+
 @pytest.mark.alone
 @pytest.mark.slow
 def test_parallel_runs_method_seeds_at_once_each_on_its_own_cores(tmp_path: Path) -> None:
