@@ -448,6 +448,24 @@ METHODS: dict[str, Callable[[Machine], None]] = {
     "one-epoch": one_epoch_then_best,
 }
 PEERS = ("optuna-tpe", "tpe-hyperband", "asha", "one-epoch", "random")
+DEFAULT = "tianfeng"  # the method `tianfeng search` runs with no mode flags
+# what each method is, in the product's flags where it is one of its modes
+DESCRIBED = {
+    "tianfeng": "the default: proxies (TPE, ASHA, the published recipes), then the best trained whole",
+    "lowres": "the default at `--fidelity lowres_half`",
+    "tianfeng-target": "`--fidelity target`: TPE and ASHA over the whole run's epochs",
+    "proxy-leader": "`--promote leader`: each new proxy leader trained whole",
+    "proxy-balanced": "`--promote balanced`: leaders whole, at most half the time",
+    "lowres-leader": "`--fidelity lowres_half --promote leader`",
+    "lowres-balanced": "`--fidelity lowres_half --promote balanced`",
+    "screen-leader": "`--fidelity screen --promote leader`",
+    "screen-balanced": "`--fidelity screen --promote balanced`",
+    "optuna-tpe": "plain Optuna TPE, whole runs",
+    "tpe-hyperband": "Optuna TPE + HyperbandPruner",
+    "asha": "ASHA over random recipes",
+    "random": "random search, whole runs",
+    "one-epoch": "one epoch of random recipes, then the best whole",
+}
 # the live benchmark's names (search_methods.py) of the methods replayed here
 LIVE_NAMES = {"tianfeng": "tianfeng", "tianfeng-target": "tianfeng-target", "tianfeng-leader": "proxy-leader",
               "optuna-tpe": "optuna-tpe",
@@ -553,6 +571,30 @@ def pool_figures(recipes: list[Recipe], targets: list[float]) -> dict:
     return out
 
 
+def aims(figures: dict, default: str = DEFAULT) -> dict | None:
+    """The default against its peers (`PEERS` replayed here): its median time to the pool's top-5%
+    target over the best peer's (aim: at most 1/2) and over plain TPE's (at most 1/3), and whether
+    its median best score by each fraction of the budget is the highest of all methods replayed.
+    A method that did not reach the target in half its seeds has the budget as its median: a
+    ratio over it is an upper bound. None without the default or a peer."""
+    methods, key = figures["methods"], f"to_{figures['top_target']:g}"
+    peers = [m for m in PEERS if m in methods]
+    if default not in methods or not peers:
+        return None
+    time = {m: methods[m][key]["median_s"] for m in methods}
+    best_peer = min(peers, key=lambda m: time[m])
+    out: dict[str, Any] = {"default": default, "best_peer": best_peer,
+                           "over_best_peer": time[default] / time[best_peer], "best_peer_censored":
+                           methods[best_peer][key]["reached"] < methods[best_peer]["seeds"] / 2}
+    out["over_best_peer_met"] = out["over_best_peer"] <= 0.5
+    if "optuna-tpe" in methods:
+        out["over_tpe"] = time[default] / time["optuna-tpe"]
+        out["over_tpe_met"] = out["over_tpe"] <= 1 / 3
+    out["highest_at"] = {f"{f:g}": all(methods[default][f"best_at_{f:g}"]["median"] >= methods[m][f"best_at_{f:g}"]["median"]
+                                       for m in methods) for f in FRACTIONS}
+    return out
+
+
 def top_target(recipes: list[Recipe], share: float = TOP_SHARE) -> float:
     """The whole-run score the pool's best `share` reach."""
     return float(np.quantile([r.whole for r in recipes], 1 - share, method="lower"))
@@ -610,6 +652,14 @@ def main() -> None:
                 f"medians of {args.seeds} seeds", rows,
                 headers=("method", f"time to {top:.2f} (s) [95%]", "reached", *(f"best @{f:g}" for f in FRACTIONS),
                          "trials"))
+    figures["aims"] = aims(figures)
+    if figures["aims"]:
+        a = figures["aims"]
+        print(f"\n{DEFAULT}'s median time to {top:.2f}: {a['over_best_peer']:.2f} of the best peer's ({a['best_peer']}; aim "
+              f"at most 0.5: {'met' if a['over_best_peer_met'] else 'not met'})"
+              + (f", {a['over_tpe']:.2f} of plain TPE's (aim at most 0.33: {'met' if a['over_tpe_met'] else 'not met'})"
+                 if "over_tpe" in a else "")
+              + "; the highest median best at " + ", ".join(f"{f}: {'yes' if v else 'no'}" for f, v in a["highest_at"].items()))
     spent = {m: f["pool_spent"] for m, f in figures["methods"].items() if f["pool_spent"]}
     if spent:
         print(f"replay: the pool ran out of recipes in {', '.join(f'{m} ({n} seeds)' for m, n in spent.items())}: "

@@ -230,8 +230,12 @@ def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
 def run(method: str, seed: int, directory: Path, budget_s: float, data: str | None, space: Path = SPACE) -> None:
     started = time.monotonic()
     if method == "tianfeng":  # its defaults: TPE, ASHA and priors on proxies, then promote the best
-        spec = _spec(directory, method, seed, data, space, timeout_s=budget_s * SEARCH_SHARE)
-        run_search(spec, "auto", resume=False, progress=False)
+        import tianfeng
+
+        spec = _spec(directory, method, seed, data, space)
+        tianfeng.search(space, storage=spec.options.storage, study=method, data=data, objective="accuracy", seed=seed,
+                        trials=UNLIMITED_TRIALS, timeout_s=budget_s * SEARCH_SHARE, runs_dir=directory / "runs",
+                        progress=False)
         _promote_best(spec.options.storage, spec.study, directory)
     elif method == "tianfeng-target":  # tianfeng search --fidelity target: its ASHA rungs over the whole run's epochs
         import tianfeng

@@ -178,3 +178,28 @@ def test_a_recipes_value_the_proposal_had_no_use_for_takes_its_distribution_from
     assert frozen.params == {k: v for k, v in lars.params.items() if k in searched}
     assert frozen.distributions["trust_coefficient"] == replay.distribution(searched["trust_coefficient"])
     assert all(d._contains(d.to_internal_repr(frozen.params[n])) for n, d in frozen.distributions.items())
+
+
+def _figures(times: dict[str, float], reached: dict[str, int], best: dict[str, float]) -> dict:
+    return {"top_target": 80.0, "methods": {m: {"seeds": 100, "to_80": {"median_s": t, "reached": reached[m]},
+                                                **{f"best_at_{f:g}": {"median": best[m]} for f in replay.FRACTIONS}}
+                                            for m, t in times.items()}}
+
+
+def test_the_aims_compare_the_default_with_its_best_peer_and_plain_tpe() -> None:
+    figures = _figures({"tianfeng": 400.0, "asha": 900.0, "optuna-tpe": 1440.0, "lowres-leader": 300.0},
+                       {"tianfeng": 90, "asha": 60, "optuna-tpe": 40, "lowres-leader": 95},
+                       {"tianfeng": 81.0, "asha": 80.0, "optuna-tpe": 79.0, "lowres-leader": 81.5})
+    a = replay.aims(figures)
+    # the best peer is the fastest of the peers (a mode of tianfeng's own is no peer)
+    assert a["best_peer"] == "asha" and a["over_best_peer"] == pytest.approx(400 / 900) and a["over_best_peer_met"]
+    assert a["over_tpe"] == pytest.approx(400 / 1440) and a["over_tpe_met"] and not a["best_peer_censored"]
+    # highest of every method replayed, modes included
+    assert a["highest_at"] == {"0.25": False, "0.5": False, "0.75": False, "1": False}
+    del figures["methods"]["lowres-leader"]
+    assert all(replay.aims(figures)["highest_at"].values())
+    assert replay.aims({"top_target": 80.0, "methods": {}}) is None
+
+
+def test_every_method_replayed_is_described() -> None:
+    assert set(replay.DESCRIBED) == set(replay.METHODS) and replay.DEFAULT in replay.METHODS
