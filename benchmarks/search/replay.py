@@ -467,7 +467,9 @@ DESCRIBED = {
     "one-epoch": "one epoch of random recipes, then the best whole",
 }
 # the live benchmark's names (search_methods.py) of the methods replayed here
-LIVE_NAMES = {"tianfeng": "tianfeng", "tianfeng-target": "tianfeng-target", "tianfeng-leader": "proxy-leader",
+LIVE_NAMES = {"tianfeng": "tianfeng", "tianfeng-lowres": "lowres", "tianfeng-target": "tianfeng-target",
+              "tianfeng-leader": "proxy-leader", "tianfeng-balanced": "proxy-balanced",
+              "tianfeng-lowres-leader": "lowres-leader", "tianfeng-lowres-balanced": "lowres-balanced",
               "optuna-tpe": "optuna-tpe",
               "tpe-hyperband": "tpe-hyperband", "ray-asha": "asha", "one-epoch": "one-epoch",
               "tianfeng-screen": "screen-leader", "tianfeng-screen-balanced": "screen-balanced"}

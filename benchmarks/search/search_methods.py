@@ -41,7 +41,11 @@ TO_75 = {"objective": "time-to-target", "target": 75.0}
 SCREENS = {"tianfeng-screen": {}, "tianfeng-screen-tpe": {"sampler": "tpe"}, "tianfeng-screen-qmc": {"sampler": "qmc"},
            "tianfeng-screen-to75": TO_75, "tianfeng-screen-tpe-to75": {"sampler": "tpe", **TO_75},
            "tianfeng-screen-balanced": {"promote": "balanced"}}
-METHODS = ("tianfeng", "tianfeng-target", "tianfeng-async", "tianfeng-pause", "tianfeng-leader", "optuna-tpe",
+# `tianfeng search --promote leader` (or balanced) on proxies, and the rung each variant searches
+PROMOTING = {"tianfeng-leader": {"promote": "leader"}, "tianfeng-balanced": {"promote": "balanced"},
+             "tianfeng-lowres-leader": {"promote": "leader", "fidelity": "lowres_half"},
+             "tianfeng-lowres-balanced": {"promote": "balanced", "fidelity": "lowres_half"}}
+METHODS = ("tianfeng", "tianfeng-lowres", "tianfeng-target", "tianfeng-async", "tianfeng-pause", *PROMOTING, "optuna-tpe",
            "tpe-hyperband", "ray-asha",
            "one-epoch", "one-epoch-leader", *SCREENS, "pbt")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
@@ -229,13 +233,13 @@ def _finish_best_first_epochs(study: optuna.Study, objective) -> None:
 
 def run(method: str, seed: int, directory: Path, budget_s: float, data: str | None, space: Path = SPACE) -> None:
     started = time.monotonic()
-    if method == "tianfeng":  # its defaults: TPE, ASHA and priors on proxies, then promote the best
+    if method in ("tianfeng", "tianfeng-lowres"):  # its defaults: TPE, ASHA and priors on proxies, then promote the best
         import tianfeng
 
         spec = _spec(directory, method, seed, data, space)
         tianfeng.search(space, storage=spec.options.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, timeout_s=budget_s * SEARCH_SHARE, runs_dir=directory / "runs",
-                        progress=False)
+                        progress=False, fidelity="lowres_half" if method == "tianfeng-lowres" else None)
         _promote_best(spec.options.storage, spec.study, directory)
     elif method == "tianfeng-target":  # tianfeng search --fidelity target: its ASHA rungs over the whole run's epochs
         import tianfeng
@@ -245,12 +249,12 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
                         trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", fidelity="target", progress=False)
     elif method in ("tianfeng-async", "tianfeng-pause"):  # full-fidelity runs as trials qualify
         _search_and_promote(_spec(directory, method, seed, data, space), directory, pause=method == "tianfeng-pause")
-    elif method == "tianfeng-leader":  # the product's own: tianfeng search --promote leader
+    elif method in PROMOTING:  # the product's own: tianfeng search --promote leader (or balanced)
         import tianfeng
 
         spec = _spec(directory, method, seed, data, space)
         tianfeng.search(space, storage=spec.options.storage, study=method, data=data, objective="accuracy", seed=seed,
-                        trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", promote="leader", progress=False)
+                        trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", progress=False, **PROMOTING[method])
     elif method in SCREENS:  # tianfeng search --fidelity screen --promote leader (or balanced)
         import tianfeng
 

@@ -8,7 +8,9 @@ as the top rung of ASHA's ladder: from the start, a proxy trial in the top third
 ones is promoted by one of the two workers, at one thread, while the other searches);
 tianfeng-pause (the same, but the search pauses while a promoted run trains on both cores);
 tianfeng-leader (`tianfeng search --promote leader`: each new proxy leader trained at full
-fidelity while the search waits); plain Optuna TPE at full
+fidelity while the search waits), tianfeng-balanced (`--promote balanced`), and
+tianfeng-lowres, tianfeng-lowres-leader and tianfeng-lowres-balanced (the default, `--promote
+leader` and `--promote balanced` searching the `lowres_half` rung); plain Optuna TPE at full
 fidelity; Optuna TPE + HyperbandPruner at full fidelity; Ray Tune ASHA at full
 fidelity (random sampling); one epoch of random recipes for half the budget, then the best of
 them trained whole (Egele et al. 2023); one-epoch-leader (the same screening, each new leader by
