@@ -15,6 +15,8 @@ comment lines, which this script keeps and fills:
     first-hour         a fresh clone's set-up, README and tutorial, timed (its results file; -table too)
     lcbench            the search methods on the LCBench surrogate (its results file)
     time-to-target-costly  time to near-best targets where whole runs are dear (its kept results)
+    replay             searches replayed on the recorded pool, and the default's aims (its results file)
+    default-edge       the README's sentence on the default's replayed edge (the replay's results file)
     readme-claims      the README's selected results (the results files above)
 
     python scripts/generate_docs.py           # write every part again
@@ -33,7 +35,6 @@ import inspect
 import json
 import re
 import sys
-import time
 import typing
 from functools import partial
 from pathlib import Path
@@ -324,12 +325,17 @@ def _import_benchmarks() -> None:
             sys.path.insert(0, str(folder))
 
 
+REPLAY_ANCHOR = "replayed-searches-on-a-recorded-pool"
+
+
 def readme_claims() -> str:
-    records, share = _results("published_records"), _results("whole_run_share")
+    records, replayed = _results("published_records"), _results("replay_near-best")
     f, c = records["sets"]["fitted"], records["sets"]["check"]
     gpus = [int(r["gpus"].split()[0]) for r in records["records"]]
-    reached = {t: row["reached"] for t, row in share["targets"].items()}
-    ladder = ", ".join(f"{n} {'reaches' if n == 1 else 'reach'} {t}" for t, n in reached.items())
+    pool = replayed["pool"]
+    reached = sorted((float(t), round(share * pool["recipes"])) for t, share in pool["targets"].items())
+    ladder = ", ".join(f"{n} {'reaches' if n == 1 else 'reach'} {t:g}" for t, n in reached)
+    proxy = pool["rank"]["proxy"]
     lcbench = _results("lcbench")
     median = _final_regrets(lcbench)
     model_based = _results("lcbench_model_based")
@@ -347,8 +353,10 @@ def readme_claims() -> str:
         f"a median {f['median']:.2f}x of their times (worst {f['worst']:.2f}x), and a median {c['median']:.2f}x "
         f"(worst {c['worst']:.2f}x) on {c['records']} records of MLPerf rounds kept out of the fit "
         f"({_linked(records, 'published-records', commit_word=True)}).",
-        f"- Near-best recipes are rare: of {share['recipes']} random `large_batch.yaml` recipes trained whole on "
-        f"cifar5-dev, {ladder} val top-1 ({_linked(share, 'how-rare-a-near-best-recipe-is')}).",
+        f"- Near-best recipes are rare, and proxies rank them: of {pool['recipes']} recorded `large_batch.yaml` recipes "
+        f"trained whole on cifar5-dev, {ladder} val top-1; their proxy runs rank them as the whole runs do with "
+        f"Spearman {proxy['spearman']:.2f}, at {proxy['cost_share'] * 100:.0f}% of a whole run's cost "
+        f"({_linked(replayed, REPLAY_ANCHOR)}).",
     ])
 
 
@@ -362,38 +370,77 @@ def _seed_counts(first: int, second: int) -> str:
     return f"{first} seeds each" if first == second else f"{first} and {second} seeds"
 
 
-def default_edge() -> str:
-    """The README's sentence under its first command: what the default search is, its measured
-    edge on the LCBench surrogate, and the mode that wins where whole runs are dear, beside the
-    default's own time there."""
-    import statistics
-
+def _replay_methods() -> tuple[dict, dict]:
+    """The replay's results file and its methods' descriptions."""
     _import_benchmarks()
-    import time_to_target as ttt
-    from ttt_settings import TARGETS
+    from replay import DESCRIBED
 
-    lcbench = _results("lcbench")
-    final = _final_regrets(lcbench)
-    peer = min((m for m in final if m != "tianfeng"), key=final.get)
-    costly = ttt.kept_results(RESULTS / "time_to_target_costly")
-    target = min(TARGETS["costly"])
-    ratios = [r for _, r, _ in ttt.seed_ratios(costly, "tianfeng-screen-balanced", "optuna-tpe", target)]
-    default = [r for _, r, _ in ttt.seed_ratios(costly, "tianfeng", "optuna-tpe", target)]
-    compared = [r for r in costly if r["method"] in ("tianfeng-screen-balanced", "tianfeng", "optuna-tpe")]
-    machines = sorted({f"{r.get('hardware') or str(r['cores']) + ' cores'}" for r in compared})
-    days = sorted({time.strftime("%Y-%m-%d", time.gmtime(r["started"])) for r in compared})
-    # two paragraphs, each under 400 characters; every commit and host is on the results page
-    return (f"With no mode flags the search works on proxies, with TPE, ASHA and the space's published recipes. "
-            f"Scored by accuracy alone on the LCBench surrogate, it ended with a median normalised regret of "
-            f"{final['tianfeng']:.3f}, the lowest, against {final[peer]:.3f} for the best peer "
-            f"({LCBENCH_NAMES.get(peer, peer).split(' (')[0]}; {lcbench['tasks']} tasks x {lcbench['seeds']} seeds, "
-            f"[{lcbench['date']}, {lcbench['commit']}](docs/results.md#search-methods-on-the-lcbench-surrogate)).\n\n"
-            f"Where a whole run costs 22-42 times its cheapest proxy, `--fidelity screen --promote balanced` reached "
-            f"the near-best target {target:g} sooner: in {statistics.median(ratios):.2f} of plain TPE's time, where "
-            f"the default took {statistics.median(default):.2f} (medians of {_seed_counts(len(ratios), len(default))}, "
-            f"[{days[0]}{' to ' + days[-1] if len(days) > 1 else ''}, {', '.join(machines)}]"
-            "(docs/results.md#where-whole-runs-cost-what-they-cost-at-scale); "
-            "[when each mode pays](docs/how-to/run-searches.md#full-runs-during-the-search)).")
+    return _results("replay_near-best"), DESCRIBED
+
+
+def replay_table() -> str:
+    """The replay's figures: the pool's own (how each rung ranks recipes, what it costs), then
+    every method's time to the pool's top-5% target and best score through the budget, and the
+    default's aims."""
+    saved, described = _replay_methods()
+    pool, top, table = saved["pool"], saved["top_target"], saved["table"]
+    out = [f"{pool['recipes']} recipes of `large_batch.yaml` on cifar5-dev (recorded from {table['date']}, commit "
+           f"{table['commit']}, on {table['machine']}); {pool['targets'][f'{top:g}'] * 100:.0f}% of them reach the "
+           f"top-5% target, {top:.2f}.", "",
+           "| rung | Spearman | Kendall | cost, share of the whole run |", "| --- | ---: | ---: | ---: |"]
+    out += [f"| `{rung}` | {r['spearman']:.2f} | {r['kendall']:.2f} | {r['cost_share']:.3f} |"
+            for rung, r in pool["rank"].items()]
+    seeds = next(iter(saved["methods"].values()))["seeds"]
+    out += ["", f"| method | time to {top:.2f} (s) [95%] | reached | best at 1/4 | 1/2 | 3/4 | the budget | trials |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for method, m in saved["methods"].items():
+        t = m[f"to_{top:g}"]
+        out.append(f"| {described.get(method, method)} | {t['median_s']:.0f} [{t['interval'][0]:.0f}, "
+                   f"{t['interval'][1]:.0f}] | {t['reached']}/{m['seeds']} | "
+                   + " | ".join(f"{m[f'best_at_{f}']['median']:.2f}" for f in ("0.25", "0.5", "0.75", "1"))
+                   + f" | {m['trials_median']:g} |")
+    a = saved.get("aims")
+    out.append("")
+    if a:
+        peer = described.get(a["best_peer"], a["best_peer"])
+        bound = " (at most: that peer's median is the budget)" if a["best_peer_censored"] else ""
+        out.append(f"The default's median time to {top:.2f} is {a['over_best_peer']:.2f} of the best peer's, {peer}"
+                   f"{bound}: the aim of at most 1/2 is {'met' if a['over_best_peer_met'] else 'not met'}. It is "
+                   f"{a['over_tpe']:.2f} of plain TPE's: the aim of at most 1/3 is "
+                   f"{'met' if a['over_tpe_met'] else 'not met'}. Its median best is the highest of all methods at "
+                   + _fractions([f for f, v in a["highest_at"].items() if v]) + ".")
+    spent = [described.get(m, m) for m, f in saved["methods"].items() if f["pool_spent"] > seeds / 10]
+    if spent:
+        out.append(f"The pool ran out of recipes in more than a tenth of the seeds of: {'; '.join(spent)}.")
+    out += ["", f"Medians of {seeds} seeds per method, a budget of {saved['budget_s']:g} s on {saved['cores']} cores, "
+                f"bootstrap 95% intervals; {_measured(saved)}: `python benchmarks/search/replay.py --seeds {seeds} "
+                "--results`."]
+    return "\n".join(out)
+
+
+def _fractions(found: list[str]) -> str:
+    names = {"0.25": "1/4", "0.5": "1/2", "0.75": "3/4", "1": "the whole budget"}
+    return ", ".join(names[f] for f in found) if found else "no fraction of the budget"
+
+
+def default_edge() -> str:
+    """The README's sentence under its first command: the default search's replayed time to the
+    pool's top-5% target against the best peer's, and the fastest of the search's other modes."""
+    saved, described = _replay_methods()
+    a, top = saved["aims"], saved["top_target"]
+    key = f"to_{top:g}"
+    time_of = {m: f[key]["median_s"] for m, f in saved["methods"].items()}
+    modes = [m for m in time_of if m != a["default"] and described[m].startswith("`")]
+    fastest = min(modes, key=time_of.get)
+    seeds = saved["methods"][a["default"]]["seeds"]
+    peer = described[a["best_peer"]]
+    mode = (f"; the fastest mode, {described[fastest].split(':')[0]}, took {time_of[fastest]:.0f} s"
+            if time_of[fastest] < time_of[a["default"]] else "")
+    return (f"Replayed {seeds} times on {saved['pool']['recipes']} recorded cifar5-dev recipes, the default search "
+            f"reached the pool's top-5% score in a median {time_of[a['default']]:.0f} s of a "
+            f"{saved['budget_s'] / 60:g}-minute budget on {saved['cores']} cores, against {time_of[a['best_peer']]:.0f} s "
+            f"for the best peer ({peer[0].lower()}{peer[1:]}){mode} ([{saved['date']}, {saved['commit']}]"
+            f"(docs/results.md#{REPLAY_ANCHOR})).")
 
 
 def test_suite_sentence() -> str:
@@ -450,6 +497,7 @@ GENERATORS = {"cli": cli_reference, "call-paths": call_paths_table, "run-config"
               "first-hour": first_hour_sentence, "first-hour-table": first_hour_table,
               "published-records": published_records_table, "whole-run-share": whole_run_share_table,
               "test-suite": test_suite_sentence, "readme-claims": readme_claims, "default-edge": default_edge,
+              "replay": replay_table,
               # each LCBench part is the table of the results file of its name
               **{part: partial(lcbench_table, part.replace("-", "_"))
                  for part in ("lcbench", "lcbench-model-based", "lcbench-budget-5", "lcbench-budget-10")},

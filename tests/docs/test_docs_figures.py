@@ -84,26 +84,30 @@ def test_the_defaults_page_says_what_the_code_does() -> None:
     assert "40 for 5 classes, 20 for 10, 10.1 for 1000, 75 for 2" in _prose(REPO / "docs" / "reference" / "defaults.md")
 
 
-def test_the_readme_gives_the_default_searchs_edge_over_the_best_lcbench_peer_and_the_costly_settings_winner() -> None:
-    import statistics
+def _replayed() -> dict:
+    return json.loads((REPO / "docs" / "results" / "replay_near-best.json").read_text())
 
-    import time_to_target
-    from ttt_settings import TARGETS
 
-    saved = json.loads((REPO / "docs" / "results" / "lcbench.json").read_text())
-    final = {method: fractions[max(fractions, key=float)][1] for method, fractions in saved["methods"].items()}
-    best_peer = min(v for m, v in final.items() if m != "tianfeng")
-    costly = time_to_target.kept_results(REPO / "docs" / "results" / "time_to_target_costly")
-    target = min(TARGETS["costly"])
-    ratios = [r for _, r, _ in time_to_target.seed_ratios(costly, "tianfeng-screen-balanced", "optuna-tpe", target)]
-    default = [r for _, r, _ in time_to_target.seed_ratios(costly, "tianfeng", "optuna-tpe", target)]
+def test_the_replays_figures_are_those_of_the_recorded_table_and_its_methods() -> None:
+    # the table is appended to, never rewritten: the pool's figures are those of its first recipes,
+    # and the aims are what the methods' figures give
+    import replay
+
+    saved = _replayed()
+    _, recipes = replay.read_pool(replay.TABLES / "near-best.jsonl.gz")
+    used = recipes[:saved["pool"]["recipes"]]
+    assert saved["top_target"] == replay.top_target(used)
+    targets = [float(t) for t in saved["pool"]["targets"]]
+    assert replay.pool_figures(used, targets) == saved["pool"]
+    assert replay.aims(saved) == saved["aims"]
+
+
+def test_the_readme_gives_the_default_searchs_replayed_time_against_its_best_peer() -> None:
+    saved = _replayed()
+    a, key = saved["aims"], f"to_{saved['top_target']:g}"
+    default, peer = (saved["methods"][m][key]["median_s"] for m in (a["default"], a["best_peer"]))
     text = _prose(REPO / "README.md")
     first_command = text.index("tianfeng search --space large_batch.yaml")
-    for quote in (f"a median normalised regret of {final['tianfeng']:.3f}, the lowest, against {best_peer:.3f} for the "
-                  "best peer", f"--promote balanced` reached the near-best target {target:g} sooner: in "
-                  f"{statistics.median(ratios):.2f} of plain TPE's time, where the default took "
-                  f"{statistics.median(default):.2f} (medians of "
-                  + (f"{len(ratios)} seeds each" if len(ratios) == len(default) else
-                     f"{len(ratios)} and {len(default)} seeds")):
-        assert quote in text[first_command:first_command + 3000], f"the README's first command is not followed by {quote!r}"
-    assert final["tianfeng"] < best_peer  # the edge the sentence claims
+    quote = (f"the default search reached the pool's top-5% score in a median {default:.0f} s of a "
+             f"{saved['budget_s'] / 60:g}-minute budget on {saved['cores']} cores, against {peer:.0f} s for the best peer")
+    assert quote in text[first_command:first_command + 1500], f"the README's first command is not followed by {quote!r}"

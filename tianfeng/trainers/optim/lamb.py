@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from tianfeng.trainers.optim.norms import l2_norm, l2_norms
+from tianfeng.trainers.optim.steps import closure_loss, groups_with_grads
 
 
 def _trust(w_norm: Tensor, u_norm: Tensor) -> Tensor:
@@ -44,14 +45,8 @@ class Lamb(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
+        loss = closure_loss(closure)
+        for group, params in groups_with_grads(self.param_groups):
             states = [self._state(p) for p in params]
             for s in states:
                 s["step"] += 1

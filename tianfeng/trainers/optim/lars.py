@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from tianfeng.trainers.optim.norms import l2_norm, l2_norms
+from tianfeng.trainers.optim.steps import closure_loss, groups_with_grads
 
 UPDATES = ("reference", "sgd_style")
 
@@ -54,14 +55,8 @@ class Lars(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
+        loss = closure_loss(closure)
+        for group, params in groups_with_grads(self.param_groups):
             grads = [p.grad for p in params]
             bufs = [self._buffer(p) for p in params] if group["momentum"] else None
             how = self.implementation
