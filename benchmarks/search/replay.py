@@ -339,11 +339,12 @@ def proxy_leaders(balanced: bool, rung: str = "proxy") -> Callable[[Machine], No
     (`--fidelity`): the default's search (TPE, ASHA, the priors), and whenever the search's own
     `proxy_leader` names a trial not yet trained whole, the trials running end, no new one starts,
     and the leader's recipe is trained whole with every core. Nothing ranked below a promoted
-    trial is promoted. Balanced: a leader waits until the search has spent as long on proxies as
-    its whole runs will have taken with this one (the last whole run's time, before the first the
-    leader's own)."""
+    trial is promoted. Balanced: a leader waits until the search's own `balanced_wait_over` says
+    the proxies have had as long as the whole runs will have taken with this one (the last whole
+    run's time; before the first, the leader's own, where the live search estimates it from its
+    proxy)."""
     def method(machine: Machine) -> None:
-        from tianfeng.promotion.leaders import proxy_leader
+        from tianfeng.promotion.leaders import balanced_wait_over, proxy_leader
 
         study = _study(machine, priors=True, pruner=_pruner(machine, rung, "asha"))
         samplers = _samplers(machine, "tpe", machine.cores)
@@ -357,7 +358,7 @@ def proxy_leaders(balanced: bool, rung: str = "proxy") -> Callable[[Machine], No
                 return None
             if balanced:
                 expected = full["last"] or sum(recipes[leader.number].costs["target"]) / machine.cores
-                if machine.now - full["s"] < full["s"] + expected:
+                if not balanced_wait_over(machine.now - full["s"], full["s"], expected):
                     return None
             return leader.number
 

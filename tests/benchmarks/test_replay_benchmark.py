@@ -102,9 +102,12 @@ def test_a_promoting_search_trains_its_leaders_whole_as_they_come_and_balanced_w
     # where proxies are cheap, balanced waits until they have had as long as that whole run takes
     leader, (balanced, took) = first("lowres-leader"), first("lowres-balanced")
     assert leader[0] - leader[1] < leader[1] and balanced - took >= took
-    # whole runs come only from the search's own leader rule
+    # whole runs come only from the search's own rules: with its balance waiting for nothing,
+    # balanced trains as leader does; with no leader named, nothing is trained whole
     from tianfeng.promotion import leaders
 
+    monkeypatch.setattr(leaders, "balanced_wait_over", lambda *_: True)
+    assert first("lowres-balanced") == leader
     monkeypatch.setattr(leaders, "proxy_leader", lambda study, **_: None)
     assert not replay.replay("proxy-leader", pool, space, budget=1000.0, cores=2, seed=0).events
 

@@ -117,6 +117,13 @@ def screen_forecasts(study: optuna.Study, screen_epochs: int, full_curves: Seque
     return trials, {t.number: forecast(t, length, slope, longest) for t in trials}
 
 
+def balanced_wait_over(screened_s: float, full_s: float, expected_s: float | None) -> bool:
+    """`--promote balanced`: whether a leader's full run may start, once the search has screened
+    `screened_s` and trained full runs for `full_s`: when the screening is at least as long as
+    the full runs will have taken with this one (`expected_s`; unknown counts as nothing)."""
+    return screened_s >= full_s + (expected_s or 0.0)
+
+
 class LeaderPromotion:
     """What the search runs between trials (`run_search`'s `between_trials`): the current
     proxy leader's full run, once per trial. A leader promoted before (an earlier run of the
@@ -203,9 +210,9 @@ class LeaderPromotion:
         once `leader`'s ends (`--promote balanced`); logs a leader that waits, once."""
         screened = self.clock() - self.began - self.full_s
         expected = self.last_took if self.last_took is not None else full_run_estimate(leader, self.cores)
-        needed = self.full_s + (expected or 0.0)
-        if screened >= needed:
+        if balanced_wait_over(screened, self.full_s, expected):
             return True
+        needed = self.full_s + (expected or 0.0)
         if self.waiting != leader.number:
             self.waiting = leader.number
             log.info("trial %d leads; its full run waits until the search has screened %.0f s more, so that full "
