@@ -17,6 +17,7 @@ comment lines, which this script keeps and fills:
     time-to-target-costly  time to near-best targets where whole runs are dear (its kept results)
     replay             searches replayed on the recorded pool, and the default's aims (its results file)
     default-edge       the README's sentence on the default's replayed edge (the replay's results file)
+    replay-modes       each search mode's replayed figures, for the how-to (the replay's results file)
     readme-claims      the README's selected results (the results files above)
 
     python scripts/generate_docs.py           # write every part again
@@ -423,6 +424,34 @@ def _fractions(found: list[str]) -> str:
     return ", ".join(names[f] for f in found) if found else "no fraction of the budget"
 
 
+def replay_modes() -> str:
+    """The how-to's list of the search's modes with their replayed figures: time to the pool's
+    top-5% score and the best score at a quarter and at the end of the budget."""
+    saved, described = _replay_methods()
+    top = saved["top_target"]
+    out = [f"Replayed on {saved['pool']['recipes']} recorded cifar5-dev recipes (medians of "
+           f"{saved['methods'][saved['aims']['default']]['seeds']} seeds, a {saved['budget_s'] / 60:g}-minute budget "
+           f"on {saved['cores']} cores, {_linked(saved, REPLAY_ANCHOR).replace('docs/', '../')}), to the pool's "
+           f"top-5% score ({top:.2f}), and the best whole-run score at a quarter of the budget and at its end:", ""]
+    for method, m in saved["methods"].items():
+        if method != saved["aims"]["default"] and not described[method].startswith("`"):
+            continue
+        t = m[f"to_{top:g}"]
+        spent = " (the pool ran out in some seeds: a larger pool may change it)" if m["pool_spent"] > m["seeds"] / 10 else ""
+        out.append(f"- {described[method]}: {t['median_s']:.0f} s [{t['interval'][0]:.0f}, {t['interval'][1]:.0f}], "
+                   f"reached in {t['reached']} of {m['seeds']} seeds; best {_best(m['best_at_0.25']['median'])} and "
+                   f"{_best(m['best_at_1']['median'])}{spent}")
+    peer = saved["aims"]["best_peer"]
+    t = saved["methods"][peer][f"to_{top:g}"]
+    out.append(f"- the best peer, {described[peer][0].lower()}{described[peer][1:]}: {t['median_s']:.0f} s, reached in "
+               f"{t['reached']} of {saved['methods'][peer]['seeds']} seeds")
+    return "\n".join(out)
+
+
+def _best(score: float) -> str:
+    return f"{score:.2f}" if score else "none yet"
+
+
 def default_edge() -> str:
     """The README's sentence under its first command: the default search's replayed time to the
     pool's top-5% target against the best peer's, and the fastest of the search's other modes."""
@@ -497,7 +526,7 @@ GENERATORS = {"cli": cli_reference, "call-paths": call_paths_table, "run-config"
               "first-hour": first_hour_sentence, "first-hour-table": first_hour_table,
               "published-records": published_records_table, "whole-run-share": whole_run_share_table,
               "test-suite": test_suite_sentence, "readme-claims": readme_claims, "default-edge": default_edge,
-              "replay": replay_table,
+              "replay": replay_table, "replay-modes": replay_modes,
               # each LCBench part is the table of the results file of its name
               **{part: partial(lcbench_table, part.replace("-", "_"))
                  for part in ("lcbench", "lcbench-model-based", "lcbench-budget-5", "lcbench-budget-10")},

@@ -453,7 +453,7 @@ DEFAULT = "tianfeng"  # the method `tianfeng search` runs with no mode flags
 # what each method is, in the product's flags where it is one of its modes
 DESCRIBED = {
     "tianfeng": "the default: proxies (TPE, ASHA, the published recipes), then the best trained whole",
-    "lowres": "the default at `--fidelity lowres_half`",
+    "lowres": "`--fidelity lowres_half`: the default's search on the cheaper rung, then the best whole",
     "tianfeng-target": "`--fidelity target`: TPE and ASHA over the whole run's epochs",
     "proxy-leader": "`--promote leader`: each new proxy leader trained whole",
     "proxy-balanced": "`--promote balanced`: leaders whole, at most half the time",
