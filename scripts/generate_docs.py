@@ -463,13 +463,16 @@ def default_edge() -> str:
     fastest = min(modes, key=time_of.get)
     seeds = saved["methods"][a["default"]]["seeds"]
     peer = described[a["best_peer"]]
+    peer = f"{peer[0].lower()}{peer[1:]}"
+    reached = saved["methods"][a["best_peer"]][key]["reached"]
+    against = (f"where no peer's median run reached it within the budget (the best, {peer}, in {reached} of {seeds})"
+               if a["best_peer_censored"] else f"against {time_of[a['best_peer']]:.0f} s for the best peer ({peer})")
     mode = (f"; the fastest mode, {described[fastest].split(':')[0]}, took {time_of[fastest]:.0f} s"
             if time_of[fastest] < time_of[a["default"]] else "")
     return (f"Replayed {seeds} times on {saved['pool']['recipes']} recorded cifar5-dev recipes, the default search "
             f"reached the pool's top-5% score in a median {time_of[a['default']]:.0f} s of a "
-            f"{saved['budget_s'] / 60:g}-minute budget on {saved['cores']} cores, against {time_of[a['best_peer']]:.0f} s "
-            f"for the best peer ({peer[0].lower()}{peer[1:]}){mode} ([{saved['date']}, {saved['commit']}]"
-            f"(docs/results.md#{REPLAY_ANCHOR})).")
+            f"{saved['budget_s'] / 60:g}-minute budget on {saved['cores']} cores, {against}{mode} "
+            f"([{saved['date']}, {saved['commit']}](docs/results.md#{REPLAY_ANCHOR})).")
 
 
 def test_suite_sentence() -> str:

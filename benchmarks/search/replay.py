@@ -585,7 +585,7 @@ def aims(figures: dict, default: str = DEFAULT) -> dict | None:
     if default not in methods or not peers:
         return None
     time = {m: methods[m][key]["median_s"] for m in methods}
-    best_peer = min(peers, key=lambda m: time[m])
+    best_peer = min(peers, key=lambda m: (time[m], -methods[m][key]["reached"]))  # level: the one that reached it most
     out: dict[str, Any] = {"default": default, "best_peer": best_peer,
                            "over_best_peer": time[default] / time[best_peer], "best_peer_censored":
                            methods[best_peer][key]["reached"] < methods[best_peer]["seeds"] / 2}

@@ -201,6 +201,10 @@ def test_the_aims_compare_the_default_with_its_best_peer_and_plain_tpe() -> None
     assert a["highest_at"] == {"0.25": False, "0.5": False, "0.75": False, "1": False}
     del figures["methods"]["lowres-leader"]
     assert all(replay.aims(figures)["highest_at"].values())
+    # peers level at the budget: the best is the one that reached the target in more seeds
+    figures["methods"]["asha"]["to_80"] = {"median_s": 1440.0, "reached": 47}
+    figures["methods"]["optuna-tpe"]["to_80"] = {"median_s": 1440.0, "reached": 42}
+    assert replay.aims(figures)["best_peer"] == "asha"
     assert replay.aims({"top_target": 80.0, "methods": {}}) is None
 
 
