@@ -392,14 +392,14 @@ def replay_table() -> str:
     out += [f"| `{rung}` | {r['spearman']:.2f} | {r['kendall']:.2f} | {r['cost_share']:.3f} |"
             for rung, r in pool["rank"].items()]
     seeds = next(iter(saved["methods"].values()))["seeds"]
-    out += ["", f"| method | time to {top:.2f} (s) [95%] | reached | best at 1/4 | 1/2 | 3/4 | the budget | trials |",
-            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    out += ["", f"| method | time to {top:.2f} (s) [95%] | reached | best at 1/4 | 1/2 | 3/4 | the budget | trials | "
+                "moved |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for method, m in saved["methods"].items():
         t = m[f"to_{top:g}"]
         out.append(f"| {described.get(method, method)} | {t['median_s']:.0f} [{t['interval'][0]:.0f}, "
                    f"{t['interval'][1]:.0f}] | {t['reached']}/{m['seeds']} | "
                    + " | ".join(f"{m[f'best_at_{f}']['median']:.2f}" for f in ("0.25", "0.5", "0.75", "1"))
-                   + f" | {m['trials_median']:g} |")
+                   + f" | {m['trials_median']:g} | {m['moved_median']:.2f} |")
     a = saved.get("aims")
     out.append("")
     if a:
@@ -413,7 +413,9 @@ def replay_table() -> str:
     spent = [described.get(m, m) for m, f in saved["methods"].items() if f["pool_spent"] > seeds / 10]
     if spent:
         out.append(f"The pool ran out of recipes in more than a tenth of the seeds of: {'; '.join(spent)}.")
-    out += ["", f"Medians of {seeds} seeds per method, a budget of {saved['budget_s']:g} s on {saved['cores']} cores, "
+    out += ["", "Moved: the median distance from a proposal to the recipe it became, in the space's normalised "
+                "coordinates (each parameter in [0, 1], a categorical choice 0.71 from another).",
+            "", f"Medians of {seeds} seeds per method, a budget of {saved['budget_s']:g} s on {saved['cores']} cores, "
                 f"bootstrap 95% intervals; {_measured(saved)}: `python benchmarks/search/replay.py --seeds {seeds} "
                 "--results`."]
     return "\n".join(out)
@@ -443,9 +445,14 @@ def replay_modes() -> str:
                    f"{_best(m['best_at_1']['median'])}{spent}")
     peer = saved["aims"]["best_peer"]
     t = saved["methods"][peer][f"to_{top:g}"]
-    out.append(f"- the best peer, {described[peer][0].lower()}{described[peer][1:]}: {t['median_s']:.0f} s, reached in "
+    out.append(f"- the best peer, {_sentence_case(described[peer])}: {t['median_s']:.0f} s, reached in "
                f"{t['reached']} of {saved['methods'][peer]['seeds']} seeds")
     return "\n".join(out)
+
+
+def _sentence_case(text: str) -> str:
+    """`text` to follow a comma: its first letter lowered, unless it starts an acronym (ASHA, TPE)."""
+    return text if text[1:2].isupper() else text[:1].lower() + text[1:]
 
 
 def _best(score: float) -> str:
@@ -463,7 +470,7 @@ def default_edge() -> str:
     fastest = min(modes, key=time_of.get)
     seeds = saved["methods"][a["default"]]["seeds"]
     peer = described[a["best_peer"]]
-    peer = f"{peer[0].lower()}{peer[1:]}"
+    peer = _sentence_case(peer)
     reached = saved["methods"][a["best_peer"]][key]["reached"]
     against = (f"where no peer's median run reached it within the budget (the best, {peer}, in {reached} of {seeds})"
                if a["best_peer_censored"] else f"against {time_of[a['best_peer']]:.0f} s for the best peer ({peer})")
