@@ -413,8 +413,13 @@ def replay_table() -> str:
     spent = [described.get(m, m) for m, f in saved["methods"].items() if f["pool_spent"] > seeds / 10]
     if spent:
         out.append(f"The pool ran out of recipes in more than a tenth of the seeds of: {'; '.join(spent)}.")
+    gap = saved.get("spacing")
+    sparse = (f" In these {gap['coordinates']} coordinates the pool's recipes lie a median "
+              f"{gap['recipe_to_nearest']:.2f} from their nearest neighbour, and a random proposal "
+              f"{gap['random_proposal_to_nearest']:.2f} from its nearest recipe: a proposal lands on a recipe about "
+              "as far away as the recipes are from each other, which a larger pool narrows.") if gap else ""
     out += ["", "Moved: the median distance from a proposal to the recipe it became, in the space's normalised "
-                "coordinates (each parameter in [0, 1], a categorical choice 0.71 from another).",
+                f"coordinates (each parameter in [0, 1], a categorical choice 0.71 from another).{sparse}",
             "", f"Medians of {seeds} seeds per method, a budget of {saved['budget_s']:g} s on {saved['cores']} cores, "
                 f"bootstrap 95% intervals; {_measured(saved)}: `python benchmarks/search/replay.py --seeds {seeds} "
                 "--results`."]

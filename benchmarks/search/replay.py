@@ -598,6 +598,20 @@ def aims(figures: dict, default: str = DEFAULT) -> dict | None:
     return out
 
 
+def spacing(pool: Pool, proposals: int = 500, seed: int = 0) -> dict:
+    """How sparse the pool is, beside how far methods' proposals moved: the median distance from
+    a recipe to its nearest other recipe, and from a random proposal of the space (`suggest`, as
+    a trial asks) to its nearest recipe, in the coordinates the mapping uses."""
+    coords = pool._coords
+    apart = np.sqrt(((coords[:, None, :] - coords[None, :, :]) ** 2).sum(axis=-1))
+    np.fill_diagonal(apart, np.inf)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    drawn = [np.sqrt(((coords - np.array(pool.coords(suggest(study.ask(), pool.space)))) ** 2).sum(axis=1)).min()
+             for _ in range(proposals)]
+    return {"coordinates": int(coords.shape[1]), "recipe_to_nearest": float(np.median(apart.min(axis=1))),
+            "random_proposal_to_nearest": float(np.median(drawn))}
+
+
 def top_target(recipes: list[Recipe], share: float = TOP_SHARE) -> float:
     """The whole-run score the pool's best `share` reach."""
     return float(np.quantile([r.whole for r in recipes], 1 - share, method="lower"))
@@ -634,7 +648,8 @@ def main() -> None:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         parser.error(f"--methods: {', '.join(unknown)} unknown; one of {', '.join(METHODS)}")
-    figures = {"pool": pool_figures(recipes, targets), "top_target": top, "budget_s": args.budget, "cores": args.cores,
+    figures = {"pool": pool_figures(recipes, targets), "spacing": spacing(pool), "top_target": top,
+               "budget_s": args.budget, "cores": args.cores,
                "table": {k: header.get(k) for k in ("commit", "date", "machine", "torch", "seed", "setting")},
                "methods": {}}
     rows = []

@@ -210,3 +210,12 @@ def test_the_aims_compare_the_default_with_its_best_peer_and_plain_tpe() -> None
 
 def test_every_method_replayed_is_described() -> None:
     assert set(replay.DESCRIBED) == set(replay.METHODS) and replay.DEFAULT in replay.METHODS
+
+
+def test_the_pools_spacing_is_each_recipes_distance_to_its_nearest_neighbour(pool) -> None:
+    gap = replay.spacing(pool, proposals=50)
+    coords = pool._coords
+    nearest = [min(float(np.linalg.norm(a - b)) for j, b in enumerate(coords) if j != i) for i, a in enumerate(coords)]
+    assert gap["coordinates"] == coords.shape[1]
+    assert gap["recipe_to_nearest"] == pytest.approx(float(np.median(nearest)))
+    assert 0 < gap["random_proposal_to_nearest"] < max(nearest) * 2
