@@ -426,6 +426,12 @@ def replay_table() -> str:
     return "\n".join(out)
 
 
+def _modes() -> tuple[str, ...]:
+    from replay import MODES
+
+    return MODES
+
+
 def _fractions(found: list[str]) -> str:
     names = {"0.25": "1/4", "0.5": "1/2", "0.75": "3/4", "1": "the whole budget"}
     return ", ".join(names[f] for f in found) if found else "no fraction of the budget"
@@ -441,7 +447,7 @@ def replay_modes() -> str:
            f"on {saved['cores']} cores, {_linked(saved, REPLAY_ANCHOR).replace('docs/', '../')}), to the pool's "
            f"top-5% score ({top:.2f}), and the best whole-run score at a quarter of the budget and at its end:", ""]
     for method, m in saved["methods"].items():
-        if method != saved["aims"]["default"] and not described[method].startswith("`"):
+        if method != saved["aims"]["default"] and method not in _modes():
             continue
         t = m[f"to_{top:g}"]
         spent = " (the pool ran out in some seeds: a larger pool may change it)" if m["pool_spent"] > m["seeds"] / 10 else ""
@@ -471,7 +477,7 @@ def default_edge() -> str:
     a, top = saved["aims"], saved["top_target"]
     key = f"to_{top:g}"
     time_of = {m: f[key]["median_s"] for m, f in saved["methods"].items()}
-    modes = [m for m in time_of if m != a["default"] and described[m].startswith("`")]
+    modes = [m for m in time_of if m in _modes()]
     fastest = min(modes, key=time_of.get)
     seeds = saved["methods"][a["default"]]["seeds"]
     peer = described[a["best_peer"]]

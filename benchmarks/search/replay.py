@@ -450,6 +450,9 @@ METHODS: dict[str, Callable[[Machine], None]] = {
 }
 PEERS = ("optuna-tpe", "tpe-hyperband", "asha", "one-epoch", "random")
 DEFAULT = "tianfeng"  # the method `tianfeng search` runs with no mode flags
+# the methods that are one of the search's own modes, a flag or two away from the default
+MODES = ("lowres", "tianfeng-target", "proxy-leader", "proxy-balanced", "lowres-leader", "lowres-balanced",
+         "screen-leader", "screen-balanced")
 # what each method is, in the product's flags where it is one of its modes
 DESCRIBED = {
     "tianfeng": "the default: proxies (TPE, ASHA, the published recipes), then the best trained whole",
