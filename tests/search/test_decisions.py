@@ -15,7 +15,7 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.peers import PeerPruner, record_rung, rung_passed
 from tianfeng.hpo.judge.scores import best_trial, front_floor, pareto_front
 from tianfeng.hpo.optuna_private import frozen_trial
-from tianfeng.hpo.running.budget import counted
+from tianfeng.hpo.running.budget import RETRIES, Budget, counted
 from tianfeng.hpo.trial_attrs import TrialStatus
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -292,6 +292,45 @@ def test_the_budget_counts_what_was_spent_and_not_what_is_retried(ends) -> None:
         study.add_trial(create_trial(state=state, values=values, params={"x": 0.5},
                                      distributions={"x": FloatDistribution(0, 1)}, user_attrs=attrs))
     assert len(counted(study)) == sum(ENDS[e][2] for e in ends)
+
+
+def _trials(*ends: tuple[TrialState, dict, dict]) -> list[optuna.trial.FrozenTrial]:
+    study = optuna.create_study()
+    for state, user_attrs, system_attrs in ends:
+        study.add_trial(create_trial(state=state, values=[1.0] if state == TrialState.COMPLETE else None,
+                                     params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
+                                     user_attrs=user_attrs, system_attrs=system_attrs))
+    return study.get_trials()
+
+
+DONE = (TrialState.COMPLETE, {}, {})
+DEAD = (TrialState.FAIL, {}, {})  # its worker was killed: failed by its missing heartbeat
+
+
+def test_a_dead_workers_trial_holds_its_room_until_its_continuation_is_queued_then_that_may_start() -> None:
+    """Bug: in the moment between a dead worker's trial failing and its continuation being queued,
+    or while the continuation waits, another worker started a fresh trial: one trial too many, or
+    (with the start counted under a lock) the continuation refused for ever."""
+    budget = Budget(4)
+    failed_only = _trials(DONE, DONE, DEAD, DONE)
+    assert not budget.may_start(failed_only)  # the continuation is owed: no fresh trial
+    queued = _trials(DONE, DONE, DEAD, DONE, (TrialState.WAITING, {}, {"failed_trial": 2, "retry_history": [2]}))
+    assert not budget.may_start(queued)
+    assert budget.may_start(queued, 4)  # the continuation itself fits
+    assert not budget.exhausted_by(queued)  # so the worker stays to run it
+    # a trial whose worker died more often than it is retried is spent: a fresh one takes its room
+    given_up = _trials(DONE, DONE, (TrialState.FAIL, {}, {"failed_trial": 0, "retry_history": list(range(RETRIES))}), DONE)
+    assert budget.may_start(given_up)
+
+
+def test_queued_trials_start_up_to_the_budget_and_no_further() -> None:
+    """Bug: a queued prior refused because the queue itself filled the budget (the worker stops
+    with every prior waiting), or a fresh trial started beside a full queue."""
+    queued = _trials(*[(TrialState.WAITING, {}, {})] * 3)
+    assert all(Budget(3).may_start(queued, n) for n in range(3))
+    assert not Budget(3).may_start(queued)
+    # a resume with a smaller budget runs the first of the queue
+    assert [Budget(2).may_start(queued, n) for n in range(3)] == [True, True, False]
 
 
 # --- the transfer rules ----------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """Local workers on one SQLite study never take the same enqueued trial (SQLite has no row locks,
 so without the lock two processes could both move one WAITING trial to RUNNING), and together
-start exactly the trial budget."""
+start exactly the trial budget, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import signal
+import threading
 from pathlib import Path
 
 import optuna
@@ -61,11 +63,11 @@ BUDGET = 10
 
 
 def _run_until_budget(url: str, start: multiprocessing.Event) -> None:
-    from tianfeng.hpo.running.budget import counted
+    from tianfeng.hpo.running.budget import Budget
     from tianfeng.hpo.running.locked_storage import BudgetReached
 
     storage = open_storage(url, heartbeat_s=None)
-    storage.limit("budget", lambda trials: len(counted(trials)) >= BUDGET)
+    storage.limit("budget", Budget(BUDGET).may_start)
     study = optuna.load_study(study_name="budget", storage=storage)
     start.wait()
     try:
@@ -76,8 +78,7 @@ def _run_until_budget(url: str, start: multiprocessing.Event) -> None:
         return
 
 
-def test_workers_on_one_sqlite_study_start_exactly_the_budget(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'budget.db'}"
+def _start_exactly_the_budget(url: str) -> None:
     study = optuna.create_study(study_name="budget", storage=open_storage(url, heartbeat_s=None))
     for x in range(3):  # enqueued trials count like fresh ones
         study.enqueue_trial({"x": x})
@@ -93,6 +94,55 @@ def test_workers_on_one_sqlite_study_start_exactly_the_budget(tmp_path: Path) ->
     trials = study.get_trials()
     assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == BUDGET
     assert not [t for t in trials if t.state == optuna.trial.TrialState.WAITING]
+
+
+def test_workers_on_one_sqlite_study_start_exactly_the_budget(tmp_path: Path) -> None:
+    _start_exactly_the_budget(f"sqlite:///{tmp_path / 'budget.db'}")
+
+
+def _two_count_at_once(url: str) -> list[optuna.trial.FrozenTrial]:
+    """Two workers (threads, each with its own storage and connections) start a trial of a
+    budget of one at once: each, when it counts, waits for the other to count too, which only a
+    lock shared by both keeps out. Returns the study's trials."""
+    from tianfeng.hpo.running.budget import Budget
+    from tianfeng.hpo.running.locked_storage import BudgetReached
+
+    optuna.create_study(study_name="one", storage=open_storage(url, heartbeat_s=None))
+    counting = [threading.Event(), threading.Event()]
+
+    def worker(me: int) -> None:
+        storage = open_storage(url, heartbeat_s=None)
+
+        def may_start(trials, number) -> bool:
+            counting[me].set()
+            counting[1 - me].wait(timeout=3)
+            return Budget(1).may_start(trials, number)
+
+        storage.limit("one", may_start)
+        study = optuna.load_study(study_name="one", storage=storage)
+        with contextlib.suppress(BudgetReached):
+            study.tell(study.ask(), 0.0)
+
+    threads = [threading.Thread(target=worker, args=(me,)) for me in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return optuna.load_study(study_name="one", storage=url).get_trials()
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_two_workers_counting_the_budget_at_once_start_one_trial_between_them(database: str, tmp_path: Path) -> None:
+    """Bug: workers on many nodes share a PostgreSQL study, where no file lock reaches: two
+    counting the budget at once each started a trial (a search of 4 trials ran 5)."""
+    from tests.postgres import postgres_server
+
+    if database == "sqlite":
+        trials = _two_count_at_once(f"sqlite:///{tmp_path / 'one.db'}")
+    else:
+        with postgres_server() as url:
+            trials = _two_count_at_once(url)
+    assert [t.state for t in trials] == [TrialState.COMPLETE]
 
 
 def test_a_ctrl_c_while_a_trial_end_is_written_keeps_the_trial_and_reaches_the_caller(

@@ -67,10 +67,26 @@ def raise_if_failing(spec: SearchSpec, study: optuna.Study) -> None:
                            "completed trials are kept: fix the cause and continue with --resume")
 
 
+RETRIES = 2  # how often a trial whose worker died is queued again (the heartbeat's retry callback)
+
+
+def pending(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The trials still to run: those waiting in the queue (a prior, the continuation of a cut
+    trial), and those cut (Ctrl-C, a dead worker) whose continuation is owed but not yet queued.
+    The budget holds room for them: without it, a worker could start a fresh trial in the moment
+    between a dead worker's trial failing and its continuation being queued, and the
+    continuation would then find the budget spent."""
+    retried = {n for t in trials for n in (t.system_attrs.get("failed_trial"), *t.system_attrs.get("retry_history", ()))}
+    return [t for t in trials if t.state == TrialState.WAITING or (
+        t.state == TrialState.FAIL and not failed(t) and t.number not in retried
+        and len(t.system_attrs.get("retry_history", ())) < RETRIES)]
+
+
 class Budget:
-    """Stops a worker once the study holds `trials` finished, running or failed trials (all
-    workers), or once another full trial of `trial_epochs` would take the study past `epochs`
-    training epochs."""
+    """Stops a worker once the study holds `trials` finished, running, failed or pending trials
+    (all workers), or once another full trial of `trial_epochs` would take the study past `epochs`
+    training epochs. Pending trials hold their room: a queued one starts in its turn, a fresh one
+    only after them."""
 
     def __init__(self, trials: int, epochs: int | None = None, trial_epochs: int = 1) -> None:
         self.trials, self.epochs, self.trial_epochs = trials, epochs, trial_epochs
@@ -79,12 +95,19 @@ class Budget:
         return self.exhausted_by(study.get_trials(deepcopy=False))
 
     def exhausted_by(self, all_trials: list[optuna.trial.FrozenTrial]) -> bool:
-        trials = counted(all_trials)
-        if len(trials) >= self.trials:
-            return True
-        if self.epochs is None:
+        """No trial may start: neither a fresh one nor one waiting in the queue."""
+        waiting = [t for t in all_trials if t.state == TrialState.WAITING]
+        return not self.may_start(all_trials) and not any(self.may_start(all_trials, t.number) for t in waiting)
+
+    def may_start(self, all_trials: list[optuna.trial.FrozenTrial], waiting: int | None = None) -> bool:
+        """Whether the trial numbered `waiting` (queued), or a fresh one (None), fits the budget:
+        room is held for the trials owed and for those ahead of it in the queue."""
+        ahead = [t for t in pending(all_trials)
+                 if waiting is None or t.state != TrialState.WAITING or t.number < waiting]
+        held = counted(all_trials) + ahead
+        if len(held) >= self.trials:
             return False
-        return epochs_spent(trials, self.trial_epochs) + self.trial_epochs > self.epochs
+        return self.epochs is None or epochs_spent(held, self.trial_epochs) + self.trial_epochs <= self.epochs
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if self.exhausted(study):
@@ -92,5 +115,5 @@ class Budget:
 
 
 def epochs_spent(trials: list[optuna.trial.FrozenTrial], trial_epochs: int) -> int:
-    """Epochs trained by finished trials, plus a full trial's for each one still running."""
-    return sum(trial_epochs if t.state == TrialState.RUNNING else epochs_reported(t) for t in trials)
+    """Epochs trained by ended trials, plus a full trial's for each one running or pending."""
+    return sum(epochs_reported(t) if t.state in FINISHED or failed(t) else trial_epochs for t in trials)

@@ -15,10 +15,11 @@ and its process dies (seen with `--workers 2` on the priors every search enqueue
 exclusive file lock beside the database around that read-and-set makes it one step for every
 process on this machine, which is the only place a SQLite file is shared.
 
-The same lock makes the trial budget exact for local workers: with a `limit` set, a worker
-about to start a trial (a fresh one, or an enqueued one) first counts the study's trials under
-the lock, and stops with BudgetReached instead of starting one too many (two workers checking
-the budget at once could each start one).
+Budget. With a `limit` set, a worker about to start a trial (a fresh one, or an enqueued one)
+first counts the study's trials, and stops with BudgetReached instead of starting one too many.
+Two workers counting at once could each start one, so the count and the start are one step
+under a lock: the file lock for SQLite, and for PostgreSQL (workers on many nodes) an advisory
+lock of the study held by the database server. Other databases count without a lock.
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ from pathlib import Path
 
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from tianfeng.hpo.optuna_private import trial_id
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.terminal.interrupts import deferred_interrupt
+
+ADVISORY_SPACE = 0x7466  # the first key of PostgreSQL's advisory locks that start trials ("tf")
 
 
 def worker_id(pid: int | None = None) -> str:
@@ -63,12 +67,40 @@ def interrupts_through_optuna() -> Iterator[None]:
 
 
 class MarkingStorage(RDBStorage):
-    """RDBStorage whose trials, as this process starts them, say which worker runs them."""
+    """RDBStorage whose trials, as this process starts them, say which worker runs them, and
+    (with a `limit`) start only within the budget."""
+
+    _budget: tuple[int, Callable[[list[FrozenTrial], int | None], bool]] | None = None
+
+    def limit(self, study_name: str, may_start: Callable[[list[FrozenTrial], int | None], bool]) -> None:
+        """A search worker's budget: `may_start(all trials of the study, number)` says whether the
+        queued trial `number` (or a fresh one, for None) may start."""
+        self._budget = (self.get_study_id_from_name(study_name), may_start)
 
     @contextlib.contextmanager
-    def _starting(self) -> Iterator[bool]:
-        """Around a trial's start: yields whether a trial may start."""
-        yield True
+    def _starting(self, trial_id: int | None = None) -> Iterator[bool]:
+        """Around a trial's start (a queued trial's id, or None for a fresh one): yields whether
+        it may start, counted under the lock that makes the count and the start one step."""
+        if self._budget is None:
+            yield True
+            return
+        study_id, may_start = self._budget
+        with self._exclusive(study_id):
+            trials = self.get_all_trials(study_id, deepcopy=False)
+            number = None if trial_id is None else next((t.number for t in trials if t._trial_id == trial_id), None)
+            yield may_start(trials, number)
+
+    @contextlib.contextmanager
+    def _exclusive(self, study_id: int) -> Iterator[None]:
+        if self.engine.dialect.name != "postgresql":
+            yield
+            return
+        with self.engine.connect() as connection:  # the lock is the session's: held on this connection
+            connection.execute(text("SELECT pg_advisory_lock(:space, :study)"), {"space": ADVISORY_SPACE, "study": study_id})
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:space, :study)"), {"space": ADVISORY_SPACE, "study": study_id})
 
     def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
         # the private method (optuna_private.CREATE_NEW_TRIAL): Optuna's cache calls it for every new trial
@@ -87,7 +119,7 @@ class MarkingStorage(RDBStorage):
         if state != TrialState.RUNNING:
             with deferred_interrupt():  # a trial's end (state and values) is written whole
                 return super().set_trial_state_values(trial_id, state, values)
-        with deferred_interrupt(), self._starting() as may_start:
+        with deferred_interrupt(), self._starting(trial_id) as may_start:
             if not may_start:
                 return False  # left waiting; the worker then asks for a new trial and stops
             if not super().set_trial_state_values(trial_id, state, values):
@@ -103,23 +135,17 @@ class LockedSQLiteStorage(MarkingStorage):
     def __init__(self, url: str, **kwargs) -> None:
         super().__init__(url, **kwargs)
         self._lock_path = str(Path(make_url(url).database).resolve()) + ".lock"
-        self._budget: tuple[int, Callable[[list[FrozenTrial]], bool]] | None = None
-
-    def limit(self, study_name: str, exhausted: Callable[[list[FrozenTrial]], bool]) -> None:
-        """A search worker's budget: `exhausted(all trials of the study)` says when to stop."""
-        self._budget = (self.get_study_id_from_name(study_name), exhausted)
 
     @contextlib.contextmanager
-    def _starting(self) -> Iterator[bool]:
-        with open(self._lock_path, "a") as lock:
+    def _starting(self, trial_id: int | None = None) -> Iterator[bool]:
+        with open(self._lock_path, "a") as lock:  # always: a queued trial is taken by one worker
             fcntl.flock(lock, fcntl.LOCK_EX)
-            yield self._budget_left()
+            with super()._starting(trial_id) as may_start:
+                yield may_start
 
-    def _budget_left(self) -> bool:
-        if self._budget is None:
-            return True
-        study_id, exhausted = self._budget
-        return not exhausted(self.get_all_trials(study_id, deepcopy=False))
+    @contextlib.contextmanager
+    def _exclusive(self, study_id: int) -> Iterator[None]:
+        yield  # the file lock is held already
 
 
 def rdb_storage(url: str, **kwargs) -> RDBStorage:

@@ -31,7 +31,7 @@ from tianfeng.hpo.running.budget import (
 )
 from tianfeng.hpo.running.locked_storage import (
     BudgetReached,
-    LockedSQLiteStorage,
+    MarkingStorage,
     interrupts_through_optuna,
     worker_id,
 )
@@ -85,8 +85,8 @@ def run_worker(spec: SearchSpec, worker: int = 0, threads: int | None = None,
                               sampler=make_sampler(spec.sampler, space, sampler_seed(spec, worker, stream), spec.options.seed),
                               pruner=judge.pruner)
     budget = Budget(spec.options.trials, spec.epoch_budget, rung_epochs(space, spec.rung))
-    if isinstance(storage, LockedSQLiteStorage):  # the count checked as each trial starts
-        storage.limit(spec.study, budget.exhausted_by)
+    if isinstance(storage, MarkingStorage):  # the count checked as each trial starts
+        storage.limit(spec.study, budget.may_start)
     ranks = trial_ranks(spec)
     objective = ProxyObjective(space, spec.study, Path(spec.runs_root), spec.rung,
                                memory_gib=spec.options.trial_memory_gib, ranks=ranks,

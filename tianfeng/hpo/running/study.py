@@ -10,13 +10,12 @@ from pathlib import Path
 
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
-from optuna.trial import TrialState
 
 from tianfeng.core.errors import ConfigError
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.pruning import judging
 from tianfeng.hpo.results.dashboard import metric_names
-from tianfeng.hpo.running.budget import counted
+from tianfeng.hpo.running.budget import RETRIES, counted, pending
 from tianfeng.hpo.running.locked_storage import rdb_storage
 from tianfeng.hpo.sampling.registry import make_sampler
 from tianfeng.hpo.space.read import SearchSpace, per_gpu_range
@@ -47,7 +46,7 @@ def open_storage(url: str, heartbeat_s: int | None = 10, grace_s: int = 60) -> R
     return rdb_storage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
                       grace_period=grace_s,
                       heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
-                          max_retry=2, inherit_intermediate_values=True))
+                          max_retry=RETRIES, inherit_intermediate_values=True))
 
 
 def directions(space: SearchSpace) -> list[str]:
@@ -137,8 +136,7 @@ def enqueue_priors(study: optuna.Study, space: SearchSpace, spec: SearchSpec) ->
               and not any(all(w.get(k) == v for k, v in p.params.items()) for w in warm)]
     if not priors:
         return
-    waiting = sum(t.state == TrialState.WAITING for t in trials)
-    room = max(0, spec.options.trials - len(counted(trials)) - waiting)
+    room = max(0, spec.options.trials - len(counted(trials)) - len(pending(trials)))
     fits, left = priors[:room], priors[room:]
     for prior in fits:
         study.enqueue_trial(prior.params, user_attrs={TrialKey.PRIOR: prior.name})
