@@ -30,10 +30,12 @@ whole-run score by 1/4, 1/2, 3/4 and all of the budget.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import heapq
 import json
 import math
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -525,6 +527,35 @@ def summarise(runs: list[Run], budget: float, targets: list[float]) -> dict:
     return out
 
 
+_SHARED: tuple = ()  # (pool, space, budget, cores): set before the worker processes fork
+
+
+def _replay_one(task: tuple[str, int]) -> Run:
+    pool, space, budget, cores = _SHARED
+    return replay(task[0], pool, space, budget, cores, task[1])
+
+
+def replayed(methods: list[str], pool: Pool, space: SearchSpace, args: argparse.Namespace) -> Iterator[tuple[str, list[Run]]]:
+    """Each method with its runs of seeds 0..N-1, replayed `--jobs` at a time (forked processes
+    share the pool as it was read); a seed's run does not depend on which process replays it."""
+    global _SHARED
+    _SHARED = (pool, space, args.budget, args.cores)
+    tasks = [(m, seed) for m in methods for seed in range(args.seeds)]
+    with contextlib.ExitStack() as stack:
+        if args.jobs > 1:
+            workers = stack.enter_context(multiprocessing.get_context("fork").Pool(args.jobs))
+            runs = workers.imap(_replay_one, tasks, chunksize=4)
+        else:
+            runs = map(_replay_one, tasks)
+        for method in methods:
+            done = []
+            for seed in range(args.seeds):
+                done.append(next(runs))
+                print(f"\r{method}: seed {seed + 1}/{args.seeds}", end="", file=sys.stderr, flush=True)
+            print(file=sys.stderr)
+            yield method, done
+
+
 def against_live(folder: Path, figures: dict, target: float, at: float) -> list[dict]:
     """Each kept live method-seed (time_to_target.py's results in `folder`) against the replay's
     10-90% band of the same method: its time to `target` and its best by `at` seconds. Returns one
@@ -635,6 +666,9 @@ def main() -> None:
                         help="a folder of time_to_target.py's kept live runs of the same setting: each one's time "
                              "to the pool's top-5%% target and best by --live-at, against the replay's 10-90%% band")
     parser.add_argument("--live-at", type=float, default=720.0, help="seconds at which the live best is compared (default 720)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="method-seeds replayed at once, each in its own process (default 1; the figures are "
+                             "the same for any number)")
     add_results_argument(parser, ROOT / "docs" / "results" / "replay_near-best.json", "the figures")
     args = parser.parse_args()
     from tianfeng.terminal.logs import quiet_optuna
@@ -656,12 +690,7 @@ def main() -> None:
                "table": {k: header.get(k) for k in ("commit", "date", "machine", "torch", "seed", "setting")},
                "methods": {}}
     rows = []
-    for method in methods:
-        runs = []
-        for seed in range(args.seeds):
-            runs.append(replay(method, pool, space, args.budget, args.cores, seed))
-            print(f"\r{method}: seed {seed + 1}/{args.seeds}", end="", file=sys.stderr, flush=True)
-        print(file=sys.stderr)
+    for method, runs in replayed(methods, pool, space, args):
         s = summarise(runs, args.budget, targets)
         best_live = [r.best_by(args.live_at) for r in runs]
         s["best_at_live"] = {"at_s": args.live_at, "median": float(np.median(best_live)),
