@@ -6,8 +6,10 @@ from enum import StrEnum
 # auto: random when the rung screens (see registry.resolve_sampler), else tpe
 SAMPLER_NAMES = ("auto", "tpe", "cmaes", "random", "grid", "qmc")
 PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
-# search --promote: none, each new proxy leader at full fidelity, or so with full runs at most half the time
-PROMOTION_MODES = ("none", "leader", "balanced")
+# search --promote: none, each new proxy leader at full fidelity, or so with full runs at most half
+# the time; auto: balanced where the objective picks one best trial (the replay's fastest), else none
+PROMOTION_MODES = ("auto", "none", "leader", "balanced")
+AUTO_PROMOTION = "balanced"
 DEFAULT_STORAGE = "sqlite:///tianfeng.db"
 STORAGE_HELP = (f"the study database: a SQLAlchemy URL or a SQLite file path (default {DEFAULT_STORAGE}); "
                 "postgresql://... for many workers or machines")

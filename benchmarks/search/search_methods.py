@@ -42,7 +42,8 @@ SCREENS = {"tianfeng-screen": {}, "tianfeng-screen-tpe": {"sampler": "tpe"}, "ti
            "tianfeng-screen-to75": TO_75, "tianfeng-screen-tpe-to75": {"sampler": "tpe", **TO_75},
            "tianfeng-screen-balanced": {"promote": "balanced"}}
 # `tianfeng search --promote leader` (or balanced) on proxies, and the rung each variant searches
-PROMOTING = {"tianfeng-leader": {"promote": "leader"}, "tianfeng-balanced": {"promote": "balanced"},
+PROMOTING = {"tianfeng-leader": {"promote": "leader", "fidelity": "proxy"},
+             "tianfeng-balanced": {"promote": "balanced", "fidelity": "proxy"},
              "tianfeng-lowres-leader": {"promote": "leader", "fidelity": "lowres_half"},
              "tianfeng-lowres-balanced": {"promote": "balanced", "fidelity": "lowres_half"}}
 METHODS = ("tianfeng", "tianfeng-lowres", "tianfeng-target", "tianfeng-async", "tianfeng-pause", *PROMOTING, "optuna-tpe",
@@ -239,7 +240,7 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         spec = _spec(directory, method, seed, data, space)
         tianfeng.search(space, storage=spec.options.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, timeout_s=budget_s * SEARCH_SHARE, runs_dir=directory / "runs",
-                        progress=False, fidelity="lowres_half" if method == "tianfeng-lowres" else None)
+                        progress=False, fidelity="lowres_half" if method == "tianfeng-lowres" else "proxy", promote="none")
         _promote_best(spec.options.storage, spec.study, directory)
     elif method == "tianfeng-target":  # tianfeng search --fidelity target: its ASHA rungs over the whole run's epochs
         import tianfeng

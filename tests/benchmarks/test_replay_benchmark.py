@@ -79,8 +79,8 @@ def test_trials_carry_the_recipes_values_not_the_proposals(pool, space) -> None:
     assert len({r.id for r, _ in done}) == len(done)
 
 
-def test_the_default_searches_proxies_for_half_the_budget_then_trains_whole_runs_on_every_core(pool, space) -> None:
-    run = replay.replay("tianfeng", pool, space, budget=1000.0, cores=2, seed=0)
+def test_proxies_then_the_best_searches_for_half_the_budget_then_trains_whole_runs_on_every_core(pool, space) -> None:
+    run = replay.replay("proxy-best", pool, space, budget=1000.0, cores=2, seed=0)
     assert not run.pool_spent
     assert run.events and min(t for t, _ in run.events) > 500.0  # no whole run before the search's half ends
     times = sorted(t for t, _ in run.events)
@@ -98,7 +98,7 @@ def test_a_promoting_search_trains_its_leaders_whole_as_they_come_and_balanced_w
         return at, sum(recipe.costs["target"]) / 2
 
     # a leader of the first few proxies is trained whole long before the default's half ends
-    assert first("proxy-leader")[0] < 500.0 < first("tianfeng")[0]
+    assert first("proxy-leader")[0] < 500.0 < first("proxy-best")[0]
     # where proxies are cheap, balanced waits until they have had as long as that whole run takes
     leader, (balanced, took) = first("lowres-leader"), first("lowres-balanced")
     assert leader[0] - leader[1] < leader[1] and balanced - took >= took
@@ -190,9 +190,10 @@ def _figures(times: dict[str, float], reached: dict[str, int], best: dict[str, f
 
 
 def test_the_aims_compare_the_default_with_its_best_peer_and_plain_tpe() -> None:
-    figures = _figures({"tianfeng": 400.0, "asha": 900.0, "optuna-tpe": 1440.0, "lowres-leader": 300.0},
-                       {"tianfeng": 90, "asha": 60, "optuna-tpe": 40, "lowres-leader": 95},
-                       {"tianfeng": 81.0, "asha": 80.0, "optuna-tpe": 79.0, "lowres-leader": 81.5})
+    d = replay.DEFAULT
+    figures = _figures({d: 400.0, "asha": 900.0, "optuna-tpe": 1440.0, "lowres-leader": 300.0},
+                       {d: 90, "asha": 60, "optuna-tpe": 40, "lowres-leader": 95},
+                       {d: 81.0, "asha": 80.0, "optuna-tpe": 79.0, "lowres-leader": 81.5})
     a = replay.aims(figures)
     # the best peer is the fastest of the peers (a mode of tianfeng's own is no peer)
     assert a["best_peer"] == "asha" and a["over_best_peer"] == pytest.approx(400 / 900) and a["over_best_peer_met"]

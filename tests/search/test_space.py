@@ -89,7 +89,7 @@ def test_not_yaml(tmp_path: Path) -> None:
 
 def test_shipped_spaces_load() -> None:
     space = load_space(REPO / "search_spaces" / "large_batch.yaml")
-    assert space.search_fidelity == "proxy" and len(space.priors) == 3
+    assert space.search_fidelity == "lowres_half" and len(space.priors) == 3
 
 
 def test_conditional_parameter_only_when_condition_holds(tiny_space_file: Path) -> None:

@@ -110,12 +110,14 @@ class SearchOptions(SchedulerOptions):
     profile: str | None = option(None, "a throughput profile `tianfeng calibrate --throughput` or `--from-run` wrote: "
                                  "predict full runs with its measured figures (cluster.device measured)",
                                  metavar="FILE")
-    promote: str = option("none", f"leader: once {LEADER_AFTER} trials are complete, train each new leader at full "
+    promote: str = option("auto", f"leader: once {LEADER_AFTER} trials are complete, train each new leader at full "
                           "fidelity (as tianfeng promote does) while the other workers wait, so the search ends "
                           "with its best trial's full run (with --fidelity screen: the trial whose full run is "
                           "forecast to end best); balanced: the same, but a leader's full run waits until the "
                           "search has screened at least as long as its full runs will have trained, so they take at "
-                          "most half its time; none: proxy trials only", choices=PROMOTION_MODES)
+                          "most half its time; none: proxy trials only; auto: balanced where the objective picks one "
+                          "best trial (accuracy, time-to-target) and the workers run here, else none (the first log "
+                          "line says which and why)", choices=PROMOTION_MODES)
     resume: bool = option(False, "continue an existing study")
     dry_run: bool = option(False, "check the space and every option against it, print what the search would run "
                            "(with --launcher slurm, the job array's batch script) and start, create or submit nothing")
@@ -162,14 +164,14 @@ class SearchOptions(SchedulerOptions):
         if self.backend == "ray" and workers != "auto":
             raise fail("--workers", "is for the optuna backend; with --backend ray, Ray runs as many trials at once "
                                     "as --cpus-per-trial and --gpus-per-trial allow")
-        if self.backend == "ray" and self.promote != "none":
+        if self.backend == "ray" and self.promote not in ("none", "auto"):
             raise fail("--promote", "needs --backend optuna (its workers pause while a promoted run trains)")
         self.check()
         if self.launcher == "ray":
             raise fail("--launcher", "ray is for promote; a search on a Ray cluster is --backend ray --address "
                                      "HOST:PORT (Ray Tune runs its trials there)")
         if self.launcher != "local":
-            if self.backend != "optuna" or self.promote != "none":
+            if self.backend != "optuna" or self.promote not in ("none", "auto"):
                 raise fail("--launcher", f"{self.launcher} submits optuna workers: not with --backend ray or "
                                          "--promote leader")
             if workers == "auto":

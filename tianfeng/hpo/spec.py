@@ -17,6 +17,7 @@ from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.front import chance_level, default_floor
 from tianfeng.hpo.options import SearchOptions
+from tianfeng.hpo.promotion_rule import resolve_promotion
 from tianfeng.hpo.sampling.registry import resolve_sampler
 from tianfeng.hpo.space.materialize import max_rung_epochs
 from tianfeng.hpo.space.pinned import at_batch
@@ -49,6 +50,7 @@ class SearchSpec:
     copied_trials: tuple[optuna.trial.FrozenTrial, ...] = ()  # finished elsewhere, added to a new study
     study_attrs: dict[str, Any] = field(default_factory=dict)
     epoch_budget: int | None = None  # training epochs summed over trials (pruned ones count what they ran)
+    promotion_rule: str = ""  # "promote MODE (why)": what --promote stood for, said in the first log line
     pause_file: str | None = None  # while this file exists the worker starts no trial (a promoted run has the cores)
     # the space as read once, its objective and floor resolved: what every worker, Ray and a scale
     # study search (pinned by `space_of`), handed on rather than read again
@@ -104,7 +106,7 @@ def resolve_search(space: str | Path, options: SearchOptions) -> tuple[SearchSpe
     rung = o.fidelity or loaded.search_fidelity
     if rung not in loaded.fidelities:
         raise ConfigError("--fidelity", "", f"must be one of {', '.join(loaded.fidelities)}; got {rung!r}")
-    if o.promote != "none" and loaded.objective.mode == ObjectiveMode.PARETO:
+    if o.promote not in ("none", "auto") and loaded.objective.mode == ObjectiveMode.PARETO:
         raise ConfigError("--promote", o.promote, "needs one best trial: use it with --objective accuracy or "
                                                   "time-to-target, not pareto (promote front trials with "
                                                   "tianfeng promote --fastest-to)")
@@ -115,8 +117,9 @@ def resolve_search(space: str | Path, options: SearchOptions) -> tuple[SearchSpe
         loaded = with_objective(loaded, None, None, floor)
         # the default floor also rises with the study's best: the front reads the chance level
         attrs = {StudyKey.CHANCE: chance_level(obj.metric, classes)} if floor is not None else {}
-    spec = SearchSpec(loaded.path, o, study, rung, resolve_sampler(o.sampler, loaded, rung), floor, study_attrs=attrs,
-                      space=loaded)
+    promote, why = resolve_promotion(o, loaded, rung)
+    spec = SearchSpec(loaded.path, o.changed(promote=promote), study, rung, resolve_sampler(o.sampler, loaded, rung),
+                      floor, study_attrs=attrs, space=loaded, promotion_rule=f"promote {promote} ({why})")
     return spec, loaded
 
 

@@ -60,7 +60,7 @@ def search_dry_run(space: str | Path, options: SearchOptions | None = None, **ch
            "objective": loaded.objective.mode, "metric": loaded.objective.metric, "fidelity": spec.rung,
            "sampler": spec.sampler, "pruner": judging(loaded, spec.rung, o.pruner).label, "trials": o.trials,
            "timeout_s": o.timeout_s, "workers": o.workers, "backend": o.backend, "launcher": o.launcher,
-           "promote": o.promote, "resume": o.resume}
+           "promote": spec.options.promote, "promotion_rule": spec.promotion_rule, "resume": o.resume}
     if o.launcher != "local":
         from tianfeng.hpo.running.submitted import array_script
 
@@ -145,7 +145,7 @@ def _interrupted(args: argparse.Namespace, cut: KeyboardInterrupt) -> int:
               file=sys.stderr)
         return 130
     again = f"; trial(s) {', '.join(map(str, requeued))} will continue from their checkpoints" if requeued else ""
-    promoting = f" --promote {args.promote}" if args.promote != "none" else ""
+    promoting = f" --promote {args.promote}" if args.promote not in ("none", "auto") else ""
     print(f"tianfeng: interrupted; finished trials are saved in {args.storage}{again}. Continue with:\n"
           f"  tianfeng search --space {args.space} --study {study_name} --storage {args.storage}{promoting} --resume",
           file=sys.stderr)
@@ -192,7 +192,7 @@ def _print_dry_run(spec: dict) -> int:
     print(f"study {spec['study']} in {spec['storage']}{' (resumed)' if spec['resume'] else ''}: {spec['space']}, "
           f"objective {spec['objective']} ({spec['metric']}), rung {spec['fidelity']}, sampler {spec['sampler']}, "
           f"pruner {spec['pruner']}, {budget}, workers {spec['workers']} ({spec['backend']}, "
-          f"launcher {spec['launcher']}), promote {spec['promote']}")
+          f"launcher {spec['launcher']}), {spec['promotion_rule']}")
     if script:
         print(f"the job array's batch script:\n{script}", end="")
     print("dry run: nothing was started, created or submitted", file=sys.stderr)

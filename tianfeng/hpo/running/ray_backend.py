@@ -275,7 +275,7 @@ def run_ray_search(spec: SearchSpec, options: RayOptions, *, resume: bool) -> op
         logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
     study = open_study(spec, space, resume=resume, heartbeat=False,
                        seed=sampler_seed(spec, 0, new_stream() if resume else 0))
-    log_objective(space)
+    log_objective(space, spec.promotion_rule)
     epochs = rung_epochs(space, spec.rung)
     pruner = spec.options.pruner
     if isinstance(judging(space, spec.rung, pruner).pruner, PeerPruner):

@@ -161,8 +161,8 @@ def run_search(spec: SearchSpec, workers: int | str, *, resume: bool, space: Sea
 
     quiet_optuna()
     space = space if space is not None else space_of(spec)
+    log_objective(space, spec.promotion_rule)  # the first line: what is searched, and how
     study = open_study(spec, space, resume=resume)
-    log_objective(space)
     done = finished_count(study)
     workers, why = resolve_workers(workers, spec.options.trials - done, per_trial=trial_ranks(spec))
     log.info("study %s: %d trials done, budget %s; sampler %s, pruner %s, rung %s, %d worker(s) (%s)",

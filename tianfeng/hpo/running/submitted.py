@@ -38,6 +38,7 @@ def worker_options(spec: SearchSpec) -> SearchOptions:
     # --gpus-per-trial ranks, the task's GPUs)
     return spec.options.changed(
         study=spec.study, sampler=spec.sampler, fidelity=spec.rung, min_accuracy=spec.accuracy_floor, workers=1,
+        promote="none",  # no task pauses the others for a full run
         resume=True, runs_dir=str(spec.runs_root.resolve()), launcher="local", partition=None, account=None,
         time=None, scheduler_args=(), cpus_per_trial=None, mlflow=None, wandb=None, dry_run=False, qos=None, job_name=None, mem=None,
         cpus_per_task=None, array_throttle=None,

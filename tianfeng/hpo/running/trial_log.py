@@ -66,11 +66,13 @@ def budget_text(spec: SearchSpec) -> str:
     return " or ".join(parts) or "unlimited"
 
 
-def log_objective(space: SearchSpace) -> None:
-    """Say once what the search optimises and for which cluster."""
+def log_objective(space: SearchSpace, promotion_rule: str = "") -> None:
+    """Say once what the search optimises, for which cluster, and (`promotion_rule`) whether its
+    leaders train whole during it."""
     o = space.objective
     said = {ObjectiveMode.ACCURACY: f"{'maximise' if o.direction == 'maximize' else 'minimise'} {o.metric} "
                         "(--objective pareto or time-to-target weigh the predicted time too)",
             ObjectiveMode.PARETO: f"{o.metric} against the predicted wall time (a Pareto front)",
             ObjectiveMode.TIME_TO_TARGET: f"least predicted wall time with {o.metric} reaching {o.target}"}[o.mode]
-    log.info("objective %s: %s; full runs predicted on %s", o.mode, said, space.cluster.describe())
+    log.info("objective %s: %s; full runs predicted on %s%s", o.mode, said, space.cluster.describe(),
+             f"; {promotion_rule}" if promotion_rule else "")
