@@ -77,7 +77,7 @@ def test_the_defaults_page_says_what_the_code_does() -> None:
     table = _defaults_table()
     code = {"sampler": o.sampler, "tpe_startup_trials": str(N_STARTUP_TRIALS), "pruner": o.pruner,
             "peer_rule_rungs": ", ".join(f"{round(r * 3)}/3" for r in RUNGS), "peer_rule_slack": f"{peers.slack:g}",
-            "peer_rule_min_peers": str(peers.min_peers), "trials": str(o.trials), "leader_after": str(LEADER_AFTER),
+            "peer_rule_min_peers": str(peers.min_peers), "trials": str(o.trials), "leader_after": str(LEADER_AFTER), "promote": o.promote,
             "failure_limit": str(o.failure_limit), "grace_s": str(o.grace_s)}
     assert {k: table.get(k) for k in code} == code
     assert o.fidelity is None and o.objective is None  # the space decides, as the page says
@@ -114,6 +114,24 @@ def test_the_readme_gives_the_default_searchs_replayed_time_against_its_best_pee
     first_command = text.index("tianfeng search --space large_batch.yaml")
     against = ("where no peer's median run reached it within the budget" if peer >= saved["budget_s"]
                else f"against {peer:.0f} s for the best peer")
-    quote = (f"the default search reached the pool's top-5% score in a median {default:.0f} s of a "
+    quote = (f"reached the pool's top-5% score in a median {default:.0f} s of a "
              f"{saved['budget_s'] / 60:g}-minute budget on {saved['cores']} cores, {against}")
     assert quote in text[first_command:first_command + 1500], f"the README's first command is not followed by {quote!r}"
+    assert "the default search for one best recipe (`--objective accuracy`" in text[first_command:first_command + 1500]
+
+
+def test_the_promote_help_quotes_the_replays_figures() -> None:
+    """The figures `tianfeng search --help` gives for each promotion mode are the replay's: a
+    replay that changes them fails here until the help says what the results file says."""
+    import dataclasses
+
+    from tianfeng.hpo.options import SearchOptions
+    from tianfeng.options import flag_of
+
+    saved = _replayed()
+    help_text = flag_of(next(f for f in dataclasses.fields(SearchOptions) if f.name == "promote")).help
+    key = f"to_{saved['top_target']:g}"
+    times = {mode: saved["methods"][f"lowres-{mode}"][key]["median_s"] for mode in ("balanced", "leader", "best")}
+    assert (f"{saved['pool']['recipes']} recorded cifar5-dev recipes ({saved['date']})" in help_text
+            and f"{times['balanced']:.0f} s with balanced, {times['leader']:.0f} s with leader, "
+                f"{times['best']:.0f} s with none" in help_text)

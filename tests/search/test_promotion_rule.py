@@ -47,7 +47,7 @@ def test_the_shipped_default_is_the_replays_default() -> None:
 
     rung, promote, _ = _resolved(SHIPPED, objective="accuracy")
     assert (rung, promote) == ("lowres_half", "balanced")
-    assert replay.DEFAULT == f"lowres-{promote}" and "the default" in replay.DESCRIBED[replay.DEFAULT]
+    assert f"lowres-{promote}" == replay.DEFAULT and "the default" in replay.DESCRIBED[replay.DEFAULT]
 
 
 def test_the_first_line_a_search_logs_states_its_promotion_rule(tiny_space_file: Path, tmp_path: Path) -> None:
