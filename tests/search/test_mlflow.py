@@ -20,7 +20,7 @@ def test_search_and_promote_log_runs_with_params_and_epoch_metrics(tmp_path: Pat
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     space = write_space(tmp_path, tiny_space)
     flags = ["--study", "ml", "--storage", storage, "--mlflow", uri, "--workers", "1"]
-    assert main(["search", "--space", str(space), "--trials", "3", "--sampler", "random", "--pruner", "none",
+    assert main(["search", "--space", str(space), "--trials", "3", "--sampler", "random", "--pruner", "none", "--promote", "none",
                  *flags]) == 0
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("ml")

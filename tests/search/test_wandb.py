@@ -33,7 +33,7 @@ def test_search_and_promote_log_runs_with_config_history_and_scores(offline: Pat
     storage = f"sqlite:///{offline / 'study.db'}"
     space = write_space(offline, tiny_space)
     flags = ["--study", "wb", "--storage", storage, "--wandb", "tf-test"]
-    assert main(["search", "--space", str(space), "--trials", "3", "--sampler", "random", "--pruner", "none",
+    assert main(["search", "--space", str(space), "--trials", "3", "--sampler", "random", "--pruner", "none", "--promote", "none",
                  "--workers", "1", *flags]) == 0
     runs = offline_runs(offline)
     assert sorted(r.name for r in runs) == ["wb/trial-0", "wb/trial-1", "wb/trial-2"]
