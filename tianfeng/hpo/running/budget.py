@@ -95,9 +95,10 @@ class Budget:
         return self.exhausted_by(study.get_trials(deepcopy=False))
 
     def exhausted_by(self, all_trials: list[optuna.trial.FrozenTrial]) -> bool:
-        """No trial may start: neither a fresh one nor one waiting in the queue."""
-        waiting = [t for t in all_trials if t.state == TrialState.WAITING]
-        return not self.may_start(all_trials) and not any(self.may_start(all_trials, t.number) for t in waiting)
+        """No trial may start: neither a fresh one nor the first in the queue (the one with the
+        fewest ahead of it: if it may not start, no later one may)."""
+        first = min((t.number for t in all_trials if t.state == TrialState.WAITING), default=None)
+        return not self.may_start(all_trials) and (first is None or not self.may_start(all_trials, first))
 
     def may_start(self, all_trials: list[optuna.trial.FrozenTrial], waiting: int | None = None) -> bool:
         """Whether the trial numbered `waiting` (queued), or a fresh one (None), fits the budget:
