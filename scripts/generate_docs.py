@@ -228,6 +228,7 @@ def whole_run_share_table() -> str:
     return "\n".join(out)
 
 
+# the live runs of the removed screening mode, in the results log's kept tables
 SCREEN_NAMES = {"tianfeng-screen": "screened search (`--fidelity screen --promote leader`)",
                 "tianfeng-screen-balanced": "screened search, full runs at most half the time (`--promote balanced`)"}
 LCBENCH_NAMES = {"tianfeng": "tianfeng's search (TPE, its ASHA rungs and the peer rule)",
@@ -236,9 +237,7 @@ LCBENCH_NAMES = {"tianfeng": "tianfeng's search (TPE, its ASHA rungs and the pee
                  "smac-hyperband": "SMAC3's multi-fidelity facade (Hyperband, random forest)",
                  "mobster": "Syne Tune MOBSTER (asynchronous successive halving, a Gaussian process proposing)",
                  "dyhpo": "Syne Tune DyHPO (a Gaussian process deciding each step: start a trial or resume one)",
-                 **SCREEN_NAMES,
-                 "tianfeng-screen-fallback": "screened search that falls back to tianfeng's search (modelled only)",
-                 "one-epoch-leader": "one epoch of random recipes, each new leader trained whole (no screen check)"}
+                 "one-epoch-then-best": "one epoch of random recipes, then the best trained whole"}
 
 
 def _final_regrets(saved: dict) -> dict[str, float]:
@@ -560,7 +559,7 @@ GENERATORS = {"cli": cli_reference, "call-paths": call_paths_table, "run-config"
               "replay": replay_table, "replay-modes": replay_modes,
               # each LCBench part is the table of the results file of its name
               **{part: partial(lcbench_table, part.replace("-", "_"))
-                 for part in ("lcbench", "lcbench-model-based", "lcbench-budget-5", "lcbench-budget-10")},
+                 for part in ("lcbench", "lcbench-model-based")},
               "time-to-target-costly": time_to_target_costly_table}
 
 

@@ -3,8 +3,7 @@ import optuna and torch (tests/search/test_space.py checks the names match the r
 
 from enum import StrEnum
 
-# auto: random when the rung screens (see registry.resolve_sampler), else tpe
-SAMPLER_NAMES = ("auto", "tpe", "cmaes", "random", "grid", "qmc")
+SAMPLER_NAMES = ("tpe", "cmaes", "random", "grid", "qmc")
 PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
 # search --promote: none, each new proxy leader at full fidelity, or so with full runs at most half
 # the time; auto: balanced where the objective picks one best trial (the replay's fastest), else none

@@ -55,7 +55,6 @@ from common import ROOT, add_results_argument, print_table, provenance, write_re
 
 from tianfeng.hpo.judge.past_warmup import PastWarmup
 from tianfeng.hpo.judge.peers import PeerPruner
-from tianfeng.hpo.judge.screen_check import next_length
 from tianfeng.hpo.running.objective import judge_epoch
 from tianfeng.hpo.sampling.registry import PRUNERS, make_sampler
 
@@ -186,15 +185,13 @@ def suggest(trial: optuna.Trial, space: dict[str, dict]) -> dict:
 class Replay:
     """An Optuna objective that trains a configuration by replaying its surrogate curve epoch by
     epoch, judged as a real search judges a trial (or by Optuna's own pruner for the Optuna arms),
-    until the budget is spent, going on from `so_far` (the budget and best score another search left)."""
+    until the budget is spent."""
 
-    def __init__(self, surrogate: Surrogate, task: str, budget: float, mode: str, judge: str,
-                 so_far: Run | None = None) -> None:
+    def __init__(self, surrogate: Surrogate, task: str, budget: float, mode: str, judge: str) -> None:
         self.surrogate, self.task, self.budget, self.judge = surrogate, task, budget, judge
         self.objective = SimpleNamespace(metric="val_accuracy", mode=mode, direction="maximize")
-        self.run = so_far if so_far is not None else Run([], [])
-        self.spent = self.run.spent[-1] if self.run.spent else 0.0
-        self.best = self.run.best[-1] if self.run.best else float("-inf")
+        self.run = Run([], [])
+        self.spent, self.best = 0.0, float("-inf")
 
     def _charge(self, seconds: float, full_score: float | None) -> None:
         self.spent += seconds
@@ -271,75 +268,10 @@ def one_epoch_then_best(surrogate: Surrogate, task: str, seed: int, budget: floa
     return run
 
 
-def screen_and_finish_leaders(make_sampler_for: Callable[[int], optuna.samplers.BaseSampler],
-                              checked: bool = True, balanced: bool = False, fall_back: bool = False) -> Callable:
-    """Each configuration scored by its first epochs (the sampler learns from that score); once
-    three are scored, each new leader by it is trained whole, continuing from its screen (charged
-    the rest of its time), as `tianfeng search --fidelity screen --promote leader` trains it. `checked`: the screen
-    lengthens when the whole runs' own curves rank their best unlike it, by the search's own
-    rule (screen_check); unchecked, it stays at one epoch. `balanced` (`--promote balanced`): a
-    leader is trained only once the screening so far is at least the whole runs' time with its
-    own (the last whole run's, or before the first its screen's time per epoch times the epochs).
-    `fall_back`: the first time the check lengthens the screen (the whole runs say the short
-    screen misranks), screening ends and the rest of the budget goes to tianfeng's search over the
-    run's own epochs (TPE and ASHA, as the `tianfeng` arm), its TPE told the whole runs so far."""
-    def run(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
-        study = optuna.create_study(direction="maximize", sampler=make_sampler_for(seed))
-        out, spent, best, length = Run([], []), 0.0, float("-inf"), 1
-        promoted: dict[int, list[float]] = {}
-        scored: list[tuple[float, int, dict]] = []
-        full_s, last_took = 0.0, None
-        while spent < budget:
-            trial = study.ask()
-            curve = surrogate.curves(task, [suggest(trial, surrogate.space)])[0]
-            spent += curve["time"][length - 1]
-            study.tell(trial, curve["val_accuracy"][length - 1])
-            scored.append((curve["val_accuracy"][length - 1], trial.number, curve))
-            out.spent.append(spent)
-            out.best.append(best)
-            _, number, leader = max(scored, key=lambda s: (s[0], -s[1]))
-            expected = last_took if last_took is not None else leader["time"][length - 1] / length * EPOCHS
-            if len(scored) >= 3 and number not in promoted and (not balanced or spent - full_s >= full_s + expected):
-                promoted[number] = leader["val_accuracy"]
-                last_took = leader["time"][-1] - leader["time"][length - 1]  # its screen's epochs are done
-                spent, full_s = spent + last_took, full_s + last_took
-                best = max(best, leader["val_accuracy"][-1])
-                out.spent.append(spent)
-                out.best.append(best)
-                if checked:
-                    longer = next_length(list(promoted.values()), length, maximize=True)
-                    if longer > length and fall_back:
-                        return _search_the_rest(surrogate, task, seed, budget, out, study, promoted)
-                    if longer > length:  # shorter screens' scores are not compared with longer ones
-                        length, scored = longer, []
-        return out
-    return run
-
-
 def _tianfeng_study(seed: int) -> optuna.Study:
     """tianfeng's search over a run's own epochs: its TPE, and ASHA past the warm-up."""
     return optuna.create_study(direction="maximize", sampler=make_sampler("tpe", _space("accuracy"), seed),
                                pruner=PastWarmup(PRUNERS["asha"](EPOCHS)))
-
-
-def told_search(seed: int, screened: optuna.Study, whole: dict[int, list[float]]) -> optuna.Study:
-    """tianfeng's search, told the ends of the screened study's trials numbered in `whole`."""
-    study = _tianfeng_study(seed)
-    for number, curve in whole.items():
-        trial = screened.trials[number]
-        study.add_trial(optuna.trial.create_trial(params=trial.params, distributions=trial.distributions,
-                                                  value=curve[-1]))
-    return study
-
-
-def _search_the_rest(surrogate: Surrogate, task: str, seed: int, budget: float, so_far: Run,
-                     screened: optuna.Study, whole: dict[int, list[float]]) -> Run:
-    """The budget left after `so_far`, spent by tianfeng's search, its TPE told the whole runs'
-    scores (already paid for, so not trained again)."""
-    study = told_search(seed, screened, whole)
-    replay = Replay(surrogate, task, budget, "accuracy", "tianfeng", so_far)
-    study.optimize(replay, callbacks=[replay.stop_when_spent], n_trials=10_000)
-    return replay.run
 
 
 def dehb(surrogate: Surrogate, task: str, seed: int, budget: float) -> Run:
@@ -411,18 +343,6 @@ METHODS: dict[str, Callable] = {
         optuna.pruners.HyperbandPruner(min_resource=1, max_resource=EPOCHS, reduction_factor=3)), "accuracy", "optuna")),
     "random": optuna_method(lambda seed: (_study(optuna.samplers.RandomSampler(seed=seed)), "accuracy", "optuna")),
     "one-epoch-then-best": one_epoch_then_best,
-    "one-epoch-leader": screen_and_finish_leaders(lambda seed: optuna.samplers.RandomSampler(seed=seed), checked=False),
-    # screening as `tianfeng search --fidelity screen` samples it by default (random) and by choice
-    "tianfeng-screen": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed)),
-    "tianfeng-screen-tpe": screen_and_finish_leaders(lambda seed: make_sampler("tpe", _space("accuracy"), seed)),
-    "tianfeng-screen-qmc": screen_and_finish_leaders(lambda seed: make_sampler("qmc", _space("accuracy"), seed)),
-    "tianfeng-screen-balanced": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed),
-                                                          balanced=True),
-    # screening with each new leader whole until the whole runs disagree with the screen, then the rest as `tianfeng`
-    "tianfeng-screen-fallback": screen_and_finish_leaders(lambda seed: make_sampler("random", _space("accuracy"), seed),
-                                                          fall_back=True),
-    "tianfeng-screen-balanced-fallback": screen_and_finish_leaders(
-        lambda seed: make_sampler("random", _space("accuracy"), seed), balanced=True, fall_back=True),
     "dehb": dehb,
     "smac-hyperband": smac_hyperband,
     "mobster": synetune("mobster"),

@@ -10,7 +10,7 @@ from tianfeng.trainers.engine import EpochMetrics, RunResult, StopTraining
 
 
 def empty_trainer(cfg, callback) -> RunResult:
-    """As the engine's `train`: a callback that stops the run (a pruned or screened trial) ends
+    """As the engine's `train`: a callback that stops the run (a pruned trial) ends
     it with that status, not with an exception."""
     epochs = []
     try:

@@ -15,7 +15,7 @@ Each member is one Optuna trial of a study at the space's target rung (random sa
 priors), told its lineage's last score when it ends; its `pbt` attribute records each take-over.
 The rounds are synchronous, the paper's truncation selection. Ray Tune's
 PopulationBasedTraining makes the same choices asynchronously over trials that Ray places side by
-side; this loop trains one member at a time on every core, as the screened search trains its
+side; this loop trains one member at a time on every core, as `--promote leader` trains its
 full runs, so the two methods get the cores alike.
 """
 

@@ -10,8 +10,8 @@ The table (`--table`, default docs/results/replay/<setting>.jsonl.gz) is gzip-co
 lines: a header (commit, machine, torch, seeds, rungs, the space's digest) and one line per
 recipe, appended as each recipe's rungs are all recorded, so a cut recording loses at most the
 recipes in training; run the same command again to go on (recipes already in the table are not
-trained again; `--keep` holds the run folders). The screening rung is the whole run's first
-epochs and needs no run of its own. Costs are CPU seconds of the training process, so the
+trained again; `--keep` holds the run folders). A whole run's first epochs (what the one-epoch
+peer ranks by) need no run of their own. Costs are CPU seconds of the training process, so the
 recording may share the machine with other work; wall seconds are kept for reference only.
 """
 
@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # common.py, one folder up
 
+import yaml
 from common import ROOT, data_source, provenance
 from ttt_settings import SETTINGS, space_for
 
@@ -140,8 +141,15 @@ def append_row(path: Path, row: dict) -> None:
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
-def space_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+def space_digest(path: Path, rungs: list[str]) -> str:
+    """What a table's recipes depend on in the space file: its content without comments and
+    without the rungs the table does not record, so that a rung added or dropped elsewhere, or a
+    comment, leaves the table the same space's; so does the rung a search runs by default
+    (`search_fidelity`), since the table names the rungs it records."""
+    raw = yaml.safe_load(path.read_text())
+    raw.pop("search_fidelity", None)
+    raw["fidelities"] = {name: rung for name, rung in (raw.get("fidelities") or {}).items() if name in rungs}
+    return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def worker(k: int, workers: int, args: argparse.Namespace, space_path: str, data: str | None, todo: list[dict]) -> None:
@@ -190,7 +198,7 @@ def main() -> None:
 
     header, rows = read_table(args.table)
     wanted = {"setting": args.setting, "data": args.data, "seed": args.seed, "rungs": args.rungs,
-              "space_sha256": space_digest(space_path)}
+              "space_sha256": space_digest(space_path, args.rungs)}
     if header is not None:
         clash = {k: (header.get(k), v) for k, v in wanted.items() if header.get(k) != v}
         if clash:

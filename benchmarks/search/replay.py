@@ -13,8 +13,8 @@ What is replayed, and how it stays faithful to the live benchmark (time_to_targe
 - Proposals come from the search's own code: its sampler (`make_sampler`, one stream per worker
   as `sampler_seed` gives them), its pruners (`judging`: ASHA past each trial's warm-up, or
   Hyperband), the epoch-by-epoch judgement of a trial (`judge_epoch`), the published priors
-  queued first, and the screen check's lengthening (`next_length`). A change to any of them
-  changes the replay.
+  queued first, and the leader rules of promotion (`proxy_leader`, `balanced_wait_over`,
+  `whole_run_s`). A change to any of them changes the replay.
 - A proposal is mapped to the nearest recipe of the pool not yet used in this run (distance over
   the space's parameters normalised to [0, 1], log where the parameter is log, categorical and
   inactive values 1 apart), and the trial then carries that recipe's values, so the sampler learns
@@ -53,7 +53,6 @@ from common import ROOT, add_results_argument, data_source, print_table, write_r
 from optuna.trial import TrialState
 
 from tianfeng.hpo.judge.pruning import judging
-from tianfeng.hpo.judge.screen_check import next_length
 from tianfeng.hpo.running.objective import judge_epoch, suggest
 from tianfeng.hpo.running.runner import derived_seed
 from tianfeng.hpo.sampling.registry import make_sampler
@@ -209,12 +208,13 @@ class Machine:
         return True
 
     def search(self, study: optuna.Study, samplers: list[optuna.samplers.BaseSampler], rung: str,
-               stop_at: float, judge: str = "tianfeng", screen: Callable[[], int] | None = None,
+               stop_at: float, judge: str = "tianfeng", first_epochs: int | None = None,
                on_end: Callable[[optuna.trial.FrozenTrial, Recipe], None] | None = None,
                pause: Callable[[], bool] | None = None) -> list[tuple[Recipe, optuna.Trial]]:
         """Trials at `rung`, one per core (worker k asks with samplers[k]), until `stop_at`: no
         trial starts after it, and none still training at the budget counts. A target-rung trial
-        that completes is a whole-run score. `screen()` gives a screening rung's length now. Once
+        that completes is a whole-run score; with `first_epochs`, each trial trains only that many
+        epochs of its whole run (the one-epoch peer's). Once
         `pause()` is true when a trial ends, no trial starts and the search returns when those
         running have ended (as the live search's workers finish their trial while a promoted run
         waits). Returns the completed trials with their recipes."""
@@ -226,7 +226,7 @@ class Machine:
             nonlocal order
             if self.now >= stop_at or (pause is not None and pause()):
                 return
-            epochs = self._trial(study, samplers[worker], rung, judge, screen, done, on_end)
+            epochs = self._trial(study, samplers[worker], rung, judge, first_epochs, done, on_end)
             if epochs is None:
                 return
             step = next(epochs, None)
@@ -250,7 +250,7 @@ class Machine:
                 heapq.heappush(running, (self.now + step, order, worker, epochs))
         return done
 
-    def _trial(self, study, sampler, rung, judge, screen, done, on_end) -> Iterator[float] | None:
+    def _trial(self, study, sampler, rung, judge, first_epochs, done, on_end) -> Iterator[float] | None:
         study.sampler = sampler
         trial = study.ask()
         values = suggest(trial, self.space)
@@ -266,9 +266,9 @@ class Machine:
         self.run.moved.append(moved)
         carry_values(study, trial, recipe, self.space)
         trial.set_user_attr(TrialKey.CONFIG, {"schedule": {"warmup_epochs": recipe.warmup(rung)}})
-        curve_rung = "target" if screen is not None else rung
+        curve_rung = "target" if first_epochs is not None else rung
         scores, costs = recipe.scores[curve_rung], recipe.costs[curve_rung]
-        last = min(screen(), recipe.epochs["target"]) if screen is not None else recipe.epochs[rung]
+        last = min(first_epochs, recipe.epochs["target"]) if first_epochs is not None else recipe.epochs[rung]
         whole = curve_rung == "target" and last == recipe.epochs["target"]
         return self._epochs(study, trial, recipe, scores, costs, last, judge, done, on_end, whole)
 
@@ -298,7 +298,10 @@ class Machine:
 
 # ------------------------------------------------------------------------------------ methods
 def _study(machine: Machine, priors: bool, pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
-    study = optuna.create_study(direction="maximize", pruner=pruner or optuna.pruners.NopPruner())
+    # named by the seed: Hyperband puts a trial in its bracket by a checksum of the study's name,
+    # so an unnamed (random) one would make a rerun differ
+    study = optuna.create_study(study_name=f"replay-{machine.seed}", direction="maximize",
+                                pruner=pruner or optuna.pruners.NopPruner())
     if priors:
         for prior in machine.space.priors:
             study.enqueue_trial(prior.params)
@@ -342,24 +345,36 @@ def proxy_leaders(balanced: bool, rung: str = "proxy") -> Callable[[Machine], No
     `proxy_leader` names a trial not yet trained whole, the trials running end, no new one starts,
     and the leader's recipe is trained whole with every core. Nothing ranked below a promoted
     trial is promoted. Balanced: a leader waits until the search's own `balanced_wait_over` says
-    the proxies have had as long as the whole runs will have taken with this one (the last whole
-    run's time; before the first, the leader's own, where the live search estimates it from its
-    proxy)."""
+    the proxies have had as long as the whole runs will have taken with this one: the last whole
+    run's time, or before the first, the search's own estimate from the leader's proxy run, as
+    `full_run_estimate` makes it (`whole_run_s`: that run's time on every core, times
+    `full_run_ratio` of its rung's config and the target's)."""
     def method(machine: Machine) -> None:
-        from tianfeng.promotion.leaders import balanced_wait_over, proxy_leader
+        from tianfeng.hpo.space.materialize import build_config
+        from tianfeng.promotion.full_run_time import full_run_ratio
+        from tianfeng.promotion.leaders import balanced_wait_over, proxy_leader, whole_run_s
 
         study = _study(machine, priors=True, pruner=_pruner(machine, rung, "asha"))
         samplers = _samplers(machine, "tpe", machine.cores)
         recipes: dict[int, Recipe] = {}  # trial number -> the recipe it trained
         promoted: set[int] = set()
         full = {"s": 0.0, "last": None}  # the whole runs' seconds, and the last one's
+        estimates: dict[int, float] = {}  # recipe id -> its whole run's estimate from its proxy
+
+        def estimate(recipe: Recipe) -> float:
+            if recipe.id not in estimates:
+                epochs = recipe.epochs[rung]
+                ratio = full_run_ratio(build_config(machine.space, recipe.params, rung),
+                                       build_config(machine.space, recipe.params, "target"))
+                estimates[recipe.id] = whole_run_s(sum(recipe.costs[rung]), epochs, epochs, 1, machine.cores) * ratio
+            return estimates[recipe.id]
 
         def due() -> int | None:
             leader = proxy_leader(study)
             if leader is None or leader.number in promoted:
                 return None
             if balanced:
-                expected = full["last"] or sum(recipes[leader.number].costs["target"]) / machine.cores
+                expected = full["last"] or estimate(recipes[leader.number])
                 if not balanced_wait_over(machine.now - full["s"], full["s"], expected):
                     return None
             return leader.number
@@ -386,52 +401,11 @@ def one_epoch_then_best(machine: Machine) -> None:
     them by that epoch trained whole (from the start), best first."""
     study = _study(machine, priors=False)
     done = machine.search(study, _samplers(machine, "random", machine.cores), "target", machine.budget * SEARCH_SHARE,
-                          screen=lambda: 1)
+                          first_epochs=1)
     firsts = [(study.trials[t.number].value, r) for r, t in done]
     for _, recipe in sorted(firsts, key=lambda f: -f[0]):
         if not machine.whole_run(recipe):
             return
-
-
-def screen_leaders(balanced: bool) -> Callable[[Machine], None]:
-    """`tianfeng search --fidelity screen --promote leader` (or `balanced`): the priors, then random
-    recipes scored by the first epochs of their whole run (as long as the screen is now); once three
-    are scored, each new leader is trained whole, going on from its screen, with every core while
-    the search waits. The screen lengthens when the whole runs' curves rank their best unlike it
-    (the screen check's `next_length`); scores of shorter screens are not compared with longer
-    ones. Balanced: a leader waits until the screening so far is as long as the whole runs'
-    time with its own."""
-    def method(machine: Machine) -> None:
-        study = _study(machine, priors=True)
-        state = {"length": 1, "scored": [], "promoted": {}, "full_s": 0.0, "screen_s": 0.0, "last_took": None}
-        samplers = _samplers(machine, "random", machine.cores)
-
-        def on_end(trial: optuna.trial.FrozenTrial, recipe: Recipe) -> None:
-            state["scored"].append((trial.value, trial.number, recipe))
-            state["screen_s"] += sum(recipe.costs["target"][:state["length"]]) / machine.cores
-
-        while machine.now < machine.budget:
-            before = len(state["scored"])
-            machine.search(study, samplers, "target", machine.now + 1e-9, screen=lambda: state["length"], on_end=on_end)
-            if len(state["scored"]) == before and machine.now < machine.budget:  # the pool is spent
-                return
-            if len(state["scored"]) < 3:
-                continue
-            score, number, leader = max(state["scored"], key=lambda s: (s[0], -s[1]))
-            if number in state["promoted"]:
-                continue
-            rest = sum(leader.costs["target"][state["length"]:]) / machine.cores
-            if balanced and state["screen_s"] - state["full_s"] < (state["last_took"] or rest):
-                continue
-            state["promoted"][number] = [s for s in leader.scores["target"]]
-            if not machine.whole_run(leader, done_epochs=state["length"]):
-                return
-            state["full_s"] += rest
-            state["last_took"] = rest
-            longer = next_length(list(state["promoted"].values()), state["length"], maximize=True)
-            if longer > state["length"]:
-                state["length"], state["scored"] = longer, []
-    return method
 
 
 METHODS: dict[str, Callable[[Machine], None]] = {
@@ -442,8 +416,6 @@ METHODS: dict[str, Callable[[Machine], None]] = {
     "proxy-leader": proxy_leaders(balanced=False),
     "proxy-best": proxies_then_best(),
     "tianfeng-target": search_at_target("tpe", "asha", priors=True),
-    "screen-leader": screen_leaders(balanced=False),
-    "screen-balanced": screen_leaders(balanced=True),
     "optuna-tpe": search_at_target("tpe", "none", priors=False),
     "tpe-hyperband": search_at_target("tpe", "hyperband", priors=False),
     "asha": search_at_target("random", "asha", priors=False),
@@ -455,8 +427,7 @@ PEERS = ("optuna-tpe", "tpe-hyperband", "asha", "one-epoch", "random")
 # its search rung, lowres_half, and --promote auto (balanced where the objective picks one best)
 DEFAULT = "lowres-balanced"
 # the methods that are one of the search's own modes, a flag or two away from the default
-MODES = ("lowres-leader", "lowres-best", "proxy-balanced", "proxy-leader", "proxy-best", "tianfeng-target",
-         "screen-leader", "screen-balanced")
+MODES = ("lowres-leader", "lowres-best", "proxy-balanced", "proxy-leader", "proxy-best", "tianfeng-target")
 # what each method is, in the product's flags where it is one of its modes
 DESCRIBED = {
     "lowres-balanced": "the default: proxies at `lowres_half` (TPE, ASHA, the published recipes), each new leader "
@@ -468,8 +439,6 @@ DESCRIBED = {
     "proxy-leader": "`--fidelity proxy --promote leader`",
     "proxy-best": "`--fidelity proxy --promote none`: proxies, then the best trained whole",
     "tianfeng-target": "`--fidelity target`: TPE and ASHA over the whole run's epochs",
-    "screen-leader": "`--fidelity screen --promote leader`",
-    "screen-balanced": "`--fidelity screen --promote balanced`",
     "optuna-tpe": "plain Optuna TPE, whole runs",
     "tpe-hyperband": "Optuna TPE + HyperbandPruner",
     "asha": "ASHA over random recipes",
@@ -481,8 +450,7 @@ LIVE_NAMES = {"tianfeng": "proxy-best", "tianfeng-lowres": "lowres-best", "tianf
               "tianfeng-leader": "proxy-leader", "tianfeng-balanced": "proxy-balanced",
               "tianfeng-lowres-leader": "lowres-leader", "tianfeng-lowres-balanced": "lowres-balanced",
               "optuna-tpe": "optuna-tpe",
-              "tpe-hyperband": "tpe-hyperband", "ray-asha": "asha", "one-epoch": "one-epoch",
-              "tianfeng-screen": "screen-leader", "tianfeng-screen-balanced": "screen-balanced"}
+              "tpe-hyperband": "tpe-hyperband", "ray-asha": "asha", "one-epoch": "one-epoch"}
 
 
 def replay_space(header: dict) -> SearchSpace:
@@ -591,12 +559,13 @@ def pool_figures(recipes: list[Recipe], targets: list[float]) -> dict:
     out: dict[str, Any] = {"recipes": len(recipes), "targets": {}}
     for target in targets:
         out["targets"][f"{target:g}"] = sum(w >= target for w in whole) / len(whole) if whole else None
-    rungs = sorted({rung for r in recipes for rung in r.scores} - {"target"}) + ["screen-1", "screen-2", "screen-3"]
+    # and the whole run's first 1-3 epochs (what the one-epoch peer ranks by)
+    rungs = sorted({rung for r in recipes for rung in r.scores} - {"target"}) + ["epochs-1", "epochs-2", "epochs-3"]
     out["rank"] = {}
     for rung in rungs:
         pairs = []
         for r, w in zip(recipes, whole, strict=True):
-            if rung.startswith("screen-"):
+            if rung.startswith("epochs-"):
                 k = int(rung.split("-")[1])
                 s = r.scores["target"][k - 1] if len(r.scores["target"]) >= k else 0.0
             else:
@@ -604,8 +573,8 @@ def pool_figures(recipes: list[Recipe], targets: list[float]) -> dict:
             pairs.append((0.0 if math.isnan(s) else s, w))
         if len(pairs) >= 3:
             x, y = zip(*pairs, strict=True)
-            cost = statistics.median((sum(r.costs[rung if not rung.startswith("screen") else "target"]
-                                          [: int(rung.split("-")[1]) if rung.startswith("screen") else None])
+            first = rung.startswith("epochs-")
+            cost = statistics.median((sum(r.costs["target" if first else rung][: int(rung.split("-")[1]) if first else None])
                                       / max(1e-9, sum(r.costs["target"]))) for r in recipes)
             out["rank"][rung] = {"spearman": float(spearmanr(x, y).statistic), "kendall": float(kendalltau(x, y).statistic),
                                  "cost_share": cost}

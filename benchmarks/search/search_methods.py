@@ -16,7 +16,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,25 +35,17 @@ from tianfeng.storage.runs import RunRecordStatus, RunStore
 from tianfeng.terminal.logs import quiet_optuna
 
 SPACE = SHIPPED  # the near-best setting's space, as shipped
-# `tianfeng search --fidelity screen --promote leader` and the options each variant adds
-TO_75 = {"objective": "time-to-target", "target": 75.0}
-SCREENS = {"tianfeng-screen": {}, "tianfeng-screen-tpe": {"sampler": "tpe"}, "tianfeng-screen-qmc": {"sampler": "qmc"},
-           "tianfeng-screen-to75": TO_75, "tianfeng-screen-tpe-to75": {"sampler": "tpe", **TO_75},
-           "tianfeng-screen-balanced": {"promote": "balanced"}}
 # `tianfeng search --promote leader` (or balanced) on proxies, and the rung each variant searches
 PROMOTING = {"tianfeng-leader": {"promote": "leader", "fidelity": "proxy"},
              "tianfeng-balanced": {"promote": "balanced", "fidelity": "proxy"},
              "tianfeng-lowres-leader": {"promote": "leader", "fidelity": "lowres_half"},
              "tianfeng-lowres-balanced": {"promote": "balanced", "fidelity": "lowres_half"}}
-METHODS = ("tianfeng", "tianfeng-lowres", "tianfeng-target", "tianfeng-async", "tianfeng-pause", *PROMOTING, "optuna-tpe",
-           "tpe-hyperband", "ray-asha",
-           "one-epoch", "one-epoch-leader", *SCREENS, "pbt")
+METHODS = ("tianfeng", "tianfeng-lowres", "tianfeng-target", *PROMOTING, "optuna-tpe", "tpe-hyperband", "ray-asha",
+           "one-epoch", "pbt")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
-PROMOTE_ETA = 3  # the tianfeng-* methods that promote as trials qualify: ASHA's factor, as in the default pruner
-# a promoted run's threads (tianfeng-leader: `tianfeng search --promote leader` gives it every core)
-# (None: every core its process may use)
-RUN_CORES = {"tianfeng": 2, "tianfeng-async": 1, "tianfeng-pause": 2, "tianfeng-leader": None,
-             **dict.fromkeys(SCREENS, None)}
+# the methods whose full-fidelity scores are promoted runs, and those runs' threads (None: every
+# core its process may use, as `tianfeng search --promote leader` gives them)
+RUN_CORES = {"tianfeng": 2, "tianfeng-lowres": 2, **dict.fromkeys(PROMOTING, None)}
 
 
 def _spec(directory: Path, name: str, seed: int, data: str | None, space: Path, **changes) -> SearchSpec:
@@ -86,110 +77,6 @@ def _promote(storage: str, study: str, number: int, directory: Path) -> None:
     tianfeng.promote(number, storage=storage, study=study, runs_dir=str(directory / "runs"))
 
 
-def _proxy_worker(spec: SearchSpec, space: SearchSpace, worker: int) -> tuple[optuna.Study, Callable[[], None]]:
-    """The study as worker `worker` sees it (its own sampler stream) and a call that runs one
-    proxy trial, logged as the search logs it."""
-    from tianfeng.hpo.judge.pruning import judging
-    from tianfeng.hpo.running.objective import ProxyObjective
-    from tianfeng.hpo.running.runner import sampler_seed
-    from tianfeng.hpo.running.trial_log import TrialLogger
-    from tianfeng.hpo.sampling.registry import make_sampler
-
-    study = optuna.load_study(study_name=spec.study, storage=spec.options.storage, pruner=judging(space, spec.rung, spec.options.pruner).pruner,
-                              sampler=make_sampler(spec.sampler, space, sampler_seed(spec, worker, 0)))
-    objective = ProxyObjective(space, spec.study, Path(spec.runs_root), spec.rung)
-    callbacks = [TrialLogger(space.objective.metric)]
-    return study, lambda: study.optimize(objective, n_trials=1, callbacks=callbacks, catch=(Exception,))
-
-
-def next_promotion(trials: list[optuna.trial.FrozenTrial], promoted: set[int],
-                   eta: int = PROMOTE_ETA) -> optuna.trial.FrozenTrial | None:
-    """ASHA's rule with full fidelity as the top rung: once `eta` proxy trials are complete, the
-    best one not yet promoted, if it ranks in the top 1/eta of them."""
-    done = sorted((t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
-                  key=lambda t: t.value, reverse=True)
-    return next((t for t in done[:len(done) // eta] if t.number not in promoted), None)
-
-
-def _search_and_promote(spec: SearchSpec, directory: Path, pause: bool = False) -> None:
-    """tianfeng-async: one worker process searches the proxies; this process, at one thread too,
-    promotes by `next_promotion` whenever a trial qualifies and searches in between, until stopped.
-    tianfeng-pause: the same, but the other worker starts no trial while a promoted run trains,
-    and that run has both cores."""
-    import multiprocessing
-    import pickle
-
-    import torch
-
-    from tianfeng.hpo.running.study import open_study
-    from tianfeng.terminal.interrupts import run_quietly
-
-    space = space_of(spec)
-    open_study(spec, space, resume=False)  # created whole, the priors queued, before either worker starts
-    paused = directory / "search-paused"
-    ctx = multiprocessing.get_context("spawn")
-    if pause:
-        searcher = ctx.Process(target=_pausable_searcher, args=(spec, paused), daemon=True)
-    else:
-        searcher = ctx.Process(target=run_quietly, daemon=True,
-                               args=("tianfeng.hpo.running.runner", "_worker_process", pickle.dumps((spec, 1, 1, 0))))
-    searcher.start()
-    torch.set_num_threads(1)
-    study, one_trial = _proxy_worker(spec, space, 2)
-    promoted: set[int] = set()
-    while True:
-        pick = next_promotion(study.get_trials(deepcopy=False), promoted)
-        if pick is None:
-            one_trial()
-            continue
-        promoted.add(pick.number)
-        if pause:  # the other worker's running trial finishes first; it then waits
-            paused.touch()
-            torch.set_num_threads(2)
-        _promote(spec.options.storage, spec.study, pick.number, directory)
-        if pause:
-            paused.unlink()
-            torch.set_num_threads(1)
-
-
-def _pausable_searcher(spec: SearchSpec, paused: Path) -> None:
-    """tianfeng-pause's other worker: proxy trials at one thread, none started while `paused` exists."""
-    import torch
-
-    torch.set_num_threads(1)
-    quiet_optuna()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("tianfeng.engine").setLevel(logging.WARNING)
-    _, one_trial = _proxy_worker(spec, space_of(spec), 1)
-    with contextlib.suppress(KeyboardInterrupt):
-        while True:
-            while paused.exists():
-                time.sleep(1.0)
-            one_trial()
-
-
-def _screen_and_finish_leaders(study: optuna.Study, screen_objective, objective, first_after: int = 3) -> None:
-    """one-epoch-leader: random recipes screened by their first full-fidelity epoch, as one-epoch
-    screens them; once `first_after` are screened, each new leader by that epoch is trained whole
-    at once (a new trial with its parameters), as `--promote leader` promotes a new proxy leader."""
-    screen, finish = AfterFirstEpoch(), optuna.pruners.NopPruner()
-    finished: set[int] = set()
-    while True:
-        study.pruner = screen
-        study.optimize(screen_objective, n_trials=1, catch=(Exception,))
-        screened = [t for t in study.get_trials(deepcopy=False) if t.intermediate_values and "screened" not in t.user_attrs
-                    and t.state == TrialState.PRUNED]
-        if len(screened) < first_after:
-            continue
-        leader = max(screened, key=_first_epoch)
-        if leader.number in finished:
-            continue
-        finished.add(leader.number)
-        study.pruner = finish
-        study.enqueue_trial(leader.params, user_attrs={"screened": leader.number})
-        study.optimize(objective, n_trials=1, catch=(Exception,))
-
-
 def _random_target_study(directory: Path, method: str, seed: int, data: str | None, space_path: Path,
                          heartbeat: bool = True) -> tuple[SearchSpec, SearchSpace, optuna.Study]:
     """A study of random recipes at the space's target rung, no priors (ask and tell need no
@@ -204,18 +91,20 @@ def _random_target_study(directory: Path, method: str, seed: int, data: str | No
 
 
 def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: str | None, space_path: Path):
-    """The one-epoch methods' study (random recipes at the space's target rung, no priors), the
-    objective that screens its trials (the engine told they stop after the first epoch, as a
-    screening rung tells it, so its compile choice weighs that epoch only; the pruner stops them)
-    and the one that trains them whole."""
+    """The one-epoch method's study (random recipes at the space's target rung, no priors), the
+    objective that trains their first epoch (the engine told they stop there, so its compile
+    choice weighs that epoch only; the pruner stops them) and the one that trains them whole."""
+    import dataclasses
+
     from tianfeng.hpo.running.objective import ProxyObjective
-    from tianfeng.hpo.space.materialize import stopping_after
     from tianfeng.trainers.engine import train
 
+    def first_epoch(cfg, report):
+        return train(dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, stop_after_epochs=1)), report)
+
     spec, space, study = _random_target_study(directory, method, seed, data, space_path)
-    screen = ProxyObjective(space, spec.study, Path(spec.runs_root), "target",
-                            trainer=lambda cfg, report: train(stopping_after(cfg, 1), report))
-    return study, screen, ProxyObjective(space, spec.study, Path(spec.runs_root), "target")
+    first = ProxyObjective(space, spec.study, Path(spec.runs_root), "target", trainer=first_epoch)
+    return study, first, ProxyObjective(space, spec.study, Path(spec.runs_root), "target")
 
 
 def _first_epoch(trial: optuna.trial.FrozenTrial) -> float:
@@ -248,21 +137,12 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         spec = _spec(directory, method, seed, data, space)
         tianfeng.search(space, storage=spec.options.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", fidelity="target", progress=False)
-    elif method in ("tianfeng-async", "tianfeng-pause"):  # full-fidelity runs as trials qualify
-        _search_and_promote(_spec(directory, method, seed, data, space), directory, pause=method == "tianfeng-pause")
     elif method in PROMOTING:  # the product's own: tianfeng search --promote leader (or balanced)
         import tianfeng
 
         spec = _spec(directory, method, seed, data, space)
         tianfeng.search(space, storage=spec.options.storage, study=method, data=data, objective="accuracy", seed=seed,
                         trials=UNLIMITED_TRIALS, runs_dir=directory / "runs", progress=False, **PROMOTING[method])
-    elif method in SCREENS:  # tianfeng search --fidelity screen --promote leader (or balanced)
-        import tianfeng
-
-        spec = _spec(directory, method, seed, data, space)
-        tianfeng.search(space, storage=spec.options.storage, study=method, data=data, seed=seed, trials=UNLIMITED_TRIALS,
-                        runs_dir=directory / "runs", fidelity="screen", progress=False,
-                        **{"objective": "accuracy", "sampler": "auto", "promote": "leader", **SCREENS[method]})
     elif method in ("optuna-tpe", "tpe-hyperband"):
         pruner = "none" if method == "optuna-tpe" else "hyperband"
         run_search(_spec(directory, method, seed, data, space, rung="target", priors=False, pruner=pruner), 2, resume=False,
@@ -273,13 +153,11 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         run_ray_search(_spec(directory, method, seed, data, space, rung="target", priors=False, sampler="random"),
                        RayOptions(cpus_per_trial=1), resume=False)
     elif method == "one-epoch":  # random recipes for one epoch each, then the best finished
-        study, screen_objective, objective = _full_fidelity_random_study(directory, method, seed, data, space)
+        study, first_objective, objective = _full_fidelity_random_study(directory, method, seed, data, space)
         study.pruner = AfterFirstEpoch()
         left = budget_s * SEARCH_SHARE - (time.monotonic() - started)
-        study.optimize(screen_objective, timeout=max(1.0, left), catch=(Exception,))
+        study.optimize(first_objective, timeout=max(1.0, left), catch=(Exception,))
         _finish_best_first_epochs(study, objective)
-    elif method == "one-epoch-leader":  # one-epoch's screening, --promote leader's timing
-        _screen_and_finish_leaders(*_full_fidelity_random_study(directory, method, seed, data, space))
     elif method == "pbt":  # Population Based Training, one member at a time with every core
         import torch
         from pbt import run_pbt

@@ -7,12 +7,7 @@ caches (every first measurement and compile is paid inside the arm); the data se
 once, before the first arm, into a cache they share. Prints each arm's total trial time and wall
 time against the old settings and its best proxy score; the last arm keeps one worker to show
 the engine's share alone. Then one full-fidelity run (the old arm's best trial promoted) under
-the old settings, the defaults and compile forced on.
-
-At a screening rung (`--fidelity screen`: each trial the full run, stopped after its first
-epoch) one more arm runs the defaults from cold caches with the engine not told of the stop, as
-screens ran before `engine.stop_after_epochs`: `compile: auto` then weighs a compile against the
-full run's steps, which a screen never trains. `--screen-stop-only` runs just those two arms."""
+the old settings, the defaults and compile forced on."""
 
 from __future__ import annotations
 
@@ -41,7 +36,6 @@ from tianfeng.hpo.spec import SearchSpec
 from tianfeng.terminal.logs import setup_logging
 
 SPACE = ROOT / "search_spaces" / "large_batch.yaml"
-BEFORE = "defaults (cold caches), the stop not told"
 OLD_SETTINGS = {"memory_format": "contiguous", "engine": {"compile": "off"}}
 
 
@@ -61,19 +55,9 @@ def space_with(base_changes: dict, path: Path) -> Path:
     return path
 
 
-def unstopped_hook(tmp: Path) -> Path:
-    """A folder whose sitecustomize, run at the start of the arm's process and of every search
-    worker it spawns, hands screened trials to the engine without their stop."""
-    folder = tmp / "unstopped-hook"
-    folder.mkdir(exist_ok=True)
-    (folder / "sitecustomize.py").write_text("import tianfeng.hpo.running.objective as objective\n"
-                                             "objective.stopping_after = lambda cfg, epochs: cfg\n")
-    return folder
-
-
-def tianfeng(args: list[str], cache: Path, cwd: Path, hook: Path | None = None) -> float:
+def tianfeng(args: list[str], cache: Path, cwd: Path) -> float:
     """Wall seconds of `python -m <args>` in a fresh process with this arm's cache."""
-    paths = [str(ROOT), str(Path(__file__).resolve().parent), str(ROOT / "benchmarks")] + ([str(hook)] if hook else [])
+    paths = [str(ROOT), str(Path(__file__).resolve().parent), str(ROOT / "benchmarks")]
     env = {**os.environ, "TIANFENG_CACHE": str(cache), "PYTHONPATH": os.pathsep.join(paths)}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     start = time.perf_counter()
@@ -100,13 +84,13 @@ def run_arm(spec_path: Path) -> None:
 
 
 def search(tmp: Path, name: str, space: Path, cache: Path, a, trial_recipes: list,
-           workers: int | str = "auto", unstopped: bool = False) -> dict:
+           workers: int | str = "auto") -> dict:
     storage = f"sqlite:///{tmp}/{name}.db"
     spec = tmp / f"{name}.json"
     spec.write_text(json.dumps({"space": str(space), "data": data_source(a.data), "storage": storage, "study": name,
                                 "seed": a.seed, "trials": a.trials, "runs": str(tmp / "runs"), "fidelity": a.fidelity,
                                 "recipes": trial_recipes, "workers": workers}))
-    wall = tianfeng(["search_speed", "--run-arm", str(spec)], cache, tmp, unstopped_hook(tmp) if unstopped else None)
+    wall = tianfeng(["search_speed", "--run-arm", str(spec)], cache, tmp)
     trials = optuna.load_study(study_name=name, storage=storage).get_trials()
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     best = max(done, key=lambda t: t.value)
@@ -138,8 +122,6 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-full", action="store_true", help="skip the full-fidelity runs")
-    parser.add_argument("--screen-stop-only", action="store_true",
-                        help="at a screening rung: only the defaults with and without the stop told to the engine")
     parser.add_argument("--keep", type=Path, help="keep the studies and runs here")
     parser.add_argument("--run-arm", type=Path, help=argparse.SUPPRESS)  # internal: one arm's process
     a = parser.parse_args()
@@ -154,18 +136,11 @@ def main() -> None:
         drawn = recipes(a, max(0, a.trials - len(load_space(SPACE).priors)))
         # decode the data set into the shared cache once, outside every measurement
         search(tmp, "warmup", new_space, arm_cache(tmp, "warmup"), argparse.Namespace(**{**vars(a), "trials": 1}), [])
-        screen = bool(load_space(SPACE).fidelities[a.fidelity].stop_after_epochs)
-        if screen and a.screen_stop_only:
-            arms = {}
-        else:
-            arms = {"old settings (--workers 1)": search(tmp, "old", old_space, arm_cache(tmp, "old"), a, drawn, 1)}
-        arms["defaults (cold caches)"] = search(tmp, "new", new_space, arm_cache(tmp, "new"), a, drawn)
-        if not a.screen_stop_only:
-            arms["defaults (caches of the run above)"] = search(tmp, "new_again", new_space, arm_cache(tmp, "new"), a,
-                                                                drawn)
-            arms["defaults but --workers 1"] = search(tmp, "one", new_space, arm_cache(tmp, "one"), a, drawn, 1)
-        if screen:
-            arms[BEFORE] = search(tmp, "unstopped", new_space, arm_cache(tmp, "unstopped"), a, drawn, unstopped=True)
+        arms = {"old settings (--workers 1)": search(tmp, "old", old_space, arm_cache(tmp, "old"), a, drawn, 1),
+                "defaults (cold caches)": search(tmp, "new", new_space, arm_cache(tmp, "new"), a, drawn),
+                "defaults (caches of the run above)": search(tmp, "new_again", new_space, arm_cache(tmp, "new"), a,
+                                                             drawn),
+                "defaults but --workers 1": search(tmp, "one", new_space, arm_cache(tmp, "one"), a, drawn, 1)}
         base = next(iter(arms.values()))
         same = all(r["params"] == base["params"] for r in arms.values())
         rows = [(name, f"{r['complete']}", f"{r['trial_s']:.1f} s", f"{r['wall']:.1f} s",
@@ -177,12 +152,7 @@ def main() -> None:
                     f"enqueued; no pruning; same trials in every arm: {same}; speeds against the first arm)", rows,
                     headers=("arm", "complete", "trial time", "wall", "speed (trials)", "speed (wall)", "best score",
                              "best trial", "data wait (median / max epoch)"))
-        if BEFORE in arms:
-            told, before = arms["defaults (cold caches)"], arms[BEFORE]
-            print(f"screens with the stop told to the engine, cold caches: trial time {told['trial_s']:.1f} s against "
-                  f"{before['trial_s']:.1f} s, {before['trial_s'] / told['trial_s']:.2f}x faster; wall "
-                  f"{before['wall'] / told['wall']:.2f}x")
-        if not a.no_full and "old settings (--workers 1)" in arms:
+        if not a.no_full:
             old = optuna.load_study(study_name="old", storage=f"sqlite:///{tmp}/old.db")
             best = max((t for t in old.get_trials() if t.state == TrialState.COMPLETE), key=lambda t: t.value).number
             full = {"old settings": full_run(tmp, "old", best, "old", ["memory_format=contiguous", "engine.compile=off"],

@@ -1,30 +1,18 @@
 """Search methods x seeds on cifar5-dev, each method given the same wall-clock budget, so that no
 single lucky or unlucky draw decides the comparison. Methods (benchmarks/search/search_methods.py):
-tianfeng's default (proxies with TPE, ASHA and priors for half the budget, then its best trials
-promoted to full fidelity one after another); tianfeng-target (`tianfeng search --fidelity
-target`: the same search at the space's target rung, its ASHA rungs over the whole run's own
-epochs, so every trial that ends is a full-fidelity score); tianfeng-async (the same search with full fidelity
-as the top rung of ASHA's ladder: from the start, a proxy trial in the top third of the complete
-ones is promoted by one of the two workers, at one thread, while the other searches);
-tianfeng-pause (the same, but the search pauses while a promoted run trains on both cores);
-tianfeng-leader (`tianfeng search --promote leader`: each new proxy leader trained at full
-fidelity while the search waits), tianfeng-balanced (`--promote balanced`), and
-tianfeng-lowres, tianfeng-lowres-leader and tianfeng-lowres-balanced (the default, `--promote
-leader` and `--promote balanced` searching the `lowres_half` rung); plain Optuna TPE at full
-fidelity; Optuna TPE + HyperbandPruner at full fidelity; Ray Tune ASHA at full
-fidelity (random sampling); one epoch of random recipes for half the budget, then the best of
-them trained whole (Egele et al. 2023); one-epoch-leader (the same screening, each new leader by
-its first epoch trained whole at once); and tianfeng-screen (`tianfeng search --fidelity screen
---promote leader`: the published priors, then random recipes (the default sampler on a screening
-rung), scored by the full run's first epoch, each new leader trained whole; tianfeng-screen-tpe
-and tianfeng-screen-qmc the same with `--sampler tpe` or `--sampler qmc`, the priors still
-first; tianfeng-screen-to75 the same told its target, `--objective time-to-target --target 75`:
-each full run is the recipe with the least predicted time forecast to reach 75;
-tianfeng-screen-tpe-to75 that with `--sampler tpe`; tianfeng-screen-balanced with `--promote balanced`: a
-leader's full run waits until the search has screened as long as its full runs will have trained);
-and pbt (Population Based Training: populations of four random 12-epoch recipes, the
-worst member taking over the best's checkpoint and moving its LR, weight decay and trust
-coefficient every 2 epochs, benchmarks/search/pbt.py). Full fidelity is
+tianfeng-lowres-balanced (the default, `tianfeng search` with `--promote auto` on the shipped
+space's search rung, `lowres_half`: each new proxy leader trained at full fidelity once the
+proxies have run as long as the full runs will have taken); tianfeng-lowres-leader (`--promote
+leader`: each new leader trained at once) and tianfeng-lowres (`--promote none`: proxies for half
+the budget, then the best promoted one after another); tianfeng, tianfeng-leader and
+tianfeng-balanced (the same three on the dearer `proxy` rung); tianfeng-target (`tianfeng search
+--fidelity target`: the same search at the space's target rung, its ASHA rungs over the whole
+run's own epochs, so every trial that ends is a full-fidelity score); the peers: plain Optuna TPE
+at full fidelity; Optuna TPE + HyperbandPruner at full fidelity; Ray Tune ASHA at full fidelity
+(random sampling); one epoch of random recipes for half the budget, then the best of them
+trained whole (Egele et al. 2023); and pbt (Population Based Training: populations of four
+random 12-epoch recipes, the worst member taking over the best's checkpoint and moving its LR,
+weight decay and trust coefficient every 2 epochs, benchmarks/search/pbt.py). Full fidelity is
 `large_batch.yaml`'s `target` rung.
 
 Each method and seed runs in a fresh process that is stopped (Ctrl-C) when its budget is up;
@@ -47,7 +35,7 @@ whole runs; its targets are 84 and 86. Each result records its setting, and a ke
 another setting is refused.
 
     python benchmarks/search/time_to_target.py --setting costly --budget 60m --seeds 0 \
-        --methods tianfeng,tianfeng-screen,optuna-tpe --keep runs/ttt-costly
+        --methods tianfeng-lowres-balanced,optuna-tpe --keep runs/ttt-costly
     python benchmarks/search/time_to_target.py --report docs/results/time_to_target_costly \
         --against optuna-tpe   # the kept results, with each method's per-seed ratios over plain TPE's
 

@@ -40,7 +40,7 @@ WRITES = {"record_pool": "pool.jsonl.gz"}
 # run at their smallest size by a test file of their own beside this one
 RUN_ELSEWHERE = {
     "lcbench": "test_lcbench_benchmark.py", "replay": "test_replay_benchmark.py",
-    "screen_forecast": "test_screen_forecast_benchmark.py", "search_methods": "test_time_to_target_benchmark.py",
+    "search_methods": "test_time_to_target_benchmark.py",
     "search_overhead": "test_search_overhead_benchmark.py", "time_to_target": "test_time_to_target_benchmark.py",
 }
 # what cannot run at a smaller size than its figure, and why

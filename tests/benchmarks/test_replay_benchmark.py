@@ -91,23 +91,34 @@ def test_proxies_then_the_best_searches_for_half_the_budget_then_trains_whole_ru
 
 def test_a_promoting_search_trains_its_leaders_whole_as_they_come_and_balanced_waits(pool, space,
                                                                                     monkeypatch) -> None:
-    def first(method: str) -> tuple[float, float]:
-        """When the method's first whole run ended, and how long it took on both cores."""
+    from tianfeng.hpo.space.materialize import build_config
+    from tianfeng.promotion.full_run_time import full_run_ratio
+    from tianfeng.promotion.leaders import whole_run_s
+
+    def first(method: str) -> tuple[float, float, float]:
+        """When the method's first whole run ended, how long it took on both cores, and how long
+        the search's own estimate from its `lowres_half` proxy said it would take."""
         at, score = min(replay.replay(method, pool, space, budget=1000.0, cores=2, seed=0).events)
         recipe = next(r for r in pool.recipes if r.whole == score)
-        return at, sum(recipe.costs["target"]) / 2
+        epochs = recipe.epochs["lowres_half"]
+        ratio = full_run_ratio(build_config(space, recipe.params, "lowres_half"),
+                               build_config(space, recipe.params, "target"))
+        return at, sum(recipe.costs["target"]) / 2, whole_run_s(sum(recipe.costs["lowres_half"]), epochs, epochs, 1,
+                                                                2) * ratio
 
     # a leader of the first few proxies is trained whole long before the default's half ends
     assert first("proxy-leader")[0] < 500.0 < first("proxy-best")[0]
-    # where proxies are cheap, balanced waits until they have had as long as that whole run takes
-    leader, (balanced, took) = first("lowres-leader"), first("lowres-balanced")
-    assert leader[0] - leader[1] < leader[1] and balanced - took >= took
+    # where proxies are cheap, balanced waits until they have had as long as the search's estimate
+    # of that whole run, which the leader does not
+    leader, (balanced, took, estimate) = first("lowres-leader"), first("lowres-balanced")
+    assert estimate > 2 * EPOCH_S  # more than the proxy's own time: the ratio to the target's config counts
+    assert leader[0] - leader[1] < leader[2] and balanced - took >= estimate
     # whole runs come only from the search's own rules: with its balance waiting for nothing,
     # balanced trains as leader does; with no leader named, nothing is trained whole
     from tianfeng.promotion import leaders
 
     monkeypatch.setattr(leaders, "balanced_wait_over", lambda *_: True)
-    assert first("lowres-balanced") == leader
+    assert first("lowres-balanced")[:2] == leader[:2]
     monkeypatch.setattr(leaders, "proxy_leader", lambda study, **_: None)
     assert not replay.replay("proxy-leader", pool, space, budget=1000.0, cores=2, seed=0).events
 
@@ -145,7 +156,7 @@ def test_the_bootstrap_interval_holds_the_median_and_narrows_with_more_seeds() -
 
 def test_the_pools_rank_figures_see_a_proxy_that_ranks_like_the_whole_run(pool) -> None:
     figures = replay.pool_figures(pool.recipes, [80.0])
-    assert figures["rank"]["proxy"]["spearman"] > 0.9 and figures["rank"]["screen-1"]["kendall"] > 0.5
+    assert figures["rank"]["proxy"]["spearman"] > 0.9 and figures["rank"]["epochs-1"]["kendall"] > 0.5
     assert 0 < figures["targets"]["80"] < 1
 
 
@@ -220,3 +231,8 @@ def test_the_pools_spacing_is_each_recipes_distance_to_its_nearest_neighbour(poo
     assert gap["coordinates"] == coords.shape[1]
     assert gap["recipe_to_nearest"] == pytest.approx(float(np.median(nearest)))
     assert 0 < gap["random_proposal_to_nearest"] < max(nearest) * 2
+
+
+def test_a_method_seed_replays_the_same_twice_hyperbands_brackets_included(pool, space) -> None:
+    runs = [replay.replay("tpe-hyperband", pool, space, budget=3000.0, cores=2, seed=2) for _ in range(3)]
+    assert runs[0].events and runs[0].events == runs[1].events == runs[2].events

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 import optuna  # noqa: E402
 from optuna.distributions import FloatDistribution  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
-from search_methods import next_promotion, utc_seconds  # noqa: E402
+from search_methods import read_back, utc_seconds  # noqa: E402
 from time_to_target import (  # noqa: E402
     best_by,
     mixed_machines,
@@ -74,25 +74,19 @@ def test_per_seed_ratios_divide_each_seeds_time_by_the_baselines_and_mark_a_miss
     assert ratio_rows(results, [90], "tpe") == [("a", "90", "-", "neither reached it in any seed")]
 
 
-def _trials(values: list[float | None]) -> list[optuna.trial.FrozenTrial]:
-    """Trials numbered in order: a value is a complete trial, None a pruned one."""
-    trials = []
-    for number, value in enumerate(values):
-        t = optuna.create_trial(state=TrialState.COMPLETE if value is not None else TrialState.PRUNED, value=value,
-                                params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)})
-        t.number = number
-        trials.append(t)
-    return trials
+@pytest.mark.parametrize("method", ["tianfeng", "tianfeng-lowres", "tianfeng-lowres-balanced", "tianfeng-leader"])
+def test_a_promoting_methods_full_fidelity_scores_are_its_promoted_runs_not_its_proxy_trials(
+        tmp_path: Path, method: str) -> None:
+    from tianfeng.storage.runs import RunRecordStatus, RunStore
 
-
-def test_async_promotion_takes_the_best_unpromoted_trial_of_the_top_third_of_complete_ones() -> None:
-    assert next_promotion(_trials([60.0, 70.0]), set()) is None  # fewer complete trials than eta
-    assert next_promotion(_trials([60.0, None, None, 70.0, 65.0]), set()).number == 3  # pruned ones do not count
-    trials = _trials([60.0, 70.0, 65.0, 50.0, 68.0, 55.0])
-    assert next_promotion(trials, set()).number == 1
-    assert next_promotion(trials, {1}).number == 4  # the second of the top two
-    assert next_promotion(trials, {1, 4}) is None  # #2 is third of six: not in the top third
-    assert next_promotion(trials, {1}, eta=2).number == 4 and next_promotion(trials, {1, 4}, eta=2).number == 2
+    storage = f"sqlite:///{tmp_path}/{method}.db"
+    study = optuna.create_study(study_name=method, storage=storage, direction="maximize")
+    study.add_trial(optuna.create_trial(value=50.0, params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}))
+    store = RunStore(storage)
+    run_id, _ = store.open_run(study=method, trial_number=0, config_hash="h", kind="promote",
+                               run_dir=str(tmp_path / "run"), config_yaml="", proxy_score=50.0)
+    store.update(run_id, status=RunRecordStatus.COMPLETED, final_score=70.0, epochs=[])
+    assert [score for _, score in read_back(method, tmp_path, t0=0.0)["events"]] == [70.0]
 
 
 def test_report_warns_when_results_come_from_several_machines_or_settings() -> None:
@@ -258,7 +252,7 @@ def test_a_kept_result_of_another_setting_is_refused_in_one_line(tmp_path: Path)
 def test_a_report_without_targets_times_its_settings_near_best_targets(tmp_path: Path) -> None:
     from ttt_settings import TARGETS
 
-    for method, events in (("optuna-tpe", [[600.0, 85.0], [900.0, 86.5]]), ("tianfeng-screen", [[300.0, 84.2]])):
+    for method, events in (("optuna-tpe", [[600.0, 85.0], [900.0, 86.5]]), ("tianfeng-lowres-balanced", [[300.0, 84.2]])):
         (tmp_path / f"{method}-s0.json").write_text(json.dumps(
             {"method": method, "seed": 0, "budget_s": 1200.0, "setting": "costly", "events": events, "core_s": 2400.0}))
     # the results say their setting: no --setting needed
@@ -266,7 +260,7 @@ def test_a_report_without_targets_times_its_settings_near_best_targets(tmp_path:
                           "--against", "optuna-tpe"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert TARGETS["costly"] == (84.0, 86.0) and "time to 84" in out.stdout and "time to 86" in out.stdout
-    # screened reached 84 at 300 s against TPE's 600 s; it missed 86, so its ratio is the bound 1200/900
+    # the default reached 84 at 300 s against TPE's 600 s; it missed 86, so its ratio is the bound 1200/900
     assert "s0 0.50" in out.stdout and "s0 >1.33" in out.stdout, out.stdout
 
 

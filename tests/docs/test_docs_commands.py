@@ -71,7 +71,7 @@ def _planned(cmd: str, here: Path) -> None:
 def test_a_refused_combination_in_a_page_would_fail_the_planning(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="--promote: leader: needs one best trial"):
-        _planned("search --space large_batch.yaml --fidelity screen --promote leader", tmp_path)  # a pareto space
+        _planned("search --space large_batch.yaml --fidelity proxy --promote leader", tmp_path)  # a pareto space
 
 
 SEARCHES = [(page, cmd) for page, cmd in DOCUMENTED if cmd.split()[0] == "search"]

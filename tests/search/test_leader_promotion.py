@@ -39,12 +39,33 @@ def test_the_leader_is_the_best_complete_trial_once_three_are_complete(direction
     assert leader is not None and leader.value == (70.0 if direction == "maximize" else 50.0)
 
 
-def _screened(study: optuna.Study, screen: float, epochs: int, seconds: float) -> None:
-    """A recipe of `epochs` epochs screened for one, predicted to take `seconds` on the cluster."""
+def _proxy_took(study: optuna.Study, score: float, took_s: float, epochs: int = 20, trained: int = 1, cores: int = 1,
+                reported: bool = True) -> None:
+    """A trial of a run of `epochs` epochs that trained `trained` of them in `took_s` seconds on
+    `cores` threads, its scores reported to Optuna (accuracy) or kept as its curve (other objectives)."""
     dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
-    study.add_trial(optuna.create_trial(value=seconds, params={"x": 0.5}, distributions=dist,
-                                        user_attrs={"score": screen, "predicted": {"seconds": seconds},
-                                                    "config": {"phases": [{"epochs": epochs}]}}))
+    curve = {e: score for e in range(1, trained + 1)}
+    attrs = {"score": score, "cores": cores, "config": {"phases": [{"epochs": epochs - 5}, {"epochs": 5}]}}
+    trial = optuna.create_trial(value=score, params={"x": 0.5}, distributions=dist,
+                                user_attrs=attrs if reported else {**attrs, "curve": {str(e): v for e, v in curve.items()}},
+                                intermediate_values=curve if reported else {})
+    trial.datetime_start = trial.datetime_complete - timedelta(seconds=took_s)
+    study.add_trial(trial)
+
+
+def test_a_trials_whole_run_is_estimated_from_its_time_per_epoch_scaled_to_the_full_runs_cores() -> None:
+    study = optuna.create_study(direction="maximize")
+    _proxy_took(study, 50.0, took_s=10.0, epochs=20, cores=1)
+    _proxy_took(study, 50.0, took_s=10.0, epochs=20, cores=2)
+    _proxy_took(study, 50.0, took_s=10.0, epochs=20, trained=20)  # a proxy trained whole: its own time
+    _proxy_took(study, 50.0, took_s=10.0, epochs=20, reported=False)  # time-to-target: its curve says what it trained
+    one_thread, two_threads, whole, curve_only = study.get_trials()
+    assert full_run_estimate(one_thread, cores=2) == pytest.approx(100.0)  # 10 s x 20 epochs, on twice the threads
+    assert full_run_estimate(two_threads, cores=2) == pytest.approx(200.0)
+    assert full_run_estimate(one_thread, cores=1) == pytest.approx(200.0)
+    assert full_run_estimate(whole, cores=1) == pytest.approx(10.0)
+    assert full_run_estimate(curve_only, cores=1) == pytest.approx(200.0)
+    assert full_run_estimate(_trial(TrialState.COMPLETE, 50.0), cores=2) is None  # no curve, no config
 
 
 def _full_run(store: RunStore, tmp_path: Path, number: int, curve: list[float], took_s: float) -> None:
@@ -54,100 +75,32 @@ def _full_run(store: RunStore, tmp_path: Path, number: int, curve: list[float], 
     store.update(run_id, status=RunRecordStatus.COMPLETED, final_score=curve[-1], epochs=epochs)
 
 
-def _hunting(tmp_path: Path) -> tuple[optuna.Study, LeaderPromotion, list[float]]:
-    """A time-to-target screen whose first full run (trial 0, 100 s) ended at 70 and none of whose
-    recipes is forecast to reach 75; its clock stands 99 s into the 100-s wait."""
+def test_after_a_resume_balanced_waits_by_the_last_full_runs_recorded_time(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 's.db'}"
-    study = optuna.create_study(study_name="s", storage=storage, direction="minimize")
-    for key, value in {"objective_mode": "time-to-target", "target": 75.0, "direction": "maximize"}.items():
-        study.set_user_attr(key, value)
-    for screen, epochs, seconds in ((50.0, 10, 100.0), (45.0, 10, 90.0), (48.0, 20, 150.0), (40.0, 5, 50.0)):
-        _screened(study, screen, epochs, seconds)
-    _full_run(RunStore(storage), tmp_path, 0, [50.0, 58.0, 62.0, 64.0, 66.0, 67.0, 68.0, 69.0, 69.5, 70.0],
-              took_s=100.0)
-    now = [1000.0]
-    promotion = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0])
-    now[0] += 99.0
-    return study, promotion, now
-
-
-def test_hunting_its_target_a_screen_trains_the_best_untrained_forecast_after_screening_as_long_as_a_full_run(
-        tmp_path: Path) -> None:
-    study, promotion, now = _hunting(tmp_path)
-    # no recipe is forecast to reach 75 and the best forecast (trial 0) ended at 70: no new leader
-    assert proxy_leader(study, screen_epochs=1, full_curves=promotion.curves, full_ends={0: 70.0}).number == 0
-    assert promotion(study) is None and promotion.promoted == {0}
-    now[0] += 2.0  # screened longer than the last full run took (100 s, read from its record)
-    assert promotion(study) is not None and promotion.promoted == {0, 2}  # 48 after 1 of 20 epochs
-    assert promotion(study) is None  # trial 2's run is pending: the wait starts again when it ends
-
-    storage, store = promotion.storage, promotion.store
-    accuracy = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0] + 1e6)
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
     study.set_user_attr("objective_mode", "accuracy")
-    assert accuracy(study) is None  # an accuracy screen promotes only new leaders
-    study.set_user_attr("objective_mode", "time-to-target")
-    _full_run(store, tmp_path, 2, [48.0, 60.0, 70.0, 76.0], took_s=150.0)
-    reached = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0] + 1e6)
-    assert reached(study) is None  # a full run reached the target: only faster recipes forecast to reach it
-
-
-def test_the_untrained_best_waits_for_the_screens_running_when_the_wait_ran_out(tmp_path: Path) -> None:
-    study, promotion, now = _hunting(tmp_path)
-    now[0] += 2.0
-    running = study.ask()  # another worker's screen, running when the wait ran out
-    assert promotion(study) is None and promotion.promoted == {0}
-    for key, value in {"score": 49.0, "predicted": {"seconds": 140.0}, "config": {"phases": [{"epochs": 20}]}}.items():
-        running.set_user_attr(key, value)
-    study.tell(running, 140.0)  # forecast 69: not above trial 0's 70, so not a new leader
-    later = study.ask()  # started after the wait ran out: not waited for
-    assert promotion(study) is not None and promotion.promoted == {0, running.number}  # not trial 2 (forecast 68)
-    assert later.number not in promotion.promoted
-
-
-def test_a_screen_left_running_holds_the_untrained_best_for_half_a_full_run_at_most(tmp_path: Path) -> None:
-    study, promotion, now = _hunting(tmp_path)
-    now[0] += 2.0
-    study.ask()  # running, as a dead worker's trial stays
+    for score in (50.0, 45.0, 48.0, 60.0):
+        _proxy_took(study, score, took_s=1.0)
+    _full_run(RunStore(storage), tmp_path, 0, [50.0, 60.0, 70.0], took_s=300.0)  # trained before the resume
+    now = [0.0]
+    promotion = LeaderPromotion(storage, "s", tmp_path / "runs", clock=lambda: now[0], balanced=True, cores=1)
+    assert promotion.promoted == {0} and promotion.last_took == pytest.approx(300.0)
+    now[0] = 299.0  # trial 3 leads; its estimate (20 s) would let it go, the last full run's 300 s does not
     assert promotion(study) is None
-    now[0] += 49.0
-    assert promotion(study) is None
-    now[0] += 2.0  # half the last full run's 100 s
-    assert promotion(study) is not None and promotion.promoted == {0, 2}
-
-
-def _screen_took(study: optuna.Study, screen: float, took_s: float, epochs: int = 20, cores: int = 1) -> None:
-    """An accuracy screen of one epoch of a recipe of `epochs` epochs that took `took_s` seconds on `cores` threads."""
-    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
-    trial = optuna.create_trial(value=screen, params={"x": 0.5}, distributions=dist,
-                                user_attrs={"score": screen, "cores": cores,
-                                            "config": {"phases": [{"epochs": epochs - 5}, {"epochs": 5}]}},
-                                intermediate_values={1: screen})
-    trial.datetime_start = trial.datetime_complete - timedelta(seconds=took_s)
-    study.add_trial(trial)
-
-
-def test_a_screens_whole_run_is_estimated_from_its_time_per_epoch_scaled_to_the_full_runs_cores() -> None:
-    study = optuna.create_study(direction="maximize")
-    _screen_took(study, 50.0, took_s=10.0, epochs=20, cores=1)
-    _screen_took(study, 50.0, took_s=10.0, epochs=20, cores=2)
-    one_thread, two_threads = study.get_trials()
-    assert full_run_estimate(one_thread, cores=2) == pytest.approx(100.0)  # 10 s x 20 epochs, on twice the threads
-    assert full_run_estimate(two_threads, cores=2) == pytest.approx(200.0)
-    assert full_run_estimate(one_thread, cores=1) == pytest.approx(200.0)
-    assert full_run_estimate(_trial(TrialState.COMPLETE, 50.0), cores=2) is None  # no curve, no config
+    now[0] = 300.0
+    assert promotion(study) is not None and promotion.promoted == {0, 3}
 
 
 def _balanced(tmp_path: Path, balanced: bool = True) -> tuple[optuna.Study, LeaderPromotion, list[float], list[int]]:
-    """An accuracy screen of three recipes (trial 0 leads, its whole run estimated at 100 s on the
+    """An accuracy search of three recipes (trial 0 leads, its whole run estimated at 100 s on the
     2 cores), its clock at the search's start, its full runs taking 100 s of that clock."""
     storage = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
     study.set_user_attr("objective_mode", "accuracy")
-    for screen in (50.0, 45.0, 48.0):
-        _screen_took(study, screen, took_s=10.0)
+    for score in (50.0, 45.0, 48.0):
+        _proxy_took(study, score, took_s=10.0)
     now, trained = [1000.0], []
-    promotion = LeaderPromotion(storage, "s", tmp_path / "runs", screen_epochs=1, clock=lambda: now[0],
-                                balanced=balanced, cores=2)
+    promotion = LeaderPromotion(storage, "s", tmp_path / "runs", clock=lambda: now[0], balanced=balanced, cores=2)
 
     def full_run(number: int) -> None:  # what a promotion leaves: its run record, 100 s later
         now[0] += 100.0
@@ -158,10 +111,10 @@ def _balanced(tmp_path: Path, balanced: bool = True) -> tuple[optuna.Study, Lead
     return study, promotion, now, trained
 
 
-def test_balanced_a_leaders_full_run_waits_until_the_search_has_screened_as_long_as_its_full_runs_will_train(
+def test_balanced_a_leaders_full_run_waits_until_the_proxies_have_run_as_long_as_its_full_runs_will_train(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     study, promotion, now, trained = _balanced(tmp_path)
-    now[0] += 99.0  # screened 99 s; trial 0's whole run is estimated at 100 s
+    now[0] += 99.0  # searched 99 s; trial 0's whole run is estimated at 100 s
     with caplog.at_level("INFO", logger="tianfeng.promote"):
         assert promotion(study) is None and promotion(study) is None and promotion.promoted == set()
     assert sum("trial 0 leads; its full run waits" in r.message for r in caplog.records) == 1  # logged once
@@ -170,8 +123,8 @@ def test_balanced_a_leaders_full_run_waits_until_the_search_has_screened_as_long
     assert work is not None and promotion.promoted == {0}
     work()
     assert trained == [0]
-    _screen_took(study, 60.0, took_s=10.0)  # trial 3 takes the lead
-    now[0] += 99.0  # screened 199 s in all: full runs took 100 s and the next one is to take 100 s more
+    _proxy_took(study, 60.0, took_s=10.0)  # trial 3 takes the lead
+    now[0] += 99.0  # searched 199 s in all: full runs took 100 s and the next one is to take 100 s more
     assert promotion(study) is None
     now[0] += 1.0
     assert promotion(study) is not None and promotion.promoted == {0, 3}
@@ -254,22 +207,24 @@ def test_other_workers_start_no_trial_while_a_promoted_run_trains(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_a_balanced_screening_search_holds_its_first_full_run_back_and_ends_with_its_leaders_full_run(
+def test_a_balanced_search_holds_its_first_full_run_back_and_ends_with_its_leaders_full_run(
         tmp_path: Path, tiny_space: dict, caplog: pytest.LogCaptureFixture) -> None:
-    tiny_space["base"]["phases"][0]["epochs"] = 60  # a whole run as long as 60 screens: longer than the search
-    tiny_space["fidelities"]["screen"] = {"stop_after_epochs": 1}
+    # one-epoch proxies of a 12-epoch run, timed from their own runs: the first leader's full run
+    # is estimated at its proxy's time, so it waits for at least one more proxy
+    tiny_space["base"]["phases"][0]["epochs"] = 12
+    tiny_space["fidelities"]["proxy"] = {"epochs": 1, "width_scale": 0.5}
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     with caplog.at_level("INFO", logger="tianfeng.promote"):
-        study = tianfeng.search(write_space(tmp_path, tiny_space), storage=storage, study="balanced", fidelity="screen",
-                                trials=6, workers=1, seed=2, runs_dir=tmp_path / "runs", promote="balanced",
-                                progress=False)
-    assert "leads; its full run waits until the search has screened" in caplog.text
+        study = tianfeng.search(write_space(tmp_path, tiny_space), storage=storage, study="balanced", fidelity="proxy",
+                                sampler="random", pruner="none", trials=6, workers=1, seed=2,
+                                runs_dir=tmp_path / "runs", promote="balanced", progress=False)
+    assert "leads; its full run waits until the search has run proxies" in caplog.text
     runs = RunStore(storage).runs("balanced")
     assert runs and all(r["kind"] == "promote" and r["status"] == RunRecordStatus.COMPLETED for r in runs)
-    first_run = _utc(runs[0]["created"])  # the first leader (after 3 screens) waited for more screens
+    first_run = _utc(runs[0]["created"])  # the first leader (after 3 proxies) waited for more proxies
     assert sum(_second(t.datetime_complete) <= first_run for t in study.get_trials()) > FIRST_AFTER
     # the leader still waiting when the trials ran out was trained then: nothing is left to promote
-    assert LeaderPromotion(storage, "balanced", tmp_path / "runs", screen_epochs=1)(study) is None
+    assert LeaderPromotion(storage, "balanced", tmp_path / "runs")(study) is None
 
 
 def _cli(*args: str) -> list[str]:
@@ -320,3 +275,53 @@ def test_ctrl_c_in_a_promoted_run_then_resume_continues_it_from_its_checkpoint(t
     assert f"resuming trial {cut['trial_number']} of cut as run {cut['id']}" in out.stderr
     assert len(again["epochs"]) == 12
     assert f"full-fidelity run of #{cut['trial_number']}: val_top1" in out.stdout
+
+
+def _configs(tmp_path: Path, tiny_space: dict, values: dict) -> tuple:
+    from tianfeng.hpo.space.materialize import build_config
+    from tianfeng.hpo.space.read import load_space
+
+    space = load_space(write_space(tmp_path, tiny_space))
+    return space, build_config(space, values, "proxy"), build_config(space, values, "target")
+
+
+VALUES = {"optimizer": "sgd", "base_lr": 0.4, "warmup_epochs": 0.5, "batch_size": 128, "momentum": 0.9}
+
+
+def test_a_full_runs_time_over_its_proxys_is_the_middle_of_their_steps_and_flops_ratios(tmp_path: Path,
+                                                                                      tiny_space: dict) -> None:
+    import dataclasses
+    import math
+
+    from tianfeng.promotion.full_run_time import full_run_ratio
+
+    _, proxy, full = _configs(tmp_path, tiny_space, VALUES)
+    assert full_run_ratio(full, full) == pytest.approx(1.0)
+    fewer = dataclasses.replace(full, phases=[dataclasses.replace(p, epochs=1) for p in full.phases])
+    assert full_run_ratio(fewer, full) == pytest.approx(3.0)  # a third of the epochs: a third of both
+    # half the resolution: as many steps, about a quarter of the FLOPs, so about twice the time
+    smaller = dataclasses.replace(full, phases=[dataclasses.replace(p, resolution=p.resolution // 2)
+                                                for p in full.phases])
+    assert 1.5 < full_run_ratio(smaller, full) < math.sqrt(8)
+    # the tiny space's proxy: 2 of 3 epochs at half the width, so more than 1.5 and less than the FLOPs' ratio
+    assert 1.5 < full_run_ratio(proxy, full) < 6.0
+
+
+def test_a_proxy_trials_full_run_is_estimated_by_its_own_time_scaled_to_the_target_rungs_config(
+        tmp_path: Path, tiny_space: dict) -> None:
+    from tianfeng.core.run_config import config_to_dict
+    from tianfeng.promotion.full_run_time import full_run_ratio
+
+    space, proxy, full = _configs(tmp_path, tiny_space, VALUES)
+    study = optuna.create_study(direction="maximize")
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    trial = optuna.create_trial(value=50.0, params={"x": 0.5}, distributions=dist,
+                                intermediate_values={1: 40.0, 2: 50.0},
+                                user_attrs={"score": 50.0, "cores": 1, "fidelity": "proxy", "values": VALUES,
+                                            "config": config_to_dict(proxy)})
+    trial.datetime_start = trial.datetime_complete - timedelta(seconds=8.0)
+    study.add_trial(trial)
+    ran = study.trials[0]
+    assert full_run_estimate(ran, cores=1) == pytest.approx(8.0)  # without the space: its own run
+    assert full_run_estimate(ran, cores=1, space=space) == pytest.approx(8.0 * full_run_ratio(proxy, full))
+    assert full_run_estimate(ran, cores=2, space=space) == pytest.approx(4.0 * full_run_ratio(proxy, full))

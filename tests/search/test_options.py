@@ -45,7 +45,7 @@ def test_every_flag_of_search_is_generated_from_an_option_with_its_default() -> 
     ({"cpus_per_trial": 2.0}, "--backend: --cpus-per-trial needs --backend ray or --launcher slurm"),
     ({"gpus_per_trial": 0.5}, "--gpus-per-trial: with the optuna backend: the DDP ranks of each trial, an integer"),
     ({"objective": "fastest"}, "--objective: must be one of accuracy, pareto, time-to-target"),
-    ({"sampler": "bayes"}, "--sampler: must be one of auto, tpe"),
+    ({"sampler": "bayes"}, "--sampler: must be one of tpe, cmaes"),
     ({"target": float("nan")}, "--target: must be a finite number"),
     ({"min_accuracy": 100.0}, "--min-accuracy: must be a percentage in [0, 100)"),
     ({"timeout_s": -1.0}, "--timeout: must be a positive duration"),
@@ -68,7 +68,7 @@ def test_the_workers_command_gives_the_resolved_search_again(tmp_path: Path) -> 
     from tianfeng.hpo.running.submitted import array_script, worker_options
     from tianfeng.hpo.spec import SearchSpec
 
-    spec = SearchSpec.of(tmp_path / "s.yaml", study="s", rung="screen", sampler="random", floor=41.5, trials=9,
+    spec = SearchSpec.of(tmp_path / "s.yaml", study="s", rung="proxy", sampler="random", floor=41.5, trials=9,
                          launcher="slurm", workers=3, time="1:00:00", seed=4, timeout_s=600.0,
                          runs_dir="runs", cpus_per_trial=1.5, objective="pareto")
     parser = build_parser().commands["search"]
@@ -81,7 +81,7 @@ def test_the_workers_command_gives_the_resolved_search_again(tmp_path: Path) -> 
     assert rebuilt == dataclasses.replace(worker_options(spec), runs_dir=Path(worker_options(spec).runs_dir)).checked()
     assert (rebuilt.study, rebuilt.fidelity, rebuilt.sampler, rebuilt.min_accuracy, rebuilt.trials, rebuilt.seed,
             rebuilt.timeout_s, rebuilt.objective, rebuilt.workers, rebuilt.resume, rebuilt.launcher) == (
-        "s", "screen", "random", 41.5, 9, 4, 600.0, "pareto", 1, True, "local")
+        "s", "proxy", "random", 41.5, 9, 4, 600.0, "pareto", 1, True, "local")
     assert Path(rebuilt.runs_dir).is_absolute() and Path(argv[argv.index("--space") + 1]).is_absolute()
     for line in ("#SBATCH --array=0-2", "#SBATCH --cpus-per-task=2", "#SBATCH --requeue", "#SBATCH --time=1:00:00",
                  "#SBATCH --signal=B:USR1@120", f"#SBATCH --output={tmp_path / 'logs'}/slurm-%A_%a.out"):

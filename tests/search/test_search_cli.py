@@ -35,7 +35,7 @@ def test_shipped_space_runs_and_prints_the_promote_command(tmp_path: Path) -> No
     (["--trials", "0"], "--trials: must be >= 1, got 0"),
     (["--workers", "0"], "--workers: must be auto or a number >= 1, got 0"),
     (["--timeout", "ten minutes"], "--timeout: must look like 90s, 10m or 1h"),
-    (["--fidelity", "huge"], "--fidelity: must be one of lowres_half, quick, proxy, medium, long, lowres_long, lowres_40, lowres_80, screen, target"),
+    (["--fidelity", "huge"], "--fidelity: must be one of lowres_half, quick, proxy, medium, long, lowres_long, lowres_40, lowres_80, target"),
     (["--promote", "leader", "--backend", "ray"], "--promote: needs --backend optuna"),
     (["--promote", "leader"], "--promote: leader: needs one best trial: use it with --objective accuracy or "
                               "time-to-target, not pareto"),  # the space's objective is pareto

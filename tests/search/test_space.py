@@ -184,7 +184,7 @@ def test_cli_names_match_the_registry() -> None:
     from tianfeng.defaults import PRUNER_NAMES, SAMPLER_NAMES
     from tianfeng.hpo.sampling.registry import PRUNERS, SAMPLERS
 
-    assert set(SAMPLERS) | {"auto"} == set(SAMPLER_NAMES) and set(PRUNERS) == set(PRUNER_NAMES)
+    assert set(SAMPLERS) == set(SAMPLER_NAMES) and set(PRUNERS) == set(PRUNER_NAMES)
 
 
 def test_imagenet_space_checks_and_builds_its_rungs() -> None:

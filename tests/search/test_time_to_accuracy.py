@@ -365,3 +365,21 @@ def test_the_default_floor_rises_with_the_best_and_keeps_near_chance_recipes_off
     front = pareto_front(study)
     assert front and all(t.values[0] >= max(20.0, halfway) for t in front)
     assert f"trials below {max(20.0, halfway):.4g} are off it" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_fastest_full_run_to_the_target_is_the_quickest_predicted_among_those_whose_full_run_reached_it() -> None:
+    from tianfeng.hpo.results.summary import fastest_full_run_to_target
+
+    study = optuna.create_study(direction="minimize")
+    for key, value in {"objective_mode": "time-to-target", "target": 75.0, "direction": "maximize"}.items():
+        study.set_user_attr(key, value)
+    for seconds in (300.0, 100.0, 200.0, 50.0):
+        study.add_trial(create_trial(value=seconds, params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
+                                     user_attrs={"predicted": {"seconds": seconds}}))
+    runs = [{"trial_number": 0, "final_score": 76.0}, {"trial_number": 1, "final_score": 74.9},  # 1 missed it
+            {"trial_number": 2, "final_score": 75.0}, {"trial_number": 3, "final_score": None}]  # 3 did not complete
+    assert fastest_full_run_to_target(study, runs).number == 2
+    assert fastest_full_run_to_target(study, runs[:2]).number == 0
+    assert fastest_full_run_to_target(study, runs[1:2]) is None
+    study.set_user_attr("objective_mode", "accuracy")
+    assert fastest_full_run_to_target(study, runs) is None

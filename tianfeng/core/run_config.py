@@ -177,8 +177,9 @@ class EngineConfig:
     compile: Literal["auto", "on", "off"] = "auto"
     # torch.compile's mode: reduce-overhead adds CUDA graphs (GPUs, fixed shapes)
     compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
-    # stop after this many epochs of the schedule (status stopped; 0 trains them all): a screen
-    # of the full run, whose choices (compile auto) then count only the epochs it trains
+    # stop after this many epochs of the schedule (status stopped; 0 trains them all): the run
+    # cut short on purpose, its schedule unchanged; its choices (compile auto) count only the
+    # epochs it trains
     stop_after_epochs: int = _bounded(0, ge=0)
     # end the run as diverged after this many epochs at a uniform guess (chance top-1, training
     # loss ln(classes)) once it had learned (trainers/collapse.py); 0 never

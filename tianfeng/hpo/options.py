@@ -66,9 +66,7 @@ class SearchOptions(SchedulerOptions):
     data: str | None = option(None, "replace the space's data source (digits, synthetic, imagefolder:DIR)")
     study: str | None = option(None, "study name (default: the space's name)")
     storage: str = option(DEFAULT_STORAGE, STORAGE_HELP, show_default=False)
-    sampler: str = option("auto", "how recipes are sampled (Optuna's samplers); auto: random when the rung screens "
-                          "the full run's first epochs (--fidelity screen) for accuracy or a target, else tpe",
-                          choices=SAMPLER_NAMES)
+    sampler: str = option("tpe", "how recipes are sampled (Optuna's samplers)", choices=SAMPLER_NAMES)
     pruner: str = option("asha", "how losers are stopped early (pareto and time-to-target use a peer rule)",
                          choices=PRUNER_NAMES)
     trials: int = option(DEFAULT_TRIALS, "the study's trial budget, counting trials already done")
@@ -95,11 +93,11 @@ class SearchOptions(SchedulerOptions):
                                             "whose one emulated GPU's micro-batch does not fit fails saying what it "
                                             "needs (default: the CUDA device's own; none on a CPU)", metavar="GIB")
     fidelity: str | None = option(None, "the rung trials run at (default: the space's search_fidelity). Replayed on "
-                                  "96 recorded cifar5-dev recipes of large_batch.yaml (2026-12-07), a search with "
-                                  "balanced promotion reached their top-5% score in a median 596 s at lowres_half "
-                                  "(its search rung), 903 s at proxy; one over the whole run's epochs (target, as on "
-                                  "LCBench) or screening its first epoch (screen) had not in half the seeds by 1440 "
-                                  "s: cheap rungs pay where they rank recipes as their whole runs do")
+                                  "111 recorded cifar5-dev recipes of large_batch.yaml (2026-12-07), a search with "
+                                  "balanced promotion reached their top-5% score in a median 601 s at lowres_half "
+                                  "(its search rung), 940 s at proxy; one over the whole run's epochs (target, as on "
+                                  "LCBench) had not in half the seeds by 1440 s: cheap rungs pay where they rank "
+                                  "recipes as their whole runs do")
     objective: str | None = option(None, "accuracy: the metric alone; pareto: the metric against the full run's "
                                    "predicted wall time on the cluster; time-to-target: least predicted time whose "
                                    "metric reaches --target (default: the space's objective.mode, else accuracy)",
@@ -117,15 +115,14 @@ class SearchOptions(SchedulerOptions):
                                  metavar="FILE")
     promote: str = option("auto", f"leader: once {LEADER_AFTER} trials are complete, train each new leader at full "
                           "fidelity (as tianfeng promote does) while the other workers wait, so the search ends "
-                          "with its best trial's full run (with --fidelity screen: the trial whose full run is "
-                          "forecast to end best); balanced: the same, but a leader's full run waits until the "
-                          "search has screened at least as long as its full runs will have trained, so they take at "
-                          "most half its time; none: proxy trials only; auto: balanced where the objective picks one "
-                          "best trial (accuracy, time-to-target) and the workers run here, else none (the first log "
-                          "line says which and why). Replayed on 96 recorded cifar5-dev recipes (2026-12-07), a "
-                          "lowres_half search reached their top-5% score in a median 596 s with balanced, 732 s with "
-                          "leader, 983 s with none: promotion pays where proxies rank well, balanced where they are "
-                          "cheap beside the full runs", choices=PROMOTION_MODES)
+                          "with its best trial's full run; balanced: the same, but a leader's full run waits until "
+                          "the search has run proxies at least as long as its full runs will have trained, so they "
+                          "take at most half its time; none: proxy trials only; auto: balanced where the objective "
+                          "picks one best trial (accuracy, time-to-target) and the workers run here, else none (the "
+                          "first log line says which and why). Replayed on 111 recorded cifar5-dev recipes "
+                          "(2026-12-07), a lowres_half search reached their top-5% score in a median 601 s with "
+                          "balanced, 692 s with leader, 984 s with none: promotion pays where proxies rank well, "
+                          "balanced where they are cheap beside the full runs", choices=PROMOTION_MODES)
     resume: bool = option(False, "continue an existing study")
     dry_run: bool = option(False, "check the space and every option against it, print what the search would run "
                            "(with --launcher slurm, the job array's batch script) and start, create or submit nothing")

@@ -18,7 +18,6 @@ from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.front import chance_level, default_floor
 from tianfeng.hpo.options import SearchOptions
 from tianfeng.hpo.promotion_rule import resolve_promotion
-from tianfeng.hpo.sampling.registry import resolve_sampler
 from tianfeng.hpo.space.materialize import max_rung_epochs
 from tianfeng.hpo.space.pinned import at_batch
 from tianfeng.hpo.space.read import SearchSpace, load_space
@@ -118,7 +117,7 @@ def resolve_search(space: str | Path, options: SearchOptions) -> tuple[SearchSpe
         # the default floor also rises with the study's best: the front reads the chance level
         attrs = {StudyKey.CHANCE: chance_level(obj.metric, classes)} if floor is not None else {}
     promote, why = resolve_promotion(o, loaded, rung)
-    spec = SearchSpec(loaded.path, o.changed(promote=promote), study, rung, resolve_sampler(o.sampler, loaded, rung),
+    spec = SearchSpec(loaded.path, o.changed(promote=promote), study, rung, o.sampler,
                       floor, study_attrs=attrs, space=loaded, promotion_rule=f"promote {promote} ({why})")
     return spec, loaded
 

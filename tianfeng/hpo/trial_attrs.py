@@ -47,7 +47,6 @@ class TrialKey(StrEnum):
     WORKER = "worker"  # the process that runs it (host:pid)
     CORES = "cores"  # the CPU threads its worker gave it
     BACKEND = "backend"  # ray when Ray Tune ran it
-    SCREENED_EPOCHS = "screened_epochs"  # the epochs it was screened for (a screening study)
 
 
 class _Settable(Protocol):

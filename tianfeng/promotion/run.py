@@ -21,7 +21,6 @@ from tianfeng.core.names import STUDY_MAX_LENGTH, check_name
 from tianfeng.core.ports import free_port
 from tianfeng.core.run_config import RunConfig, config_to_dict, with_changes
 from tianfeng.hpo.judge.scores import best_trial, score
-from tianfeng.hpo.judge.screen_check import SCREENED_ATTR
 from tianfeng.hpo.running.objective import objective_value, predict_config
 from tianfeng.hpo.space.read import SearchSpace, parse_space
 from tianfeng.hpo.space.stored import space_text
@@ -31,7 +30,6 @@ from tianfeng.launch.launchers import scheduler
 from tianfeng.launch.local import run_here
 from tianfeng.launch.scripts import LaunchPlan, check_fits, write_plan
 from tianfeng.launch.slurm import sbatch_directives, slurm_time, time_limit_s
-from tianfeng.promotion.continuation import continue_screen
 from tianfeng.promotion.jobs import live_job, refresh_jobs, submit_run
 from tianfeng.promotion.options import PromoteOptions
 from tianfeng.promotion.run_lock import refuse_if_trained, training_lock
@@ -135,8 +133,7 @@ def promote(o: PromoteOptions, trial_number: int, *, kind: str = "promote", laun
     trial = complete_trial(study, trial_number)
     values = trial.user_attrs.get(TrialKey.VALUES) or trial.params
     proxy_rung = trial.user_attrs.get(TrialKey.FIDELITY, space.search_fidelity)
-    full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides,
-                             screened=trial.user_attrs.get(SCREENED_ATTR))
+    full, changes = transfer(space, values, proxy_rung, batch_size=batch_size, overrides=overrides)
     # a run on another world is another run: its own directory, checkpoints and record
     digest = config_hash(full) + (f"-{launch.nodes}x{launch.per_node}" if launch else "")
     store = None if dry_run else RunStore(storage)
@@ -196,12 +193,6 @@ def promote(o: PromoteOptions, trial_number: int, *, kind: str = "promote", laun
                "run_dir": str(run_dir), "proxy_score": score(trial)}
         if trial.user_attrs.get(TrialKey.PREDICTED):
             out["predicted_full_run"] = trial.user_attrs[TrialKey.PREDICTED]
-        if not resumed and plan is None:  # a screened trial's own run goes on from its screen
-            continued = continue_screen(trial, full)
-            if continued:
-                epochs_so_far = continued
-                store.update(run_id, epochs=continued)
-                out["continued_after_epoch"] = len(continued)
         if plan is not None:
             return out | _run_plan(plan, launch, run_dir, store, run_id, space)
         try:

@@ -10,7 +10,7 @@ from typing import Any
 
 from tianfeng.core.lr_schedule import peak_lr
 from tianfeng.core.run_config import RunConfig, config_to_dict, derived
-from tianfeng.hpo.space.materialize import build_config, screened_epochs
+from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import SearchSpace
 
 
@@ -60,10 +60,8 @@ def _rule_for(key: str, overridden: set[str], stretch: str) -> str:
 
 def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, target_rung: str = "target",
              batch_size: int | None = None, overrides: list[str] = (), name: str | None = None,
-             run_dir: str | None = None, screened: int | None = None) -> tuple[RunConfig, list[Change]]:
-    """The full-fidelity config of a proxy trial's `values` and what changed on the way.
-    `screened`: the epochs a screening trial trained (its study's screen may have lengthened
-    past the rung's own `stop_after_epochs`)."""
+             run_dir: str | None = None) -> tuple[RunConfig, list[Change]]:
+    """The full-fidelity config of a proxy trial's `values` and what changed on the way."""
     target = build_config(space, values, target_rung)
     proxy = build_config(space, values, proxy_rung, target=target if target_rung == "target" else None)
     full = derived(target, "promoted config", last_batch=batch_size, overrides=overrides, name=name, run_dir=run_dir)
@@ -74,12 +72,6 @@ def transfer(space: SearchSpace, values: dict[str, Any], proxy_rung: str, *, tar
     changes = [Change(k, before.get(k), after.get(k), _rule_for(k, overridden, stretch))
                for k in sorted(set(before) | set(after))
                if k not in skip and before.get(k) != after.get(k)]
-    trained = screened_epochs(space.fidelities[proxy_rung], proxy.total_epochs)
-    if screened is not None and space.fidelities[proxy_rung].stop_after_epochs:
-        trained = min(screened, proxy.total_epochs)
-    if trained < proxy.total_epochs:
-        changes.append(Change("epochs trained", trained, full.total_epochs,
-                              f"rung {proxy_rung} stops this same run after epoch {trained} (screening)"))
     # every phase's peak LR, each following its own phase's batch (phases pair up by position)
     for i in range(max(len(proxy.phases), len(full.phases))):
         lr_proxy = peak_lr(proxy, i) if i < len(proxy.phases) else None

@@ -50,8 +50,7 @@ class ScaleOptions(SchedulerOptions):
     name: str | None = option(None, "name of the scale study; its searches are NAME-b<batch> (default <space "
                               "name>-scale)")
     storage: str = option(DEFAULT_STORAGE, STORAGE_HELP, show_default=False)
-    sampler: str = option("auto", "sampler of each batch size's search (auto: as tianfeng search's)",
-                          choices=SAMPLER_NAMES)
+    sampler: str = option("tpe", "sampler of each batch size's search", choices=SAMPLER_NAMES)
     pruner: str = option("asha", "pruner of each batch size's search", choices=PRUNER_NAMES)
     fidelity: str | None = option(None, "the rung trials run at (default: the space's search_fidelity)")
     workers: int = option(1, "local worker processes per search")

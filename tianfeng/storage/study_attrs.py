@@ -32,7 +32,6 @@ class StudyKey(StrEnum):
     UID = "uid"  # the id its run folder and report are marked with (storage.ownership)
     TRIAL_BUDGET = "trial_budget"  # the trials the latest search start was given
     WORKERS_JOB = "workers_job"  # a submitted search's job: {launcher, job, workers, script, log_dir}
-    SCREEN_EPOCHS = "screen_epochs"  # the epochs a screened trial trains now (hpo.judge.screen_check)
     CALIBRATION = "calibration"  # tianfeng calibrate's result: the proxy-to-full rank correlation
     SCALE = "scale"  # the scale study it belongs to (tianfeng scale)
     BATCH_SIZE = "batch_size"  # its batch size in that scale study

@@ -39,7 +39,6 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
     """The checked plan of a scale study: (ScalePlan, steps per epoch by batch size, the space).
     `options` (a `ScaleOptions`) holds what `tianfeng scale` takes as flags; `batch_sizes` and
     keyword arguments change single options."""
-    from tianfeng.hpo.sampling.registry import resolve_sampler
     from tianfeng.hpo.space.read import load_space
     from tianfeng.hpo.space.shipped import resolve_space
     from tianfeng.hpo.spec import UNLIMITED_TRIALS, SearchSpec, rung_epochs
@@ -65,7 +64,7 @@ def plan_scale(space: str | Path, batch_sizes: Sequence[int] | None = None, opti
         raise ConfigError("--budget-per-batch", "", f"{o.epochs_per_batch}epochs allows no trial: one trial at rung "
                           f"{rung} trains {trial_epochs} epochs")
     study = o.name or f"{loaded.name}-scale"
-    search_spec = SearchSpec.of(path, study=study, rung=rung, sampler=resolve_sampler(o.sampler, loaded, rung), space=loaded,
+    search_spec = SearchSpec.of(path, study=study, rung=rung, sampler=o.sampler, space=loaded,
                                 data=o.data, storage=o.storage, pruner=o.pruner, seed=o.seed,
                                 trials=o.trials_per_batch or UNLIMITED_TRIALS, timeout_s=o.timeout_s_per_batch,
                                 epoch_budget=o.epochs_per_batch, runs_dir=o.runs_dir, verbose=o.verbose,

@@ -116,8 +116,7 @@ def _leader_promotion(spec: SearchSpec, space: SearchSpace) -> LeaderPromotion |
         return None
     from tianfeng.promotion.leaders import LeaderPromotion
 
-    return LeaderPromotion(spec.options.storage, spec.study, spec.runs_root,
-                           screen_epochs=space.fidelities[spec.rung].stop_after_epochs, metric=space.objective.metric,
+    return LeaderPromotion(spec.options.storage, spec.study, spec.runs_root, space,
                            balanced=spec.options.promote == "balanced")
 
 

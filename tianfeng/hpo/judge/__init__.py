@@ -1,2 +1,1 @@
-"""Judging trials: their scores, the Pareto front and its floor, outcomes, the peer rule and the
-screening forecasts."""
+"""Judging trials: their scores, the Pareto front and its floor, outcomes and the peer rule."""

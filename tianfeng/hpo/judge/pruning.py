@@ -28,14 +28,10 @@ class Judging:
 
 def judging(space: SearchSpace, rung: str, pruner: str) -> Judging:
     """Optuna's pruners compare one objective, so pareto and time-to-target trials are judged by
-    their peers (`PeerPruner`). A screened trial (its rung stops the full run after a few epochs)
-    is judged by its score at the screen's end: pruning it earlier would rank by fewer epochs than
-    a lengthened screen (see screen_check) found reliable."""
+    their peers (`PeerPruner`)."""
     nobody = optuna.pruners.NopPruner()
     if pruner == "none":
         return Judging(nobody, "none")
-    if space.fidelities[rung].stop_after_epochs:
-        return Judging(nobody, "none (screened trials are judged at the screen's end)")
     if space.objective.mode != ObjectiveMode.ACCURACY:
         return Judging(PeerPruner(maximize=space.objective.direction == "maximize"),
                        "peers (the median of trials as fast or faster)")

@@ -81,14 +81,15 @@ def print_summary(study, storage: str) -> int:
 
 
 def fastest_full_run_to_target(study, runs: list[dict]):
-    """time-to-target: the trial with the least predicted time whose full run reached the target
-    (a screening study's trials rarely reach it at their screen), else None."""
-    from tianfeng.hpo.judge.scores import mode_of
-    from tianfeng.hpo.judge.screen_target import fastest_reached
+    """time-to-target: the trial with the least predicted time whose full run (`runs`) reached the
+    target, else None."""
+    from tianfeng.hpo.judge.scores import mode_of, predicted_s, reaches_target
 
     if mode_of(study) != ObjectiveMode.TIME_TO_TARGET:
         return None
-    return fastest_reached(study, {r["trial_number"]: r["final_score"] for r in runs})
+    numbers = {r["trial_number"] for r in runs if reaches_target(study, r["final_score"])}
+    reached = [t for t in study.get_trials(deepcopy=False) if t.number in numbers and predicted_s(t) is not None]
+    return min(reached, key=lambda t: (predicted_s(t), t.number), default=None)
 
 
 def promoted_runs(study, storage: str) -> list[dict]:

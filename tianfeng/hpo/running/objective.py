@@ -21,12 +21,10 @@ from tianfeng.cost.cluster import ClusterSpec
 from tianfeng.cost.walltime import WallTime, check_memory, predict_wall_time
 from tianfeng.defaults import ObjectiveMode
 from tianfeng.hpo.judge.peers import record_rung, rung_passed
-from tianfeng.hpo.judge.screen_check import SCREENED_ATTR, screen_length
 from tianfeng.hpo.optuna_private import frozen_trial
 from tianfeng.hpo.running.locked_storage import worker_id
-from tianfeng.hpo.space.materialize import build_config, sample_active, stopping_after
+from tianfeng.hpo.space.materialize import build_config, sample_active
 from tianfeng.hpo.space.read import Parameter, SearchSpace
-from tianfeng.hpo.space.schema import Fidelity
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status
 from tianfeng.trainers.data.sources import open_source
 from tianfeng.trainers.engine import RunResult, StopTraining, train
@@ -134,22 +132,6 @@ def prepare_trial(trial: optuna.Trial, space: SearchSpace, study_name: str, runs
     return cfg
 
 
-def screened_length(trial: optuna.Trial, rung: Fidelity, total: int) -> int:
-    """The epochs this trial trains: all `total`, or a screening rung's (as long as the study's
-    screen is now, see screen_check), recorded on the trial."""
-    if not rung.stop_after_epochs:
-        return total
-    length = screen_length(trial.study, rung.stop_after_epochs)
-    trial.set_user_attr(SCREENED_ATTR, length)
-    return min(total, length)
-
-
-def stop_if_screened(epoch: int, last: int, total: int) -> None:
-    """End a screening rung's run after its `last` epoch (status stopped; the trial completes)."""
-    if epoch >= last < total:
-        raise StopTraining(RunStatus.STOPPED, f"screened: stopped after epoch {epoch} of {total}")
-
-
 def record_final(trial: optuna.Trial, space: SearchSpace, final: dict[str, Any]) -> None:
     """The last epoch's metrics and the objective's constraints (0 = satisfied)."""
     trial.set_user_attr(TrialKey.FINAL, final)
@@ -226,18 +208,15 @@ class ProxyObjective:
             raise
         objective = self.space.objective
         metric = objective.metric
-        last = screened_length(trial, self.space.fidelities[self.rung], cfg.total_epochs)
-        cfg = stopping_after(cfg, last)
 
         def report(m: EpochMetrics) -> None:
             # called only for epochs this process trained: a resumed trial reports no epoch twice
             if m.noise_scale is not None:
                 trial.set_user_attr(TrialKey.NOISE_CURVE, {**trial.user_attrs.get(TrialKey.NOISE_CURVE, {}),
                                                     str(m.epoch): m.noise_scale})
-            why = judge_epoch(trial, objective, m.epoch, last, getattr(m, metric))
+            why = judge_epoch(trial, objective, m.epoch, cfg.total_epochs, getattr(m, metric))
             if why:
                 raise StopTraining(RunStatus.PRUNED, why)
-            stop_if_screened(m.epoch, last, cfg.total_epochs)
 
         tag = TrialTag(trial.number)
         engine_log = logging.getLogger("tianfeng.engine")

@@ -5,7 +5,7 @@ does an in-process trial's. BatchNorm stays per target GPU: each rank emulates i
 target cluster's GPUs (the engine's `emulate_gpus`), so G real ranks and the emulated rest
 normalise over what the target's GPUs would.
 
-A pruned or screened trial, Ctrl-C and a stopped worker send SIGTERM to the ranks, which
+A pruned trial, Ctrl-C and a stopped worker send SIGTERM to the ranks, which
 checkpoint after their step (trainers/stop_signals) and exit: an interrupted trial resumes from
 there, as an in-process one does."""
 

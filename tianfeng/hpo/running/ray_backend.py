@@ -33,13 +33,11 @@ from tianfeng.hpo.running.objective import (
     objective_values,
     prepare_trial,
     record_final,
-    stop_if_screened,
 )
 from tianfeng.hpo.running.progress import StudyProgress
 from tianfeng.hpo.running.runner import new_stream, requeue_interrupted, sampler_seed
 from tianfeng.hpo.running.study import open_study
 from tianfeng.hpo.running.trial_log import TrialLogger, log_objective
-from tianfeng.hpo.space.materialize import screened_epochs, stopping_after
 from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.spec import SearchSpec, rung_epochs, space_of
 from tianfeng.hpo.trial_attrs import TrialKey, TrialStatus, set_status
@@ -81,7 +79,6 @@ def ray_trial(config: dict[str, Any]) -> None:
     def report(m) -> None:
         last.update(asdict(m), status=TrialStatus.RUNNING)
         tune.report(dict(last))
-        stop_if_screened(m.epoch, config.get("last_epoch", cfg.total_epochs), cfg.total_epochs)
 
     result = train(cfg, report)
     if result.status not in (TrialStatus.COMPLETED, TrialStatus.STOPPED):  # diverged: one last report says so
@@ -130,9 +127,8 @@ class StudySearcher(Searcher):
                             memory_gib=self.spec.options.trial_memory_gib, detect_memory=False)
         trial.set_user_attr(TrialKey.BACKEND, "ray")
         self.trials[trial_id], self.values[trial_id] = trial, {}
-        self.epochs[trial_id] = screened_epochs(self.space.fidelities[self.spec.rung], cfg.total_epochs)
-        return {"run_config": config_to_dict(stopping_after(cfg, self.epochs[trial_id])), "trial_number": trial.number, "threads": self.threads,
-                "last_epoch": self.epochs[trial_id],
+        self.epochs[trial_id] = cfg.total_epochs
+        return {"run_config": config_to_dict(cfg), "trial_number": trial.number, "threads": self.threads,
                 "trainer": self.trainer,
                 "metric": self.space.objective.metric,
                 "maximize": self.space.objective.direction == "maximize"}

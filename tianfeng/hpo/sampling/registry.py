@@ -59,19 +59,6 @@ def _qmc(study_seed: int, seed: int) -> optuna.samplers.QMCSampler:
                                           independent_sampler=optuna.samplers.RandomSampler(seed=seed))
 
 
-def resolve_sampler(name: str, space: SearchSpace, rung: str) -> str:
-    """The sampler `auto` stands for at `rung`: random where the rung screens the full run (its
-    first epochs) for the metric or a target, TPE elsewhere. TPE fitted on a screen's few epochs
-    learns which recipes start fast, and short schedules start fast: on cifar5-dev its screened
-    leaders ended below random screening's. Told a target, TPE ranks the screens, which rarely
-    reach it, by how far they fall short (Optuna's constraint handling); on cifar5-dev it reached
-    75% about as soon as random screening (see the results page). Any other name is kept."""
-    if name != "auto":
-        return name
-    screens = space.fidelities[rung].stop_after_epochs is not None
-    return "random" if screens and space.objective.mode != ObjectiveMode.PARETO else "tpe"
-
-
 def make_sampler(name: str, space: SearchSpace, seed: int, study_seed: int | None = None) -> optuna.samplers.BaseSampler:
     """The sampler `name` for this space, drawing with `seed` (a worker's own); `study_seed` (the
     study's, shared by its workers; default `seed`) scrambles qmc's sequence. A pareto search's

@@ -130,19 +130,6 @@ def rung_epochs_of(f: Fidelity, target_epochs: int) -> int:
     return f.epochs if f.epochs is not None else target_epochs
 
 
-def screened_epochs(rung: Fidelity, total_epochs: int) -> int:
-    """The epochs a trial at `rung` trains: all of its run's, or a screening rung's first few."""
-    return min(total_epochs, rung.stop_after_epochs or total_epochs)
-
-
-def stopping_after(cfg: RunConfig, epochs: int) -> RunConfig:
-    """`cfg` stopping after its first `epochs` (a screen of the full run), so that the engine's
-    own choices, such as whether compiling pays, count only the epochs the trial trains."""
-    if epochs >= cfg.total_epochs:
-        return cfg
-    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, stop_after_epochs=epochs))
-
-
 def optimizer_steps(phases: list[dict[str, int]], images: int) -> int:
     """Optimizer steps of a run over `images` training images (the engine drops the last
     partial batch, and takes at least one step an epoch)."""
@@ -264,8 +251,7 @@ def _raw_config(space: SearchSpace, values: dict[str, Any], rung: str, name: str
 
 def max_rung_epochs(space: SearchSpace, rung: str) -> int:
     """The most epochs a trial at `rung` trains: the rung's own count, or with an epoch fraction
-    the larger of the space's two corners (epochs grow with the searched epoch budget); a
-    screening rung's `stop_after_epochs` at most."""
+    the larger of the space's two corners (epochs grow with the searched epoch budget)."""
     import functools
 
     f = space.fidelities[rung]
@@ -276,4 +262,4 @@ def max_rung_epochs(space: SearchSpace, rung: str) -> int:
 
         most = max(build_config(space, sample_active(space, functools.partial(corner_value, low=low)), rung).total_epochs
                    for low in (True, False))
-    return screened_epochs(f, most)
+    return most

@@ -212,8 +212,7 @@ def _bound(r: _Reader, key: str, constants: Callable[[set[str]], dict[str, int]]
 
 def _read_fidelity(source: str, name: str, raw: Any) -> Fidelity:
     r = _Reader(source, f"fidelities.{name}", raw,
-                ("epochs", "epoch_fraction", "resolution_scale", "data_fraction", "width_scale", "precision",
-                 "stop_after_epochs"))
+                ("epochs", "epoch_fraction", "resolution_scale", "data_fraction", "width_scale", "precision"))
     if "epochs" in raw and "epoch_fraction" in raw:
         raise r.error("epoch_fraction", "give epochs (a fixed count) or epoch_fraction (a share of each "
                                         "trial's target epochs), not both")
@@ -223,8 +222,7 @@ def _read_fidelity(source: str, name: str, raw: Any) -> Fidelity:
                     resolution_scale=r.number("resolution_scale", 1.0, gt=0, le=4),
                     data_fraction=r.number("data_fraction", 1.0, gt=0, le=1),
                     width_scale=r.number("width_scale", 1.0, gt=0, le=8),
-                    precision=r.choice("precision", PRECISIONS, "auto"),
-                    stop_after_epochs=r.number("stop_after_epochs", integer=True, ge=1))
+                    precision=r.choice("precision", PRECISIONS, "auto"))
 
 
 def load_space(path: str | Path, *, data: str | None = None, gpus: int | None = None,

@@ -51,9 +51,6 @@ class Fidelity:
     data_fraction: float = 1.0
     width_scale: float = 1.0
     precision: str = "auto"
-    # screening: train the rung's run (its schedule unchanged) for only this many epochs and
-    # score it there, as the first epochs of the full run would score
-    stop_after_epochs: int | None = None
 
 
 @dataclass(frozen=True)
