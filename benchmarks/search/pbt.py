@@ -32,10 +32,10 @@ from typing import Any
 import optuna
 import torch
 
-from tianfeng.core.run_config import RunConfig, config_to_dict
+from tianfeng.core.run_config import RunConfig, config_to_dict, stopping_after
 from tianfeng.core.states import RunStatus
 from tianfeng.hpo.running.objective import prepare_trial
-from tianfeng.hpo.space.materialize import build_config, stopping_after
+from tianfeng.hpo.space.materialize import build_config
 from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.trainers import checkpoint

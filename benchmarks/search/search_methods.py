@@ -94,13 +94,12 @@ def _full_fidelity_random_study(directory: Path, method: str, seed: int, data: s
     """The one-epoch method's study (random recipes at the space's target rung, no priors), the
     objective that trains their first epoch (the engine told they stop there, so its compile
     choice weighs that epoch only; the pruner stops them) and the one that trains them whole."""
-    import dataclasses
-
+    from tianfeng.core.run_config import stopping_after
     from tianfeng.hpo.running.objective import ProxyObjective
     from tianfeng.trainers.engine import train
 
     def first_epoch(cfg, report):
-        return train(dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, stop_after_epochs=1)), report)
+        return train(stopping_after(cfg, 1), report)
 
     spec, space, study = _random_target_study(directory, method, seed, data, space_path)
     first = ProxyObjective(space, spec.study, Path(spec.runs_root), "target", trainer=first_epoch)

@@ -15,9 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 from pbt import FACTORS, explore, run_pbt, take_over  # noqa: E402
 
 from tianfeng.core.errors import ConfigError  # noqa: E402
+from tianfeng.core.run_config import stopping_after  # noqa: E402
 from tianfeng.core.states import RunStatus  # noqa: E402
 from tianfeng.hpo.running.study import open_study  # noqa: E402
-from tianfeng.hpo.space.materialize import build_config, stopping_after  # noqa: E402
+from tianfeng.hpo.space.materialize import build_config  # noqa: E402
 from tianfeng.hpo.spec import SearchSpec, space_of  # noqa: E402
 from tianfeng.trainers import checkpoint  # noqa: E402
 from tianfeng.trainers.engine import train  # noqa: E402

@@ -456,3 +456,12 @@ def derived(cfg: RunConfig, source: str, *, last_batch: int | None = None, overr
 def with_changes(cfg: RunConfig, **sections: Any) -> RunConfig:
     """A copy of cfg with whole fields or sections replaced, re-validated."""
     return config_from_dict(config_to_dict(dataclasses.replace(cfg, **sections)), "in-code config")
+
+
+def stopping_after(cfg: RunConfig, epochs: int) -> RunConfig:
+    """`cfg` stopping after its first `epochs` epochs (`engine.stop_after_epochs`), its schedule
+    unchanged, so that the engine's own choices, such as whether compiling pays, count only the
+    epochs it trains; `cfg` itself when that is all of them."""
+    if epochs >= cfg.total_epochs:
+        return cfg
+    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, stop_after_epochs=epochs))
