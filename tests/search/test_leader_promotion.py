@@ -325,3 +325,20 @@ def test_a_proxy_trials_full_run_is_estimated_by_its_own_time_scaled_to_the_targ
     assert full_run_estimate(ran, cores=1) == pytest.approx(8.0)  # without the space: its own run
     assert full_run_estimate(ran, cores=1, space=space) == pytest.approx(8.0 * full_run_ratio(proxy, full))
     assert full_run_estimate(ran, cores=2, space=space) == pytest.approx(4.0 * full_run_ratio(proxy, full))
+
+
+def test_a_trial_whose_values_the_space_no_longer_builds_is_estimated_by_its_own_run(
+        tmp_path: Path, tiny_space: dict, caplog: pytest.LogCaptureFixture) -> None:
+    from tianfeng.core.run_config import config_to_dict
+
+    space, proxy, _ = _configs(tmp_path, tiny_space, VALUES)
+    study = optuna.create_study(direction="maximize")
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    trial = optuna.create_trial(value=50.0, params={"x": 0.5}, distributions=dist, intermediate_values={1: 50.0},
+                                user_attrs={"score": 50.0, "cores": 1, "fidelity": "proxy",
+                                            "values": {**VALUES, "optimizer": "adagrad"}, "config": config_to_dict(proxy)})
+    trial.datetime_start = trial.datetime_complete - timedelta(seconds=4.0)
+    study.add_trial(trial)
+    with caplog.at_level("WARNING", logger="tianfeng.promote"):
+        assert full_run_estimate(study.trials[0], cores=1, space=space) == pytest.approx(8.0)  # 4 s for 1 of its 2 epochs
+    assert "its full run is not estimated from its config" in caplog.text

@@ -66,11 +66,17 @@ def full_run_estimate(trial: FrozenTrial, cores: int, space: SearchSpace | None 
     rung, values = trial.user_attrs.get(TrialKey.FIDELITY), trial.user_attrs.get(TrialKey.VALUES)
     if space is None or rung in (None, "target") or not isinstance(values, dict):
         return own
+    from tianfeng.core.errors import ConfigError
     from tianfeng.core.run_config import config_from_dict
     from tianfeng.hpo.space.materialize import build_config
     from tianfeng.promotion.full_run_time import full_run_ratio
 
-    return own * full_run_ratio(config_from_dict(config), build_config(space, values, "target"))
+    try:
+        return own * full_run_ratio(config_from_dict(config), build_config(space, values, "target"))
+    except ConfigError as error:  # values the space no longer builds (a resumed study's edited space)
+        log.warning("trial %d: its full run is not estimated from its config (%s); taking its own run's time",
+                    trial.number, str(error).splitlines()[0])
+        return own
 
 
 def proxy_leader(study: optuna.Study, first_after: int = FIRST_AFTER) -> FrozenTrial | None:
