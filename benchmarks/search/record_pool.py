@@ -13,6 +13,8 @@ recipes in training; run the same command again to go on (recipes already in the
 trained again; `--keep` holds the run folders). A whole run's first epochs (what the one-epoch
 peer ranks by) need no run of their own. Costs are CPU seconds of the training process, so the
 recording may share the machine with other work; wall seconds are kept for reference only.
+A table holds one kind of machine: its CPU, and the precision `precision: auto` picks there (bf16
+where the CPU has bf16 instructions); recording into it on another kind is refused.
 """
 
 from __future__ import annotations
@@ -196,16 +198,26 @@ def main() -> None:
         parser.error(f"--rungs: {', '.join(unknown)} not in {space_path.name}; one of {', '.join(space.fidelities)}")
     import torch
 
+    from tianfeng.trainers.precision import resolve_mode
+
     header, rows = read_table(args.table)
     wanted = {"setting": args.setting, "data": args.data, "seed": args.seed, "rungs": args.rungs,
               "space_sha256": space_digest(space_path, args.rungs)}
+    # a recipe's costs are this machine's CPU seconds, and `precision: auto` trains bf16 where the
+    # CPU has bf16 instructions: a table holds one kind of machine
+    here = {"machine": provenance()["machine"], "cpu_precision": resolve_mode("auto", torch.device("cpu"))[0]}
     if header is not None:
         clash = {k: (header.get(k), v) for k, v in wanted.items() if header.get(k) != v}
         if clash:
             sys.exit(f"record_pool: {args.table}: recorded with other settings {clash}; give another --table")
+        other = {k: (header[k], v) for k, v in here.items() if k in header and header[k] != v}
+        if other:
+            sys.exit(f"record_pool: {args.table}: recorded on another kind of machine {other}: its costs and "
+                     "numerics are not this machine's; give another --table")
     else:
         args.table.parent.mkdir(parents=True, exist_ok=True)
-        append_row(args.table, {"kind": "header", **provenance(), "torch": torch.__version__, "python": sys.version.split()[0],
+        append_row(args.table, {"kind": "header", **provenance(), **here, "torch": torch.__version__,
+                                "python": sys.version.split()[0],
                                 "cost": "cpu_s: the training process's CPU seconds per epoch (the first with set-up)",
                                 **wanted})
     done = {r["id"] for r in rows}

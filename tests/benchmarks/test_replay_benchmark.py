@@ -168,14 +168,17 @@ def test_a_live_run_outside_the_replays_band_is_named(pool, space, tmp_path) -> 
     summary = replay.summarise(runs, 2000.0, [top])
     best = [r.best_by(1000.0) for r in runs]
     summary["best_at_live"] = {"band_10_90": [float(np.percentile(best, 10)), float(np.percentile(best, 90))]}
-    figures = {"methods": {"optuna-tpe": summary}}
+    figures = {"methods": {"optuna-tpe": summary}, "table": {"machine": "2 cores, the pool's CPU"}}
     inside = runs[0]
     (tmp_path / "optuna-tpe-s0.json").write_text(json.dumps({"method": "optuna-tpe", "budget_s": 2000.0,
-                                                             "events": inside.events}))
+                                                             "events": inside.events,
+                                                             "hardware": "2 cores, the pool's CPU"}))
     (tmp_path / "optuna-tpe-s1.json").write_text(json.dumps({"method": "optuna-tpe", "budget_s": 2000.0,
-                                                             "events": [[1999.0, 1.0]]}))
+                                                             "events": [[1999.0, 1.0]], "hardware": "2 cores, faster"}))
     rows = {r["run"]: r for r in replay.against_live(tmp_path, figures, top, 1000.0)}
     assert not rows["optuna-tpe-s1"]["best_inside"] and rows["optuna-tpe-s1"]["time_to_target"] is None
+    # a live run on another kind of machine is named as such: its wall times are not the pool's CPU seconds
+    assert rows["optuna-tpe-s0"]["pool_machine"] and not rows["optuna-tpe-s1"]["pool_machine"]
 
 
 def test_a_recipes_value_the_proposal_had_no_use_for_takes_its_distribution_from_the_space(pool, space) -> None:
@@ -236,3 +239,23 @@ def test_the_pools_spacing_is_each_recipes_distance_to_its_nearest_neighbour(poo
 def test_a_method_seed_replays_the_same_twice_hyperbands_brackets_included(pool, space) -> None:
     runs = [replay.replay("tpe-hyperband", pool, space, budget=3000.0, cores=2, seed=2) for _ in range(3)]
     assert runs[0].events and runs[0].events == runs[1].events == runs[2].events
+
+
+def test_a_table_takes_no_recipe_from_another_kind_of_machine(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from common import ROOT
+
+    space_path = record_pool.space_for("near-best", tmp_path)
+    table = tmp_path / "pool.jsonl.gz"
+    here = record_pool.provenance()["machine"]
+    for machine, precision, refused in ((here, "fp16", True), ("2 cores, another CPU", None, True), (here, None, False)):
+        table.unlink(missing_ok=True)
+        header = {"kind": "header", "setting": "near-best", "data": "digits", "seed": 0, "rungs": ["target"],
+                  "space_sha256": record_pool.space_digest(space_path, ["target"]), "machine": machine}
+        record_pool.append_row(table, header if precision is None else {**header, "cpu_precision": precision})
+        out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search" / "record_pool.py"), "--data", "digits",
+                              "--recipes", "1", "--rungs", "target", "--table", str(table), "--keep", str(tmp_path / "runs"),
+                              "--limit", "0"], capture_output=True, text=True, timeout=300)
+        assert (out.returncode != 0 and "recorded on another kind of machine" in out.stderr) == refused, out.stderr[-800:]

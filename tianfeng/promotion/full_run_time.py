@@ -7,10 +7,10 @@ part per image that grows with the model's FLOPs at the step's resolution (the s
 the ratio of their optimizer steps, where the fixed part dominates, and the ratio of their
 training FLOPs, where arithmetic does. Which part dominates depends on the machine and the model,
 which the search has not measured, so the estimate is the geometric middle of the two: it is off
-by at most the square root of their quotient. On the 111 recorded cifar5-dev recipes of
-`large_batch.yaml` (`lowres_half` against `target`, 2 CPU cores, recorded 2026-12-06 and 07) the
-steps said a median 4.0x, the FLOPs 39.6x, the middle 12.5x and the recorded CPU seconds 12.8x;
-per recipe the middle was 0.65 to 1.30 of the recorded ratio in 80% of them."""
+by at most the square root of their quotient. On the 108 recorded cifar5-dev recipes of
+`large_batch.yaml` (`lowres_half` against `target`, recorded on 2-core AMD EPYC VMs, 2026-12-06
+and 07) the steps said a median 4.0x, the FLOPs 39.7x, the middle 12.6x and the recorded CPU
+seconds 12.8x; per recipe the middle was 0.64 to 1.32 of the recorded ratio in 80% of them."""
 
 from __future__ import annotations
 
