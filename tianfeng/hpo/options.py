@@ -93,9 +93,9 @@ class SearchOptions(SchedulerOptions):
                                             "whose one emulated GPU's micro-batch does not fit fails saying what it "
                                             "needs (default: the CUDA device's own; none on a CPU)", metavar="GIB")
     fidelity: str | None = option(None, "the rung trials run at (default: the space's search_fidelity). Replayed on "
-                                  "115 recorded cifar5-dev recipes of large_batch.yaml (2026-12-07), a search with "
-                                  "balanced promotion reached their top-5% score in a median 662 s at lowres_half "
-                                  "(its search rung), 888 s at proxy; one over the whole run's epochs (target, as on "
+                                  "108 recorded cifar5-dev recipes of large_batch.yaml (2026-12-07), a search with "
+                                  "balanced promotion reached their top-5% score in a median 646 s at lowres_half "
+                                  "(its search rung), 961 s at proxy; one over the whole run's epochs (target, as on "
                                   "LCBench) had not in half the seeds by 1440 s: cheap rungs pay where they rank "
                                   "recipes as their whole runs do")
     objective: str | None = option(None, "accuracy: the metric alone; pareto: the metric against the full run's "
@@ -119,10 +119,10 @@ class SearchOptions(SchedulerOptions):
                           "the search has run proxies at least as long as its full runs will have trained, so they "
                           "take at most half its time; none: proxy trials only; auto: balanced where the objective "
                           "picks one best trial (accuracy, time-to-target) and the workers run here, else none (the "
-                          "first log line says which and why). Replayed on 115 recorded cifar5-dev recipes "
-                          "(2026-12-07), a lowres_half search reached their top-5% score in a median 662 s with "
-                          "balanced, 650 s with leader, 985 s with none: promotion pays where proxies rank well; "
-                          "balanced and leader are level within their intervals, and balanced ends higher", choices=PROMOTION_MODES)
+                          "first log line says which and why). Replayed on 108 recorded cifar5-dev recipes "
+                          "(2026-12-07), a lowres_half search reached their top-5% score in a median 646 s with "
+                          "balanced, 715 s with leader, 985 s with none: promotion pays where proxies rank well, "
+                          "balanced where they are cheap beside the full runs", choices=PROMOTION_MODES)
     resume: bool = option(False, "continue an existing study")
     dry_run: bool = option(False, "check the space and every option against it, print what the search would run "
                            "(with --launcher slurm, the job array's batch script) and start, create or submit nothing")
