@@ -279,9 +279,10 @@ def mixed_machines(results: list[dict]) -> str | None:
 
 
 def _methods(results: list[dict]) -> list[str]:
-    """The methods of `results` in the protocol's order (a kept run's files come in name order)."""
+    """The methods of `results` in the protocol's order (a kept run's files come in name order),
+    then those it no longer runs (kept results of removed methods) by name."""
     order = {m: i for i, m in enumerate(METHODS)}
-    return sorted({r["method"] for r in results}, key=lambda m: order.get(m, len(order)))
+    return sorted({r["method"] for r in results}, key=lambda m: (order.get(m, len(order)), m))
 
 
 def summarise(results: list[dict], targets: list[float]) -> list[tuple[str, ...]]:

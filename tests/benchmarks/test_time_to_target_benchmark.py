@@ -321,3 +321,11 @@ def test_tianfeng_target_searches_the_target_rung_so_every_trial_that_ends_is_a_
                       - result["started"] <= budget_s)
     # on a loaded machine no whole run may end within the budget; each that did is an event
     assert sorted(v for _, v in result["events"]) == complete, (complete, result["events"])
+
+
+def test_kept_methods_the_protocol_no_longer_runs_come_last_in_one_order_whatever_the_hash_seed() -> None:
+    script = ("import sys; sys.path[:0] = ['benchmarks', 'benchmarks/search']; import time_to_target as t; "
+              "print(t._methods([{'method': m} for m in ('zeta-gone', 'optuna-tpe', 'alpha-gone', 'beta-gone')]))")
+    orders = {subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
+    assert orders == {"['optuna-tpe', 'alpha-gone', 'beta-gone', 'zeta-gone']\n"}

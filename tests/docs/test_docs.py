@@ -90,9 +90,14 @@ def test_the_api_reference_renders_the_docstrings(site: Path) -> None:
 
 
 def test_every_generated_part_of_the_docs_is_what_the_code_and_results_give_now() -> None:
+    import difflib
+
     generate = _hook()
-    stale = [str(p.relative_to(REPO)) for p in generate.stale()]
-    assert not stale, f"run `python scripts/generate_docs.py`: stale generated parts in {stale}"
+    stale = generate.stale()
+    diff = "".join(line for page in stale for line in list(difflib.unified_diff(
+        page.read_text().splitlines(keepends=True), generate.refresh(page.read_text()).splitlines(keepends=True),
+        str(page.relative_to(REPO)), "generated now", n=0))[:30])
+    assert not stale, f"run `python scripts/generate_docs.py`: stale generated parts:\n{diff}"
     parts = {m.group(1) for p in generate.pages() for m in generate.PART.finditer(p.read_text())}
     assert parts == set(generate.GENERATORS), set(generate.GENERATORS) ^ parts  # each part is on a page
 
