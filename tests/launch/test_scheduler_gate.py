@@ -113,3 +113,13 @@ def _tasks(*states: str) -> list[JobState]:
 ])
 def test_an_arrays_state_folds_every_task(tasks: tuple[str, ...], folded: str) -> None:
     assert array_state(_tasks(*tasks)).state == folded
+
+
+@pytest.mark.parametrize(("check", "allowed"), [(gate.slurm_name, "a Slurm name (letters, digits"),
+                                                (gate.job_name, "letters, digits, '_', '.', '+', '-'"),
+                                                (gate.memory, "a size such as 64G")])
+def test_a_refused_name_or_size_says_what_is_allowed_and_what_it_got(check, allowed: str) -> None:
+    with pytest.raises(LaunchError) as info:
+        check("--flag", "a b")
+    assert str(info.value).startswith(f"--flag: must be {allowed}") and str(info.value).endswith("got 'a b'")
+    assert check("--flag", "64G") == "64G"

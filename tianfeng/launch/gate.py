@@ -34,19 +34,21 @@ def no_control(flag: str, value: str) -> str:
     return value
 
 
+def _matching(flag: str, value: str, pattern: re.Pattern, expected: str) -> str:
+    """`value` unchanged, or a refusal naming `flag` and what it must be (`expected`)."""
+    no_control(flag, value)
+    if not pattern.fullmatch(value):
+        raise LaunchError(f"{flag}: must be {expected}; got {value!r}")
+    return value
+
+
 def slurm_name(flag: str, value: str) -> str:
     """An account, partition, QOS or reservation name as Slurm allows it."""
-    no_control(flag, value)
-    if not _SLURM_NAME.fullmatch(value):
-        raise LaunchError(f"{flag}: must be a Slurm name (letters, digits, '_', '.', '-', at most 64); got {value!r}")
-    return value
+    return _matching(flag, value, _SLURM_NAME, "a Slurm name (letters, digits, '_', '.', '-', at most 64)")
 
 
 def job_name(flag: str, value: str) -> str:
-    no_control(flag, value)
-    if not _JOB_NAME.fullmatch(value):
-        raise LaunchError(f"{flag}: must be letters, digits, '_', '.', '+', '-' (at most 128); got {value!r}")
-    return value
+    return _matching(flag, value, _JOB_NAME, "letters, digits, '_', '.', '+', '-' (at most 128)")
 
 
 def slurm_time_s(value: str, flag: str = "--time") -> int:
@@ -78,10 +80,7 @@ def slurm_time_s(value: str, flag: str = "--time") -> int:
 
 def memory(flag: str, value: str) -> str:
     """A Slurm memory size: a positive integer with an optional K, M, G or T."""
-    no_control(flag, value)
-    if not _MEM.fullmatch(value):
-        raise LaunchError(f"{flag}: must be a size such as 64G, 512M or 8000 (megabytes); got {value!r}")
-    return value
+    return _matching(flag, value, _MEM, "a size such as 64G, 512M or 8000 (megabytes)")
 
 
 def script_path(flag: str, value: str) -> str:
