@@ -19,7 +19,7 @@ import math
 from tianfeng.core.run_config import RunConfig
 
 
-def _images_and_flops(cfg: RunConfig) -> tuple[float, float]:
+def _steps_and_flops(cfg: RunConfig) -> tuple[float, float]:
     """(optimizer steps, training FLOPs) of `cfg`'s run, each per image of the full training set."""
     from tianfeng.cost.step_time import step_cost
 
@@ -31,6 +31,6 @@ def _images_and_flops(cfg: RunConfig) -> tuple[float, float]:
 def full_run_ratio(proxy: RunConfig, full: RunConfig) -> float:
     """The full run's time over its proxy's on one machine: the geometric middle of their steps'
     ratio and their FLOPs' ratio (see the module's docstring)."""
-    proxy_steps, proxy_flops = _images_and_flops(proxy)
-    full_steps, full_flops = _images_and_flops(full)
+    proxy_steps, proxy_flops = _steps_and_flops(proxy)
+    full_steps, full_flops = _steps_and_flops(full)
     return math.sqrt(full_steps / proxy_steps * full_flops / proxy_flops)

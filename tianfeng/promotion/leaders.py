@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -26,11 +27,13 @@ from optuna.trial import FrozenTrial
 from tianfeng.core.cores import usable_cores
 from tianfeng.defaults import LEADER_AFTER
 from tianfeng.hpo.judge.scores import best_among, completed
-from tianfeng.hpo.space.read import SearchSpace
 from tianfeng.hpo.trial_attrs import TrialKey
 from tianfeng.promotion.options import PromoteOptions
 from tianfeng.promotion.run import promote
 from tianfeng.storage.runs import RunRecordStatus, RunStore
+
+if TYPE_CHECKING:
+    from tianfeng.hpo.space.read import SearchSpace
 
 log = logging.getLogger("tianfeng.promote")
 FIRST_AFTER = LEADER_AFTER
@@ -115,6 +118,7 @@ class LeaderPromotion:
         self.balanced, self.cores = balanced, cores or usable_cores()
         self.began, self.full_s = clock(), 0.0  # this search's start and its full runs' seconds
         self.waiting: int | None = None  # the leader last logged as waiting for search time
+        self.estimates: dict[int, float | None] = {}  # each leader's full run estimated once, by trial number
 
     def __call__(self, study: optuna.Study) -> Callable[[], None] | None:
         leader = proxy_leader(study)
@@ -147,7 +151,9 @@ class LeaderPromotion:
         """Whether the search has run proxies at least as long as its full runs will have trained
         once `leader`'s ends (`--promote balanced`); logs a leader that waits, once."""
         searched = self.clock() - self.began - self.full_s
-        expected = self.last_took if self.last_took is not None else full_run_estimate(leader, self.cores, self.space)
+        if self.last_took is None and leader.number not in self.estimates:  # a complete trial's figures stay
+            self.estimates[leader.number] = full_run_estimate(leader, self.cores, self.space)
+        expected = self.last_took if self.last_took is not None else self.estimates[leader.number]
         if balanced_wait_over(searched, self.full_s, expected):
             return True
         needed = self.full_s + (expected or 0.0)
