@@ -205,7 +205,8 @@ def main() -> None:
               "space_sha256": space_digest(space_path, args.rungs)}
     # a recipe's costs are this machine's CPU seconds, and `precision: auto` trains bf16 where the
     # CPU has bf16 instructions: a table holds one kind of machine
-    here = {"machine": provenance()["machine"], "cpu_precision": resolve_mode("auto", torch.device("cpu"))[0]}
+    made = provenance()  # git asked once: the commit, date and machine
+    here = {"machine": made["machine"], "cpu_precision": resolve_mode("auto", torch.device("cpu"))[0]}
     if header is not None:
         clash = {k: (header.get(k), v) for k, v in wanted.items() if header.get(k) != v}
         if clash:
@@ -216,7 +217,7 @@ def main() -> None:
                      "numerics are not this machine's; give another --table")
     else:
         args.table.parent.mkdir(parents=True, exist_ok=True)
-        append_row(args.table, {"kind": "header", **provenance(), **here, "torch": torch.__version__,
+        append_row(args.table, {"kind": "header", **made, **here, "torch": torch.__version__,
                                 "python": sys.version.split()[0],
                                 "cost": "cpu_s: the training process's CPU seconds per epoch (the first with set-up)",
                                 **wanted})
