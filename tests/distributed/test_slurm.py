@@ -337,8 +337,12 @@ def test_two_slurm_workers_on_postgresql_finish_the_budget_when_one_is_killed_mi
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 4, [(t.number, t.state, t.user_attrs.get("status")) for t in trials]
     # the killed worker's task started another in its place and ended well
-    assert all(scontrol_job(slurm_env, f"{job}_{task}")["JobState"] == "COMPLETED" for task in (0, 1))
-    logs = "".join(p.read_text() for p in (tmp_path / "runs").rglob("slurm-*_*.out"))
+    task_logs = {p.name: p.read_text() for p in (tmp_path / "runs").rglob("slurm-*_*.out")}
+    for task in (0, 1):
+        view = scontrol_job(slurm_env, f"{job}_{task}")
+        assert view.get("JobState") == "COMPLETED", (f"task {task}: {view.get('JobState')} {view.get('ExitCode')}\n"
+                                                     + task_logs.get(f"slurm-{job}_{task}.out", "(no log)")[-6000:])
+    logs = "".join(task_logs.values())
     assert logs.count("its worker was killed; starting another") == 1
     dead = next(t for t in trials if t.number == killed.number)
     assert dead.state == TrialState.FAIL  # judged dead by its missing heartbeat

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Float, Integer, String, Text, UniqueConstraint, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from tianfeng.storage.schema import create_tables
 from tianfeng.storage.url import engine_options
 
 # the naive statuses that have a value to show; "complete" is how rows stored before the trial
@@ -63,7 +64,7 @@ class ScaleRow(_Base):
 class ScaleStore:
     def __init__(self, url: str) -> None:
         self.engine = create_engine(url, **engine_options(url))
-        _Base.metadata.create_all(self.engine)
+        create_tables(self.engine, _Base.metadata)
 
     def save(self, scale: str, point: ScalePoint, settings: dict[str, Any]) -> None:
         with Session(self.engine) as session:

@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from tianfeng.core.states import State
+from tianfeng.storage.schema import create_tables
 from tianfeng.storage.url import engine_options
 
 
@@ -120,7 +121,7 @@ def _add_missing_columns(engine) -> None:
 class RunStore:
     def __init__(self, url: str) -> None:
         self.engine = create_engine(url, **engine_options(url))
-        _Base.metadata.create_all(self.engine)
+        create_tables(self.engine, _Base.metadata)
         _add_missing_columns(self.engine)
 
     def open_run(self, *, study: str, trial_number: int, config_hash: str, kind: str, run_dir: str,
