@@ -11,6 +11,7 @@ from optuna.storages import RDBStorage
 from tianfeng.hpo.optuna_private import (
     CREATE_NEW_TRIAL,
     frozen_trial,
+    grace_period_s,
     heartbeating_trials,
     storage_of,
     study_id,
@@ -61,3 +62,13 @@ def test_the_trials_with_a_heartbeat_are_read_through_optunas_cache(tmp_path) ->
         storage_of(study).record_heartbeat(trial_id(trial))
     study.tell(finished, 1.0)
     assert heartbeating_trials(study) == {beating.number}
+
+
+def test_the_grace_period_is_read_as_optuna_judges_staleness(tmp_path) -> None:
+    """Bug caught: a watcher that waits for a first heartbeat longer or shorter than Optuna's
+    own rule (the grace given, else two intervals; none without heartbeats)."""
+    given = optuna.create_study(storage=RDBStorage(f"sqlite:///{tmp_path / 'g.db'}", heartbeat_interval=1,
+                                                   grace_period=7))
+    doubled = optuna.create_study(storage=RDBStorage(f"sqlite:///{tmp_path / 'd.db'}", heartbeat_interval=3))
+    plain = optuna.create_study(storage=RDBStorage(f"sqlite:///{tmp_path / 'n.db'}"))
+    assert (grace_period_s(given), grace_period_s(doubled), grace_period_s(plain)) == (7.0, 6.0, 0.0)

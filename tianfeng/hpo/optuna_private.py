@@ -8,9 +8,10 @@ it (tests/search/test_optuna_private.py) fails when an Optuna release moves one 
   `Trial.should_prune`, which refuses two-objective studies).
 - `RDBStorage._create_new_trial`: the one method Optuna's cache calls for every new trial, which
   the locked storage wraps to mark a trial with its worker as it starts.
-- The trials with a heartbeat: Optuna reads them only to fail the stale ones; a worker watching
-  the others' trials needs to know which can go stale (a trial whose worker died before its
-  first heartbeat never does)."""
+- The trials with a heartbeat, and the storage's grace period: Optuna reads them only to fail
+  the stale ones; a worker watching the others' trials needs to know which can go stale (a
+  trial whose worker died before its first heartbeat never does), and how long a first
+  heartbeat may take."""
 
 from __future__ import annotations
 
@@ -60,3 +61,12 @@ def heartbeating_trials(study: optuna.Study) -> set[int]:
         return {number for (number,) in rows}
     finally:
         session.close()
+
+
+def grace_period_s(study: optuna.Study) -> float:
+    """How long a trial's heartbeat may be missed before it counts as stale (Optuna's rule:
+    the grace period given, else two heartbeat intervals); 0 without heartbeats."""
+    storage = rdb_backend(study)
+    if storage is None or storage.heartbeat_interval is None:
+        return 0.0
+    return float(storage.grace_period if storage.grace_period is not None else 2 * storage.heartbeat_interval)

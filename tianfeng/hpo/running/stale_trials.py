@@ -9,20 +9,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 import optuna
 from optuna.trial import TrialState
 
-from tianfeng.hpo.optuna_private import heartbeating_trials
+from tianfeng.hpo.optuna_private import grace_period_s, heartbeating_trials
 from tianfeng.terminal.interrupts import raise_if_interrupted
 
 POLL_S = 1.0  # how soon a worker leaves after the last trial ends
 
 
 def others_running(study: optuna.Study) -> set[int]:
-    """The running trials that can go stale: those with a heartbeat. A trial whose worker died
-    before its first heartbeat never goes stale, and is not waited for."""
-    return heartbeating_trials(study)
+    """The running trials that can go stale: those with a heartbeat, and those whose first
+    heartbeat may still come (started less than the grace period ago: a worker takes a queued
+    trial a moment before its heartbeat starts, and a watcher that left then would leave a retry
+    unwatched). A trial whose worker died before its first heartbeat never goes stale, so it is
+    waited for only that long."""
+    beating = heartbeating_trials(study)
+    grace_s = grace_period_s(study)
+    now = datetime.now()  # Optuna stamps a trial's start with its worker's local clock
+    starting = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                if t.number not in beating and t.datetime_start is not None
+                and (now - t.datetime_start).total_seconds() < grace_s}
+    return beating | starting
 
 
 def watch_until_others_end(study: optuna.Study, run_queued: Callable[[], None], *, deadline: float | None = None,
