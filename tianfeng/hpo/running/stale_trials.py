@@ -28,10 +28,13 @@ def others_running(study: optuna.Study) -> set[int]:
     waited for only that long."""
     beating = heartbeating_trials(study)
     grace_s = grace_period_s(study)
-    now = datetime.now()  # Optuna stamps a trial's start with its worker's local clock
+    # Optuna stamps a trial's start with its worker's clock: one a little ahead of this one's
+    # gives a start in the future, and one far off any time at all, so only a start within the
+    # grace either way counts
+    now = datetime.now()
     starting = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
                 if t.number not in beating and t.datetime_start is not None
-                and (now - t.datetime_start).total_seconds() < grace_s}
+                and abs((now - t.datetime_start).total_seconds()) < grace_s}
     return beating | starting
 
 
