@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 
 import optuna
+import pytest
 from optuna.storages import RDBStorage
 
 from tianfeng.hpo.optuna_private import (
@@ -64,6 +65,7 @@ def test_the_trials_with_a_heartbeat_are_read_through_optunas_cache(tmp_path) ->
     assert heartbeating_trials(study) == {beating.number}
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # heartbeats, since Optuna 2.9
 def test_the_grace_period_is_read_as_optuna_judges_staleness(tmp_path) -> None:
     """Bug caught: a watcher that waits for a first heartbeat longer or shorter than Optuna's
     own rule (the grace given, else two intervals; none without heartbeats)."""
