@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from tianfeng.core.files import write_whole
 from tianfeng.core.run_config import RunConfig, config_to_dict
 from tianfeng.trainers.models import build_model
 from tianfeng.trainers.optim import build_optimizer
@@ -217,7 +218,4 @@ def measure_here(grid: Grid, threads: int | None = None, device: torch.device | 
 
 def write_throughput(result: dict, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(path)  # a reader never sees half a file
-    return path
+    return write_whole(path, json.dumps(result, indent=2))

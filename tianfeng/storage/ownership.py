@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tianfeng.core.errors import ConfigError
+from tianfeng.core.files import write_whole
 from tianfeng.storage.study_attrs import StudyKey
 
 MARK = ".tianfeng-owner.json"
@@ -81,7 +81,7 @@ def claim_folder(folder: Path, owner: Owner, flag: str = "--runs-dir") -> None:
     check_folder(folder, owner, flag)
     if _read_mark(folder) is None:
         folder.mkdir(parents=True, exist_ok=True)
-        _write_whole(folder / MARK, json.dumps(asdict(owner)))
+        write_whole(folder / MARK, json.dumps(asdict(owner)))
 
 
 def report_owner(path: Path) -> Owner | None:
@@ -144,13 +144,5 @@ def write_report(path: Path, page: str, owner: Owner, flag: str = "--output") ->
     if head not in page:
         raise ValueError("a report template must start its head with " + head)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_whole(path, page.replace(head, head + "\n" + owner.meta_tag(), 1))
-    return path
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """Whole or not at all: the workers of a job array write their study's report at the same
-    moment, and a reader (a browser, another worker's owner check) must never meet half a file."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
+    # the workers of a job array write their study's report at the same moment
+    return write_whole(path, page.replace(head, head + "\n" + owner.meta_tag(), 1))

@@ -9,6 +9,8 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from tianfeng.core.files import write_whole
+
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
@@ -35,6 +37,4 @@ def update_json(path: Path, change: Callable[[dict], None]) -> None:
     with file_lock(path):
         known = read_json(path)
         change(known)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-        tmp.replace(path)
+        write_whole(path, json.dumps(known, indent=1, sort_keys=True))
