@@ -14,7 +14,11 @@ trained again; `--keep` holds the run folders). A whole run's first epochs (what
 peer ranks by) need no run of their own. Costs are CPU seconds of the training process, so the
 recording may share the machine with other work; wall seconds are kept for reference only.
 A table holds one kind of machine: its CPU, and the precision `precision: auto` picks there (bf16
-where the CPU has bf16 instructions); recording into it on another kind is refused.
+where the CPU has bf16 instructions); recording into it on another kind is refused. Another kind
+records the same draw into a table of its own, which `replay.py --beside` compares recipe by recipe:
+
+    python benchmarks/search/record_pool.py --keep /tmp/pool --recipes 108 --workers 2 \
+        --table docs/results/replay/near-best-xeon-bf16.jsonl.gz   # a 2-core Intel Xeon with AMX
 """
 
 from __future__ import annotations

@@ -22,9 +22,12 @@ What is replayed, and how it stays faithful to the live benchmark (time_to_targe
   surrogate would invent scores between recipes, and the pool is where the faithfulness is
   checked (`--faithful`: how far the proposals were moved).
 Reported per method over seeds, with bootstrap 95% intervals on every median: the time until a
-whole-run score first reaches each target (the pool's top-5% and the setting's targets; a run that
-never reaches it counts as the budget, and the share that reached it is given), and the best
-whole-run score by 1/4, 1/2, 3/4 and all of the budget.
+whole-run score first reaches each target (the pool's top-5% and the setting's targets), and the
+best whole-run score by 1/4, 1/2, 3/4 and all of the budget. A method whose rules do not depend on
+the budget (all but those that split it, `SPLITS_BUDGET`) is replayed on past the budget, to
+`--horizon` budgets: its first budget is the same run, and a time to a target that comes later is
+measured rather than cut at the budget. A run that never reaches a target counts as its horizon;
+the share that reached it by the budget and by the horizon are given.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # common.py, one f
 
 import numpy as np
 import optuna
-from common import ROOT, add_results_argument, data_source, print_table, write_results
+from common import ROOT, data_source, print_table, write_results
 from optuna.trial import TrialState
 
 from tianfeng.hpo.judge.pruning import judging
@@ -61,6 +64,7 @@ from tianfeng.hpo.trial_attrs import TrialKey
 
 TABLES = ROOT / "docs" / "results" / "replay"
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+HORIZON = 3.0  # budgets the methods that do not split the budget are replayed for
 SEARCH_SHARE = 0.5  # the default and one-epoch: this share of the budget searches, the rest promotes
 TOP_SHARE = 0.05  # the pool's top-5% target
 
@@ -177,9 +181,21 @@ def distribution(p: Parameter) -> optuna.distributions.BaseDistribution:
 class Run:
     """One method-seed: when each whole-run score came (machine seconds) and what was spent."""
     events: list[tuple[float, float]] = field(default_factory=list)
-    trials: int = 0
+    starts: list[float] = field(default_factory=list)  # when each trial started
     moved: list[float] = field(default_factory=list)  # distance from each proposal to its recipe
-    pool_spent: bool = False  # it asked for more recipes than the pool holds: a larger pool is wanted
+    pool_spent_at: float | None = None  # when it asked for more recipes than the pool holds
+    horizon: float = 0.0  # how long it was replayed: the budget, or past it (`SPLITS_BUDGET`)
+
+    @property
+    def trials(self) -> int:
+        return len(self.starts)
+
+    @property
+    def pool_spent(self) -> bool:
+        return self.pool_spent_at is not None
+
+    def trials_by(self, t: float) -> int:
+        return sum(at <= t for at in self.starts)
 
     def best_by(self, t: float) -> float:
         return max((s for at, s in self.events if at <= t), default=0.0)
@@ -258,11 +274,11 @@ class Machine:
         try:
             recipe, moved = (queued, 0.0) if queued is not None else self.pool.nearest(values, self.used)
         except PoolSpent:
-            self.run.pool_spent = True
+            self.run.pool_spent_at = self.now
             study.tell(trial, state=TrialState.FAIL)
             return None
         self.used.add(recipe.id)
-        self.run.trials += 1
+        self.run.starts.append(self.now)
         self.run.moved.append(moved)
         carry_values(study, trial, recipe, self.space)
         trial.set_user_attr(TrialKey.CONFIG, {"schedule": {"warmup_epochs": recipe.warmup(rung)}})
@@ -422,6 +438,9 @@ METHODS: dict[str, Callable[[Machine], None]] = {
     "random": search_at_target("random", "none", priors=False),
     "one-epoch": one_epoch_then_best,
 }
+# the methods whose rules split the budget (search half of it, then train whole runs): replayed
+# only to the budget, since a longer one would be another run of theirs
+SPLITS_BUDGET = frozenset({"lowres-best", "proxy-best", "one-epoch"})
 PEERS = ("optuna-tpe", "tpe-hyperband", "asha", "one-epoch", "random")
 # the method `tianfeng search --objective accuracy` runs with no mode flags on large_batch.yaml:
 # its search rung, lowres_half, and --promote auto (balanced where the objective picks one best)
@@ -465,10 +484,15 @@ def replay_space(header: dict) -> SearchSpace:
                                      data=data_source(header.get("data", "cifar5"))), "accuracy", None)
 
 
-def replay(method: str, pool: Pool, space: SearchSpace, budget: float, cores: int, seed: int) -> Run:
-    machine = Machine(pool, space, budget, cores, seed)
+def replay(method: str, pool: Pool, space: SearchSpace, budget: float, cores: int, seed: int,
+           horizon: float = 1.0) -> Run:
+    """One method-seed; one whose rules do not depend on the budget is replayed to `horizon`
+    budgets (its first budget is the same run whatever the horizon)."""
+    until = budget * (1.0 if method in SPLITS_BUDGET else max(1.0, horizon))
+    machine = Machine(pool, space, until, cores, seed)
     METHODS[method](machine)
-    machine.run.events = [(t, s) for t, s in machine.run.events if t <= budget]
+    machine.run.events = [(t, s) for t, s in machine.run.events if t <= until]
+    machine.run.horizon = until
     return machine.run
 
 
@@ -482,14 +506,16 @@ def bootstrap_median(values: list[float], seed: int = 0, rounds: int = 2000) -> 
 
 
 def summarise(runs: list[Run], budget: float, targets: list[float]) -> dict:
-    out: dict[str, Any] = {"seeds": len(runs), "trials_median": statistics.median(r.trials for r in runs),
-                           "pool_spent": sum(r.pool_spent for r in runs),
+    out: dict[str, Any] = {"seeds": len(runs), "trials_median": statistics.median(r.trials_by(budget) for r in runs),
+                           "pool_spent": sum(r.pool_spent_at is not None and r.pool_spent_at <= budget for r in runs),
+                           "horizon_s": max(r.horizon for r in runs),
                            "moved_median": statistics.median(m for r in runs for m in r.moved) if any(r.moved for r in runs) else 0.0}
     for target in targets:
         times = [r.time_to(target) for r in runs]
-        counted = [t if t is not None else budget for t in times]
+        counted = [t if t is not None else r.horizon for t, r in zip(times, runs, strict=True)]
         median, low, high = bootstrap_median(counted)
         out[f"to_{target:g}"] = {"median_s": median, "interval": [low, high], "reached": sum(t is not None for t in times),
+                                 "reached_by_budget": sum(t is not None and t <= budget for t in times),
                                  "band_10_90": [float(np.percentile(counted, 10)), float(np.percentile(counted, 90))]}
     for fraction in FRACTIONS:
         best = [r.best_by(budget * fraction) for r in runs]
@@ -499,19 +525,19 @@ def summarise(runs: list[Run], budget: float, targets: list[float]) -> dict:
     return out
 
 
-_SHARED: tuple = ()  # (pool, space, budget, cores): set before the worker processes fork
+_SHARED: tuple = ()  # (pool, space, budget, cores, horizon): set before the worker processes fork
 
 
 def _replay_one(task: tuple[str, int]) -> Run:
-    pool, space, budget, cores = _SHARED
-    return replay(task[0], pool, space, budget, cores, task[1])
+    pool, space, budget, cores, horizon = _SHARED
+    return replay(task[0], pool, space, budget, cores, task[1], horizon)
 
 
 def replayed(methods: list[str], pool: Pool, space: SearchSpace, args: argparse.Namespace) -> Iterator[tuple[str, list[Run]]]:
     """Each method with its runs of seeds 0..N-1, replayed `--jobs` at a time (forked processes
     share the pool as it was read); a seed's run does not depend on which process replays it."""
     global _SHARED
-    _SHARED = (pool, space, args.budget, args.cores)
+    _SHARED = (pool, space, args.budget, args.cores, args.horizon)
     tasks = [(m, seed) for m in methods for seed in range(args.seeds)]
     with contextlib.ExitStack() as stack:
         if args.jobs > 1:
@@ -528,12 +554,24 @@ def replayed(methods: list[str], pool: Pool, space: SearchSpace, args: argparse.
             yield method, done
 
 
+def live_bands(runs: list[Run], target: float, at: float) -> dict:
+    """What a live run of `at` seconds is held against: the replay's median and 10-90% band of the
+    best score by `at`, and of the time to `target` with the runs that had not reached it by `at`
+    counted as `at` (as a live run that ends there is)."""
+    best = [r.best_by(at) for r in runs]
+    times = [min(at, t) if (t := r.time_to(target)) is not None else at for r in runs]
+    return {"at_s": at, "median": float(np.median(best)),
+            "band_10_90": [float(np.percentile(best, 10)), float(np.percentile(best, 90))],
+            "time_band_10_90": [float(np.percentile(times, 10)), float(np.percentile(times, 90))]}
+
+
 def against_live(folder: Path, figures: dict, target: float, at: float) -> list[dict]:
     """Each kept live method-seed (time_to_target.py's results in `folder`) against the replay's
-    10-90% band of the same method: its time to `target` and its best by `at` seconds. Returns one
-    row per live run, saying which figures fall outside the band and whether it trained on the
-    pool's kind of machine (`figures["table"]["machine"]`): elsewhere its wall times are not the
-    pool's CPU seconds."""
+    10-90% band of the same method (`live_bands`): its time to `target` (its budget where it did
+    not reach it, and no later than `at`) and its best by `at` seconds. Returns one row per live
+    run, saying which figures fall outside the band and whether it trained on the pool's kind of
+    machine (`figures["table"]["machine"]`): elsewhere its wall times are not the pool's CPU
+    seconds."""
     rows = []
     for path in sorted(folder.glob("*-s*.json")):
         live = json.loads(path.read_text())
@@ -544,8 +582,8 @@ def against_live(folder: Path, figures: dict, target: float, at: float) -> list[
         events = sorted((t, s) for t, s in live["events"])
         reached = next((t for t, s in events if s >= target), None)
         best = max((s for t, s in events if t <= at), default=0.0)
-        t_band, b_band = replayed[f"to_{target:g}"]["band_10_90"], replayed["best_at_live"]["band_10_90"]
-        time_in = t_band[0] <= (reached if reached is not None else live["budget_s"]) <= t_band[1]
+        t_band, b_band = replayed["best_at_live"]["time_band_10_90"], replayed["best_at_live"]["band_10_90"]
+        time_in = t_band[0] <= min(at, reached if reached is not None else live["budget_s"]) <= t_band[1]
         rows.append({"run": path.stem, "method": method, "time_to_target": reached, "time_band": t_band,
                      "time_inside": time_in, "best": best, "best_band": b_band,
                      "best_inside": b_band[0] <= best <= b_band[1], "hardware": live.get("hardware"),
@@ -584,11 +622,30 @@ def pool_figures(recipes: list[Recipe], targets: list[float]) -> dict:
     return out
 
 
+def beside(recipes: list[Recipe], others: list[Recipe]) -> dict:
+    """The recipes two tables share (the same draw recorded on two kinds of machine): how their
+    whole-run scores agree (Spearman, the median absolute difference) and, per rung, the median
+    of each recipe's CPU seconds here over there."""
+    from scipy.stats import spearmanr
+
+    there = {r.id: r for r in others}
+    pairs = [(r, there[r.id]) for r in recipes if r.id in there and r.params == there[r.id].params]
+    out: dict[str, Any] = {"recipes": len(pairs)}
+    if len(pairs) >= 3:
+        here_w, there_w = [a.whole for a, _ in pairs], [b.whole for _, b in pairs]
+        out["whole_spearman"] = float(spearmanr(here_w, there_w).statistic)
+        out["whole_abs_difference"] = statistics.median(abs(a - b) for a, b in zip(here_w, there_w, strict=True))
+        out["cost_ratio"] = {rung: statistics.median(sum(a.costs[rung]) / sum(b.costs[rung]) for a, b in pairs
+                                                     if sum(b.costs.get(rung, [])) > 0)
+                             for rung in pairs[0][0].costs if rung in pairs[0][1].costs}
+    return out
+
+
 def aims(figures: dict, default: str = DEFAULT) -> dict | None:
     """The default against its peers (`PEERS` replayed here): its median time to the pool's top-5%
     target over the best peer's (aim: at most 1/2) and over plain TPE's (at most 1/3), and whether
     its median best score by each fraction of the budget is the highest of all methods replayed.
-    A method that did not reach the target in half its seeds has the budget as its median: a
+    A method that did not reach the target in half its seeds has its horizon as its median: a
     ratio over it is an upper bound. None without the default or a peer."""
     methods, key = figures["methods"], f"to_{figures['top_target']:g}"
     peers = [m for m in PEERS if m in methods]
@@ -602,6 +659,7 @@ def aims(figures: dict, default: str = DEFAULT) -> dict | None:
     out["over_best_peer_met"] = out["over_best_peer"] <= 0.5
     if "optuna-tpe" in methods:
         out["over_tpe"] = time[default] / time["optuna-tpe"]
+        out["tpe_censored"] = methods["optuna-tpe"][key]["reached"] < methods["optuna-tpe"]["seeds"] / 2
         out["over_tpe_met"] = out["over_tpe"] <= 1 / 3
     out["highest_at"] = {f"{f:g}": all(methods[default][f"best_at_{f:g}"]["median"] >= methods[m][f"best_at_{f:g}"]["median"]
                                        for m in methods) for f in FRACTIONS}
@@ -627,6 +685,11 @@ def top_target(recipes: list[Recipe], share: float = TOP_SHARE) -> float:
     return float(np.quantile([r.whole for r in recipes], 1 - share, method="lower"))
 
 
+def results_path(table: Path) -> Path:
+    """The results file of a table's replay: docs/results/replay_<its name>.json."""
+    return ROOT / "docs" / "results" / f"replay_{table.name.removesuffix('.jsonl.gz')}.json"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pool", type=Path, default=TABLES / "near-best.jsonl.gz", help="the recorded table")
@@ -637,16 +700,27 @@ def main() -> None:
                              "setting's 12, so that a search of whole runs trains about nine; --live-at compares "
                              "with live runs at 12)")
     parser.add_argument("--cores", type=int, default=2, help="the simulated machine's cores (default 2)")
+    parser.add_argument("--horizon", type=float, default=HORIZON,
+                        help=f"budgets a method whose rules do not depend on the budget is replayed for, so that a "
+                             f"time to a target past the budget is measured, not cut at it (default {HORIZON:g}; "
+                             "the figures at fractions of the budget are the same for any horizon)")
     parser.add_argument("--targets", default="", help="whole-run val_top1 levels besides the pool's top 5%%")
     parser.add_argument("--live", type=Path, default=None,
                         help="a folder of time_to_target.py's kept live runs of the same setting: each one's time "
                              "to the pool's top-5%% target and best by --live-at, against the replay's 10-90%% band")
     parser.add_argument("--live-at", type=float, default=720.0, help="seconds at which the live best is compared (default 720)")
+    parser.add_argument("--beside", type=Path, default=None, metavar="TABLE",
+                        help="another table of the same draw (another kind of machine): how the recipes both hold "
+                             "agree, and what each rung costs here against there")
     parser.add_argument("--jobs", type=int, default=1,
                         help="method-seeds replayed at once, each in its own process (default 1; the figures are "
                              "the same for any number)")
-    add_results_argument(parser, ROOT / "docs" / "results" / "replay_near-best.json", "the figures")
+    parser.add_argument("--results", nargs="?", const=True, type=Path, default=None, metavar="PATH",
+                        help="also write the figures with commit, date and machine (default "
+                             "docs/results/replay_<the table's name>.json)")
     args = parser.parse_args()
+    if args.results is True:
+        args.results = results_path(args.pool)
     from tianfeng.terminal.logs import quiet_optuna
 
     quiet_optuna()
@@ -663,22 +737,26 @@ def main() -> None:
         parser.error(f"--methods: {', '.join(unknown)} unknown; one of {', '.join(METHODS)}")
     figures = {"pool": pool_figures(recipes, targets), "spacing": spacing(pool), "top_target": top,
                "budget_s": args.budget, "cores": args.cores,
-               "table": {k: header.get(k) for k in ("commit", "date", "machine", "torch", "seed", "setting")},
+               "table": {k: header.get(k) for k in ("commit", "date", "machine", "cpu_precision", "torch", "seed",
+                                                    "setting")},
                "methods": {}}
+    if args.beside is not None:
+        other_header, others = read_pool(args.beside)
+        figures["beside"] = {**beside(recipes, others), "table": {k: other_header.get(k) for k in
+                                                                  ("commit", "date", "machine", "cpu_precision")}}
     rows = []
     for method, runs in replayed(methods, pool, space, args):
         s = summarise(runs, args.budget, targets)
-        best_live = [r.best_by(args.live_at) for r in runs]
-        s["best_at_live"] = {"at_s": args.live_at, "median": float(np.median(best_live)),
-                             "band_10_90": [float(np.percentile(best_live, 10)), float(np.percentile(best_live, 90))]}
+        s["best_at_live"] = live_bands(runs, top, args.live_at)
         figures["methods"][method] = s
         t = s[f"to_{top:g}"]
         rows.append([method, f"{t['median_s']:.0f} [{t['interval'][0]:.0f}, {t['interval'][1]:.0f}]",
-                     f"{t['reached']}/{args.seeds}",
+                     f"{t['reached_by_budget']}/{args.seeds}" + (f" ({t['reached']} by {s['horizon_s']:g} s)"
+                                                                 if s["horizon_s"] > args.budget else ""),
                      *(f"{s[f'best_at_{f:g}']['median']:.2f}" for f in FRACTIONS), f"{s['trials_median']:g}"])
     print_table(f"pool: {len(recipes)} recipes; top-5% target {top:.2f}; budget {args.budget:g} s on {args.cores} cores; "
                 f"medians of {args.seeds} seeds", rows,
-                headers=("method", f"time to {top:.2f} (s) [95%]", "reached", *(f"best @{f:g}" for f in FRACTIONS),
+                headers=("method", f"time to {top:.2f} (s) [95%]", "reached by the budget", *(f"best @{f:g}" for f in FRACTIONS),
                          "trials"))
     figures["aims"] = aims(figures)
     if figures["aims"]:

@@ -165,9 +165,7 @@ def test_a_live_run_outside_the_replays_band_is_named(pool, space, tmp_path) -> 
 
     runs = [replay.replay("optuna-tpe", pool, space, budget=2000.0, cores=2, seed=s) for s in range(10)]
     top = replay.top_target(pool.recipes)
-    summary = replay.summarise(runs, 2000.0, [top])
-    best = [r.best_by(1000.0) for r in runs]
-    summary["best_at_live"] = {"band_10_90": [float(np.percentile(best, 10)), float(np.percentile(best, 90))]}
+    summary = {"best_at_live": replay.live_bands(runs, top, 1000.0)}
     figures = {"methods": {"optuna-tpe": summary}, "table": {"machine": "2 cores, the pool's CPU"}}
     inside = runs[0]
     (tmp_path / "optuna-tpe-s0.json").write_text(json.dumps({"method": "optuna-tpe", "budget_s": 2000.0,
@@ -179,6 +177,15 @@ def test_a_live_run_outside_the_replays_band_is_named(pool, space, tmp_path) -> 
     assert not rows["optuna-tpe-s1"]["best_inside"] and rows["optuna-tpe-s1"]["time_to_target"] is None
     # a live run on another kind of machine is named as such: its wall times are not the pool's CPU seconds
     assert rows["optuna-tpe-s0"]["pool_machine"] and not rows["optuna-tpe-s1"]["pool_machine"]
+
+
+def test_a_live_run_is_held_against_replayed_runs_cut_where_it_ends() -> None:
+    """A replayed run that reaches the target after the live run's end counts as that end, as the
+    live run that has not reached it by then does."""
+    early, late, never = (replay.Run(events=[(t, 90.0)]) for t in (100.0, 1500.0, 9e9))
+    bands = replay.live_bands([early, late, never] * 10, 80.0, 1000.0)
+    assert bands["time_band_10_90"] == [100.0, 1000.0] and bands["band_10_90"] == [0.0, 90.0]
+    assert bands["at_s"] == 1000.0 and bands["median"] == 0.0
 
 
 def test_a_recipes_value_the_proposal_had_no_use_for_takes_its_distribution_from_the_space(pool, space) -> None:
@@ -212,6 +219,7 @@ def test_the_aims_compare_the_default_with_its_best_peer_and_plain_tpe() -> None
     # the best peer is the fastest of the peers (a mode of tianfeng's own is no peer)
     assert a["best_peer"] == "asha" and a["over_best_peer"] == pytest.approx(400 / 900) and a["over_best_peer_met"]
     assert a["over_tpe"] == pytest.approx(400 / 1440) and a["over_tpe_met"] and not a["best_peer_censored"]
+    assert a["tpe_censored"]  # TPE reached the target in 40 of 100 seeds: its median is its horizon
     # highest of every method replayed, modes included
     assert a["highest_at"] == {"0.25": False, "0.5": False, "0.75": False, "1": False}
     del figures["methods"]["lowres-leader"]
@@ -234,6 +242,49 @@ def test_the_pools_spacing_is_each_recipes_distance_to_its_nearest_neighbour(poo
     assert gap["coordinates"] == coords.shape[1]
     assert gap["recipe_to_nearest"] == pytest.approx(float(np.median(nearest)))
     assert 0 < gap["random_proposal_to_nearest"] < max(nearest) * 2
+
+
+def test_past_the_budget_a_method_that_does_not_split_it_is_measured_not_cut(pool, space) -> None:
+    """Plain TPE replayed to three budgets is the same run through the first, and a target it
+    reaches after the budget is timed where it is reached; a method that splits its budget (one
+    epoch, then the best) is replayed to the budget alone, whatever the horizon."""
+    short = replay.replay("optuna-tpe", pool, space, budget=200.0, cores=2, seed=0)
+    long = replay.replay("optuna-tpe", pool, space, budget=200.0, cores=2, seed=0, horizon=3.0)
+    assert short.horizon == 200.0 and long.horizon == 600.0
+    assert [e for e in long.events if e[0] <= 200.0] == short.events and long.events[-1][0] > 200.0
+    assert long.trials_by(200.0) == short.trials < long.trials
+    later = next(s for t, s in long.events if t > 200.0 and s > short.best_by(200.0))
+    assert short.time_to(later) is None and 200.0 < long.time_to(later) <= 600.0
+    summary = replay.summarise([short, long], 200.0, [later])[f"to_{later:g}"]
+    # the run that never reaches it counts as its own horizon, the other as when it reached it
+    assert summary["reached"] == 1 and summary["reached_by_budget"] == 0
+    assert summary["median_s"] == pytest.approx((200.0 + long.time_to(later)) / 2)
+    never = replay.summarise([short, long], 200.0, [101.0])["to_101"]
+    assert never["reached"] == 0 and never["median_s"] == pytest.approx((200.0 + 600.0) / 2)
+    split = replay.replay("one-epoch", pool, space, budget=200.0, cores=2, seed=3, horizon=3.0)
+    assert split.horizon == 200.0 and split.events == replay.replay("one-epoch", pool, space, 200.0, 2, 3).events
+
+
+def test_two_tables_of_the_same_draw_are_compared_recipe_by_recipe(pool) -> None:
+    """Another machine's table: a quarter of the CPU seconds at the whole run, half at the proxy,
+    every score half a point higher; a recipe of the other table with other values is no pair."""
+    import dataclasses
+
+    def elsewhere(r: replay.Recipe) -> replay.Recipe:
+        return dataclasses.replace(r, scores={k: [x + 0.5 for x in v] for k, v in r.scores.items()},
+                                   costs={k: [x * (0.25 if k == "target" else 0.5) for x in v] for k, v in r.costs.items()})
+
+    others = [elsewhere(r) for r in pool.recipes[:20]]
+    others[0] = dataclasses.replace(others[0], params={**others[0].params, "epochs": 99})
+    figures = replay.beside(others, pool.recipes)
+    assert figures["recipes"] == 19 and figures["whole_abs_difference"] == pytest.approx(0.5)
+    assert figures["whole_spearman"] == pytest.approx(1.0)
+    assert figures["cost_ratio"]["target"] == pytest.approx(0.25) and figures["cost_ratio"]["proxy"] == pytest.approx(0.5)
+
+
+def test_a_tables_results_file_is_named_after_it() -> None:
+    assert replay.results_path(replay.TABLES / "near-best.jsonl.gz").name == "replay_near-best.json"
+    assert replay.results_path(replay.TABLES / "near-best-xeon-bf16.jsonl.gz").name == "replay_near-best-xeon-bf16.json"
 
 
 def test_a_method_seed_replays_the_same_twice_hyperbands_brackets_included(pool, space) -> None:
