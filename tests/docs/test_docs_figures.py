@@ -151,6 +151,8 @@ def test_the_fidelity_help_quotes_the_replays_figures() -> None:
     median = {m: saved["methods"][m][key]["median_s"] for m in ("lowres-balanced", "proxy-balanced", "tianfeng-target")}
     assert f"{median['lowres-balanced']:.0f} s at lowres_half" in help_text
     assert f"{median['proxy-balanced']:.0f} s at proxy" in help_text
-    # target: not reached in half the seeds, so its median is the budget
-    assert median["tianfeng-target"] == saved["budget_s"]
-    assert f"by {saved['budget_s']:.0f} s" in help_text
+    # target: reached past the budget in most seeds (the replay runs it on to its horizon)
+    target = saved["methods"]["tianfeng-target"][key]
+    assert (f"{median['tianfeng-target']:.0f} s over the whole run's epochs" in help_text
+            and f"within the {saved['budget_s']:.0f} s budget in {target['reached_by_budget']} of "
+                f"{saved['methods']['tianfeng-target']['seeds']} seeds" in help_text)
