@@ -584,7 +584,8 @@ def against_live(folder: Path, figures: dict, target: float, at: float) -> list[
         best = max((s for t, s in events if t <= at), default=0.0)
         t_band, b_band = replayed["best_at_live"]["time_band_10_90"], replayed["best_at_live"]["band_10_90"]
         time_in = t_band[0] <= min(at, reached if reached is not None else live["budget_s"]) <= t_band[1]
-        rows.append({"run": path.stem, "method": method, "time_to_target": reached, "time_band": t_band,
+        rows.append({"run": path.stem, "method": method, "budget_s": live["budget_s"], "time_to_target": reached,
+                     "time_band": t_band,
                      "time_inside": time_in, "best": best, "best_band": b_band,
                      "best_inside": b_band[0] <= best <= b_band[1], "hardware": live.get("hardware"),
                      "pool_machine": live.get("hardware") == figures["table"].get("machine")})
@@ -736,6 +737,7 @@ def main() -> None:
     if unknown:
         parser.error(f"--methods: {', '.join(unknown)} unknown; one of {', '.join(METHODS)}")
     figures = {"pool": pool_figures(recipes, targets), "spacing": spacing(pool), "top_target": top,
+               "pool_best": max(r.whole for r in recipes),
                "budget_s": args.budget, "cores": args.cores,
                "table": {k: header.get(k) for k in ("commit", "date", "machine", "cpu_precision", "torch", "seed",
                                                     "setting")},
