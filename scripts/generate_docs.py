@@ -405,7 +405,7 @@ def replay_table() -> str:
     for method, m in saved["methods"].items():
         t = m[f"to_{top:g}"]
         out.append(f"| {described.get(method, method)} | {t['median_s']:.0f} [{t['interval'][0]:.0f}, "
-                   f"{t['interval'][1]:.0f}] | {t.get('reached_by_budget', t['reached'])}/{m['seeds']} | "
+                   f"{t['interval'][1]:.0f}] | {t['reached_by_budget']}/{m['seeds']} | "
                    + " | ".join(f"{m[f'best_at_{f}']['median']:.2f}" for f in ("0.25", "0.5", "0.75", "1"))
                    + f" | {m['trials_median']:g} | {m['moved_median']:.2f} |")
     a = saved.get("aims")
@@ -415,7 +415,7 @@ def replay_table() -> str:
         bound = " (at most: that peer's median is its horizon)" if a["best_peer_censored"] else ""
         out.append(f"The default's median time to {top:.2f} is {a['over_best_peer']:.2f} of the best peer's, {peer}"
                    f"{bound}: the aim of at most 1/2 is {'met' if a['over_best_peer_met'] else 'not met'}. It is "
-                   f"{'at most ' if a.get('tpe_censored') else ''}{a['over_tpe']:.2f} of plain TPE's: the aim of at most 1/3 is "
+                   f"{'at most ' if a['tpe_censored'] else ''}{a['over_tpe']:.2f} of plain TPE's: the aim of at most 1/3 is "
                    f"{'met' if a['over_tpe_met'] else 'not met'}. Its median best is the highest of all methods at "
                    + _fractions([f for f, v in a["highest_at"].items() if v]) + ".")
     spent = [described.get(m, m) for m, f in saved["methods"].items() if f["pool_spent"] > seeds / 10]
@@ -426,7 +426,7 @@ def replay_table() -> str:
               f"{gap['recipe_to_nearest']:.2f} from their nearest neighbour, and a random proposal "
               f"{gap['random_proposal_to_nearest']:.2f} from its nearest recipe: a proposal lands on a recipe about "
               "as far away as the recipes are from each other, which a larger pool narrows.") if gap else ""
-    horizon = max(m.get("horizon_s", saved["budget_s"]) for m in saved["methods"].values())
+    horizon = max(m["horizon_s"] for m in saved["methods"].values())
     if horizon > saved["budget_s"]:
         out += ["", f"Time to {top:.2f}: a method whose rules do not depend on the budget (all but those that search "
                     f"half of it, then train the best whole) was replayed on to {horizon:g} s, the same run through "
@@ -460,14 +460,14 @@ def replay_second_table() -> str:
     for method, m in saved["methods"].items():
         t = m[f"to_{top:g}"]
         out.append(f"| {described.get(method, method).split(':')[0]} | {t['median_s']:.0f} [{t['interval'][0]:.0f}, "
-                   f"{t['interval'][1]:.0f}] | {t.get('reached_by_budget', t['reached'])}/{m['seeds']} | "
+                   f"{t['interval'][1]:.0f}] | {t['reached_by_budget']}/{m['seeds']} | "
                    + " | ".join(_best(m[f"best_at_{f}"]["median"]) for f in ("0.25", "0.5", "0.75", "1")) + " |")
     a = saved.get("aims")
     if a:
         bound = "at most " if a["best_peer_censored"] else ""
         out += ["", f"Here the default's median time is {bound}{a['over_best_peer']:.2f} of the best peer's "
                     f"({_sentence_case(described[a['best_peer']].split(':')[0])}; aim at most 1/2: "
-                    f"{'met' if a['over_best_peer_met'] else 'not met'}) and {'at most ' if a.get('tpe_censored') else ''}"
+                    f"{'met' if a['over_best_peer_met'] else 'not met'}) and {'at most ' if a['tpe_censored'] else ''}"
                     f"{a['over_tpe']:.2f} of plain TPE's (aim at most 1/3: {'met' if a['over_tpe_met'] else 'not met'}); "
                     "its median best is the highest at " + _fractions([f for f, v in a["highest_at"].items() if v]) + "."]
     live = saved.get("live")
@@ -526,12 +526,12 @@ def replay_modes() -> str:
         t = m[f"to_{top:g}"]
         spent = " (the pool ran out in some seeds: a larger pool may change it)" if m["pool_spent"] > m["seeds"] / 10 else ""
         out.append(f"- {described[method]}: {t['median_s']:.0f} s [{t['interval'][0]:.0f}, {t['interval'][1]:.0f}], "
-                   f"reached in {t.get('reached_by_budget', t['reached'])} of {m['seeds']} seeds; best {_best(m['best_at_0.25']['median'])} and "
+                   f"reached in {t['reached_by_budget']} of {m['seeds']} seeds; best {_best(m['best_at_0.25']['median'])} and "
                    f"{_best(m['best_at_1']['median'])}{spent}")
     peer = saved["aims"]["best_peer"]
     t = saved["methods"][peer][f"to_{top:g}"]
     out.append(f"- the best peer, {_sentence_case(described[peer])}: {t['median_s']:.0f} s, reached in "
-               f"{t.get('reached_by_budget', t['reached'])} of {saved['methods'][peer]['seeds']} seeds")
+               f"{t['reached_by_budget']} of {saved['methods'][peer]['seeds']} seeds")
     return "\n".join(out)
 
 
