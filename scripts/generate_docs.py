@@ -400,12 +400,13 @@ def replay_table() -> str:
     out += [f"| `{rung}` | {r['spearman']:.2f} | {r['kendall']:.2f} | {r['cost_share']:.3f} |"
             for rung, r in pool["rank"].items()]
     seeds = next(iter(saved["methods"].values()))["seeds"]
-    out += ["", f"| method | time to {top:.2f} (s) [95%] | reached by the budget | best at 1/4 | 1/2 | 3/4 | the budget "
-                "| trials | moved |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out += ["", f"| method | time to {top:.2f} (s) [95%] | the default's over it, seed by seed [95%] | reached by the "
+                "budget | best at 1/4 | 1/2 | 3/4 | the budget | trials | moved |",
+            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for method, m in saved["methods"].items():
         t = m[f"to_{top:g}"]
         out.append(f"| {described.get(method, method)} | {t['median_s']:.0f} [{t['interval'][0]:.0f}, "
-                   f"{t['interval'][1]:.0f}] | {t['reached_by_budget']}/{m['seeds']} | "
+                   f"{t['interval'][1]:.0f}] | {_paired(saved, method)} | {t['reached_by_budget']}/{m['seeds']} | "
                    + " | ".join(f"{m[f'best_at_{f}']['median']:.2f}" for f in ("0.25", "0.5", "0.75", "1"))
                    + f" | {m['trials_median']:g} | {m['moved_median']:.2f} |")
     a = saved.get("aims")
@@ -418,6 +419,7 @@ def replay_table() -> str:
                    f"{'at most ' if a['tpe_censored'] else ''}{a['over_tpe']:.2f} of plain TPE's: the aim of at most 1/3 is "
                    f"{'met' if a['over_tpe_met'] else 'not met'}. Its median best is the highest of all methods at "
                    + _fractions([f for f, v in a["highest_at"].items() if v]) + ".")
+    out.append(_paired_sentence(saved, described))
     spent = [described.get(m, m) for m, f in saved["methods"].items() if f["pool_spent"] > seeds / 10]
     if spent:
         out.append(f"The pool ran out of recipes in more than a tenth of the seeds of: {'; '.join(spent)}.")
@@ -455,12 +457,13 @@ def replay_second_table() -> str:
            f"whole runs rank with Spearman {b['whole_spearman']:.2f}, a median {b['whole_abs_difference']:.2f} points "
            f"apart. A recipe's CPU seconds here over there, median per rung: {costs}. The top-5% target here is "
            f"{top:.2f}.", "",
-           "| method | time to target (s) [95%] | reached by the budget | best at 1/4 | 1/2 | 3/4 | the budget |",
-           "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+           "| method | time to target (s) [95%] | the default's over it, seed by seed [95%] | reached by the budget "
+           "| best at 1/4 | 1/2 | 3/4 | the budget |",
+           "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |"]
     for method, m in saved["methods"].items():
         t = m[f"to_{top:g}"]
         out.append(f"| {described.get(method, method).split(':')[0]} | {t['median_s']:.0f} [{t['interval'][0]:.0f}, "
-                   f"{t['interval'][1]:.0f}] | {t['reached_by_budget']}/{m['seeds']} | "
+                   f"{t['interval'][1]:.0f}] | {_paired(saved, method)} | {t['reached_by_budget']}/{m['seeds']} | "
                    + " | ".join(_best(m[f"best_at_{f}"]["median"]) for f in ("0.25", "0.5", "0.75", "1")) + " |")
     a = saved.get("aims")
     if a:
@@ -469,7 +472,8 @@ def replay_second_table() -> str:
                     f"({_sentence_case(described[a['best_peer']].split(':')[0])}; aim at most 1/2: "
                     f"{'met' if a['over_best_peer_met'] else 'not met'}) and {'at most ' if a['tpe_censored'] else ''}"
                     f"{a['over_tpe']:.2f} of plain TPE's (aim at most 1/3: {'met' if a['over_tpe_met'] else 'not met'}); "
-                    "its median best is the highest at " + _fractions([f for f, v in a["highest_at"].items() if v]) + "."]
+                    "its median best is the highest at " + _fractions([f for f, v in a["highest_at"].items() if v]) + ".",
+                _paired_sentence(saved, described)]
     live = saved.get("live")
     if live:
         at = next(iter(saved["methods"].values()))["best_at_live"]["at_s"]
@@ -498,6 +502,33 @@ def replay_second_table() -> str:
                 f"docs/results/replay/near-best.jsonl.gz --budget {saved['budget_s']:g} --seeds {seeds}"
                 + (f" --live docs/results/time_to_target_xeon --live-at {at:g}" if live else "") + " --results`."]
     return "\n".join(out)
+
+
+def _paired(saved: dict, method: str) -> str:
+    """The default's time over `method`'s, seed by seed: the median ratio, its interval, and in
+    how many seeds the default was faster and slower."""
+    if method == saved["aims"]["default"]:
+        return "(the default)"
+    p = saved["paired"][method]
+    return (f"{p['median_ratio']:.2f} [{p['interval'][0]:.2f}, {p['interval'][1]:.2f}]; faster in {p['faster']}, "
+            f"slower in {p['slower']}")
+
+
+def _paired_sentence(saved: dict, described: dict) -> str:
+    """Which methods the default is faster than seed by seed (the interval of the median ratio
+    below 1), which faster than it (above 1), and which it is not told apart from."""
+    groups: dict[str, list[str]] = {"faster": [], "slower": [], "level": []}
+    for method, p in saved["paired"].items():
+        low, high = p["interval"]
+        groups["faster" if high < 1 else "slower" if low > 1 else "level"].append(
+            described.get(method, method).split(":")[0])
+    parts = [f"faster than {len(groups['faster'])} of the {len(saved['paired'])} other methods"]
+    if groups["slower"]:
+        parts.append(f"slower than {'; '.join(groups['slower'])}")
+    if groups["level"]:
+        parts.append(f"not told apart from {'; '.join(groups['level'])}")
+    return ("Seed by seed (each seed gives every method the same sampler seeds), the default's time to the target "
+            "is, by the 95% interval of the median ratio, " + ", ".join(parts) + ".")
 
 
 def _modes() -> tuple[str, ...]:

@@ -23,7 +23,8 @@ What is replayed, and how it stays faithful to the live benchmark (time_to_targe
   checked (`--faithful`: how far the proposals were moved).
 Reported per method over seeds, with bootstrap 95% intervals on every median: the time until a
 whole-run score first reaches each target (the pool's top-5% and the setting's targets), and the
-best whole-run score by 1/4, 1/2, 3/4 and all of the budget. A method whose rules do not depend on
+best whole-run score by 1/4, 1/2, 3/4 and all of the budget; and the default's time over each other
+method's, seed by seed (`paired`), which shares the seeds' common luck. A method whose rules do not depend on
 the budget (all but those that split it, `SPLITS_BUDGET`) is replayed on past the budget, to
 `--horizon` budgets: its first budget is the same run, and a time to a target that comes later is
 measured rather than cut at the budget. A run that never reaches a target counts as its horizon;
@@ -554,6 +555,24 @@ def replayed(methods: list[str], pool: Pool, space: SearchSpace, args: argparse.
             yield method, done
 
 
+def paired(runs: list[Run], others: list[Run], target: float) -> dict:
+    """`runs`' time to `target` over `others`', seed by seed (the same seed gives both the same
+    sampler streams and priors, so the two often share their first trials): the median of the
+    per-seed ratios with its bootstrap 95% interval, and in how many seeds `runs` was faster,
+    slower or level. A run that never reached the target counts as its horizon, so a seed where
+    either did not gives a bound; `censored` counts those seeds."""
+    ratios, faster, slower, censored = [], 0, 0, 0
+    for mine, theirs in zip(runs, others, strict=True):
+        a, b = mine.time_to(target), theirs.time_to(target)
+        censored += a is None or b is None
+        a, b = a if a is not None else mine.horizon, b if b is not None else theirs.horizon
+        ratios.append(a / b)
+        faster, slower = faster + (a < b), slower + (a > b)
+    median, low, high = bootstrap_median(ratios)
+    return {"median_ratio": median, "interval": [low, high], "faster": faster, "slower": slower,
+            "level": len(ratios) - faster - slower, "censored": censored}
+
+
 def live_bands(runs: list[Run], target: float, at: float) -> dict:
     """What a live run of `at` seconds is held against: the replay's median and 10-90% band of the
     best score by `at`, and of the time to `target` with the runs that had not reached it by `at`
@@ -746,8 +765,9 @@ def main() -> None:
         other_header, others = read_pool(args.beside)
         figures["beside"] = {**beside(recipes, others), "table": {k: other_header.get(k) for k in
                                                                   ("commit", "date", "machine", "cpu_precision")}}
-    rows = []
+    rows, every = [], {}
     for method, runs in replayed(methods, pool, space, args):
+        every[method] = runs
         s = summarise(runs, args.budget, targets)
         s["best_at_live"] = live_bands(runs, top, args.live_at)
         figures["methods"][method] = s
@@ -760,6 +780,11 @@ def main() -> None:
                 f"medians of {args.seeds} seeds", rows,
                 headers=("method", f"time to {top:.2f} (s) [95%]", "reached by the budget", *(f"best @{f:g}" for f in FRACTIONS),
                          "trials"))
+    if DEFAULT in every:
+        figures["paired"] = {m: paired(every[DEFAULT], runs, top) for m, runs in every.items() if m != DEFAULT}
+        print(f"\n{DEFAULT}'s time to {top:.2f} over each method's, seed by seed (median ratio [95%], faster/slower "
+              "in seeds): " + "; ".join(f"{m} {p['median_ratio']:.2f} [{p['interval'][0]:.2f}, {p['interval'][1]:.2f}] "
+                                        f"{p['faster']}/{p['slower']}" for m, p in figures["paired"].items()))
     figures["aims"] = aims(figures)
     if figures["aims"]:
         a = figures["aims"]

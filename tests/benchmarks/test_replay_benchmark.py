@@ -188,6 +188,24 @@ def test_a_live_run_is_held_against_replayed_runs_cut_where_it_ends() -> None:
     assert bands["at_s"] == 1000.0 and bands["median"] == 0.0
 
 
+def test_paired_times_are_ratios_seed_by_seed_with_a_miss_counted_as_its_horizon() -> None:
+    """The ratio is taken within each seed: the first method is twice as fast in every seed, the
+    last of which the second never reaches by its horizon (1000 s)."""
+    def run(at: float | None, horizon: float = 1000.0) -> replay.Run:
+        return replay.Run(events=[] if at is None else [(at, 90.0)], horizon=horizon)
+
+    mine = [run(t) for t in (50.0, 100.0, 200.0, 400.0, 500.0)]
+    theirs = [run(t) for t in (100.0, 200.0, 400.0, 800.0, None)]
+    p = replay.paired(mine, theirs, 80.0)
+    assert p["median_ratio"] == 0.5 and (p["faster"], p["slower"], p["level"], p["censored"]) == (5, 0, 0, 1)
+    assert p["interval"][0] <= 0.5 <= p["interval"][1]
+    # a seed neither reaches counts as its two horizons: a method split at the budget has the shorter
+    level = replay.paired([run(None, 3000.0)], [run(None, 1000.0)], 80.0)
+    assert level["median_ratio"] == 3.0 and level["slower"] == 1 and level["censored"] == 1
+    with pytest.raises(ValueError):  # seeds must pair up
+        replay.paired(mine, theirs[:4], 80.0)
+
+
 def test_a_recipes_value_the_proposal_had_no_use_for_takes_its_distribution_from_the_space(pool, space) -> None:
     """A recipe of another optimizer than the proposal's holds a value (LARS's trust coefficient)
     that no trial of the study may have sampled yet: its distribution comes from the space."""
