@@ -419,10 +419,10 @@ def replay_table() -> str:
                    f"{'at most ' if a['tpe_censored'] else ''}{a['over_tpe']:.2f} of plain TPE's: the aim of at most 1/3 is "
                    f"{'met' if a['over_tpe_met'] else 'not met'}. Its median best is the highest of all methods at "
                    + _fractions([f for f, v in a["highest_at"].items() if v]) + ".")
-    out.append(_paired_sentence(saved, described))
+    out += ["", _paired_sentence(saved, described)]
     spent = [described.get(m, m) for m, f in saved["methods"].items() if f["pool_spent"] > seeds / 10]
     if spent:
-        out.append(f"The pool ran out of recipes in more than a tenth of the seeds of: {'; '.join(spent)}.")
+        out += ["", f"The pool ran out of recipes in more than a tenth of the seeds of: {'; '.join(spent)}."]
     gap = saved.get("spacing")
     sparse = (f" In these {gap['coordinates']} coordinates the pool's recipes lie a median "
               f"{gap['recipe_to_nearest']:.2f} from their nearest neighbour, and a random proposal "
@@ -473,7 +473,7 @@ def replay_second_table() -> str:
                     f"{'met' if a['over_best_peer_met'] else 'not met'}) and {'at most ' if a['tpe_censored'] else ''}"
                     f"{a['over_tpe']:.2f} of plain TPE's (aim at most 1/3: {'met' if a['over_tpe_met'] else 'not met'}); "
                     "its median best is the highest at " + _fractions([f for f, v in a["highest_at"].items() if v]) + ".",
-                _paired_sentence(saved, described)]
+                "", _paired_sentence(saved, described)]
     live = saved.get("live")
     if live:
         at = next(iter(saved["methods"].values()))["best_at_live"]["at_s"]
@@ -510,8 +510,9 @@ def _paired(saved: dict, method: str) -> str:
     if method == saved["aims"]["default"]:
         return "(the default)"
     p = saved["paired"][method]
+    bound = f"; a bound in {p['censored']}" if p["censored"] else ""
     return (f"{p['median_ratio']:.2f} [{p['interval'][0]:.2f}, {p['interval'][1]:.2f}]; faster in {p['faster']}, "
-            f"slower in {p['slower']}")
+            f"slower in {p['slower']}{bound}")
 
 
 def _paired_sentence(saved: dict, described: dict) -> str:
@@ -528,7 +529,8 @@ def _paired_sentence(saved: dict, described: dict) -> str:
     if groups["level"]:
         parts.append(f"not told apart from {'; '.join(groups['level'])}")
     return ("Seed by seed (each seed gives every method the same sampler seeds), the default's time to the target "
-            "is, by the 95% interval of the median ratio, " + ", ".join(parts) + ".")
+            "is, by the 95% interval of the median ratio, " + ", ".join(parts) + ". A seed where either run missed "
+            "the target by its horizon gives a bound, not a ratio.")
 
 
 def _modes() -> tuple[str, ...]:
@@ -596,7 +598,7 @@ def default_edge() -> str:
             "for one best recipe (`--objective accuracy`: `lowres_half` proxies, each new leader trained whole as "
             f"`--promote auto` has it) reached the pool's top-5% score in a median {time_of[a['default']]:.0f} s of a "
             f"{saved['budget_s'] / 60:g}-minute budget on {saved['cores']} cores, {against}{mode} "
-            f"([{saved['date']}, {saved['commit']}](docs/results.md#{REPLAY_ANCHOR})).")
+            f"({_linked(saved, REPLAY_ANCHOR)}).")
 
 
 def test_suite_sentence() -> str:
