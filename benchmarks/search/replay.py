@@ -535,11 +535,12 @@ def _replay_one(task: tuple[str, int]) -> Run:
 
 
 def replayed(methods: list[str], pool: Pool, space: SearchSpace, args: argparse.Namespace) -> Iterator[tuple[str, list[Run]]]:
-    """Each method with its runs of seeds 0..N-1, replayed `--jobs` at a time (forked processes
+    """Each method with its runs of seeds `--first-seed` onwards, replayed `--jobs` at a time (forked processes
     share the pool as it was read); a seed's run does not depend on which process replays it."""
     global _SHARED
     _SHARED = (pool, space, args.budget, args.cores, args.horizon)
-    tasks = [(m, seed) for m in methods for seed in range(args.seeds)]
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    tasks = [(m, seed) for m in methods for seed in seeds]
     with contextlib.ExitStack() as stack:
         if args.jobs > 1:
             workers = stack.enter_context(multiprocessing.get_context("fork").Pool(args.jobs))
@@ -548,7 +549,7 @@ def replayed(methods: list[str], pool: Pool, space: SearchSpace, args: argparse.
             runs = map(_replay_one, tasks)
         for method in methods:
             done = []
-            for seed in range(args.seeds):
+            for seed in range(len(seeds)):
                 done.append(next(runs))
                 print(f"\r{method}: seed {seed + 1}/{args.seeds}", end="", file=sys.stderr, flush=True)
             print(file=sys.stderr)
@@ -715,6 +716,9 @@ def main() -> None:
     parser.add_argument("--pool", type=Path, default=TABLES / "near-best.jsonl.gz", help="the recorded table")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     parser.add_argument("--seeds", type=int, default=100, help="seeds per method (default 100)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the first seed (default 0); a change to the search judged on seeds 0-99 is checked on "
+                             "others, say --first-seed 100")
     parser.add_argument("--budget", type=float, default=1440.0,
                         help="seconds of the simulated machine (default 1440: 24 minutes, twice the live near-best "
                              "setting's 12, so that a search of whole runs trains about nine; --live-at compares "

@@ -145,6 +145,16 @@ def test_a_seed_replays_exactly_and_seeds_differ(pool, space) -> None:
     assert a.events == b.events and a.events != c.events
 
 
+def test_held_out_seeds_are_the_same_runs_a_replay_from_seed_zero_gives(pool, space) -> None:
+    """`--first-seed 3 --seeds 2` replays seeds 3 and 4, as a run of seeds 0-4 does."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(budget=2000.0, cores=2, horizon=1.0, jobs=1, seeds=2, first_seed=3)
+    (method, runs), = replay.replayed(["random"], pool, space, args)
+    assert method == "random"
+    assert [r.events for r in runs] == [replay.replay("random", pool, space, 2000.0, 2, s).events for s in (3, 4)]
+
+
 def test_the_bootstrap_interval_holds_the_median_and_narrows_with_more_seeds() -> None:
     rng = np.random.default_rng(0)
     small, large = rng.normal(10, 2, 20).tolist(), rng.normal(10, 2, 400).tolist()
