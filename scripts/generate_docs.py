@@ -592,6 +592,9 @@ def default_edge() -> str:
     reached = saved["methods"][a["best_peer"]][key]["reached"]
     against = (f"where no peer's median run reached it within the budget (the best, {peer}, in {reached} of {seeds})"
                if a["best_peer_censored"] else f"against {time_of[a['best_peer']]:.0f} s for the best peer ({peer})")
+    p = saved["paired"][a["best_peer"]]
+    against += (f"; seed by seed, a median {p['median_ratio']:.2f} [{p['interval'][0]:.2f}, {p['interval'][1]:.2f}] "
+                f"of that peer's time, faster in {p['faster']} of {seeds} seeds")
     mode = (f"; the fastest mode, {described[fastest].split(':')[0]}, took {time_of[fastest]:.0f} s"
             if time_of[fastest] < time_of[a["default"]] else "")
     return (f"Replayed {seeds} times on {saved['pool']['recipes']} recorded cifar5-dev recipes, the default search "

@@ -24,8 +24,8 @@ What is replayed, and how it stays faithful to the live benchmark (time_to_targe
 Reported per method over seeds, with bootstrap 95% intervals on every median: the time until a
 whole-run score first reaches each target (the pool's top-5% and the setting's targets), and the
 best whole-run score by 1/4, 1/2, 3/4 and all of the budget; and the default's time over each other
-method's, seed by seed (`paired`), which shares the seeds' common luck. A method whose rules do not depend on
-the budget (all but those that split it, `SPLITS_BUDGET`) is replayed on past the budget, to
+method's, seed by seed (`paired`), which takes out what the seeds share. A method whose rules do not
+depend on the budget (all but those that split it, `SPLITS_BUDGET`) is replayed on past the budget, to
 `--horizon` budgets: its first budget is the same run, and a time to a target that comes later is
 measured rather than cut at the budget. A run that never reaches a target counts as its horizon;
 the share that reached it by the budget and by the horizon are given.
@@ -557,8 +557,8 @@ def replayed(methods: list[str], pool: Pool, space: SearchSpace, args: argparse.
 
 
 def paired(runs: list[Run], others: list[Run], target: float) -> dict:
-    """`runs`' time to `target` over `others`', seed by seed (the same seed gives both the same
-    sampler streams and priors, so the two often share their first trials): the median of the
+    """`runs`' time to `target` over `others`', seed by seed (a seed gives both methods the same
+    sampler seeds, so two modes of the search often share their first trials): the median of the
     per-seed ratios with its bootstrap 95% interval, and in how many seeds `runs` was faster,
     slower or level. A run that never reached the target counts as its horizon, so a seed where
     either did not gives a bound; `censored` counts those seeds."""
