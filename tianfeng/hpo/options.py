@@ -94,9 +94,9 @@ class SearchOptions(SchedulerOptions):
                                             "needs (default: the CUDA device's own; none on a CPU)", metavar="GIB")
     fidelity: str | None = option(None, "the rung trials run at (default: the space's search_fidelity). Replayed on "
                                   "108 recorded cifar5-dev recipes of large_batch.yaml (2026-12-07), a search with "
-                                  "balanced promotion reached their top-5% score in a median 646 s at lowres_half "
-                                  "(its search rung), 961 s at proxy, 1908 s over the whole run's epochs (target, as on "
-                                  "LCBench; within the 1440 s budget in 24 of 100 seeds): cheap rungs pay where they "
+                                  "balanced promotion reached their top-5% score in a median 778 s at lowres_half "
+                                  "(its search rung), 984 s at proxy, 1869 s over the whole run's epochs (target, as on "
+                                  "LCBench; within the 1440 s budget in 73 of 300 seeds): cheap rungs pay where they "
                                   "rank recipes as their whole runs do")
     objective: str | None = option(None, "accuracy: the metric alone; pareto: the metric against the full run's "
                                    "predicted wall time on the cluster; time-to-target: least predicted time whose "
@@ -120,8 +120,8 @@ class SearchOptions(SchedulerOptions):
                           "take at most half its time; none: proxy trials only; auto: balanced where the objective "
                           "picks one best trial (accuracy, time-to-target) and the workers run here, else none (the "
                           "first log line says which and why). Replayed on 108 recorded cifar5-dev recipes "
-                          "(2026-12-07), a lowres_half search reached their top-5% score in a median 646 s with "
-                          "balanced, 715 s with leader, 985 s with none: promotion pays where proxies rank well, "
+                          "(2026-12-07), a lowres_half search reached their top-5% score in a median 778 s with "
+                          "balanced, 801 s with leader, 985 s with none: promotion pays where proxies rank well, "
                           "balanced where they are cheap beside the full runs", choices=PROMOTION_MODES)
     resume: bool = option(False, "continue an existing study")
     dry_run: bool = option(False, "check the space and every option against it, print what the search would run "
