@@ -32,6 +32,7 @@ import math
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -236,6 +237,9 @@ def main() -> None:
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=worker, args=(k, args.workers, args, str(space_path), data_arg, todo))
              for k in range(args.workers)]
+    # a SIGTERM to this process alone (kill, timeout) stops its workers as Ctrl-C stops them all:
+    # without it they would record on, orphaned
+    signal.signal(signal.SIGTERM, _interrupt)
     for p in procs:
         p.start()
     try:
@@ -244,8 +248,14 @@ def main() -> None:
     except KeyboardInterrupt:
         for p in procs:
             p.terminate()
-        print(f"interrupted: the recorded recipes are kept in {args.table}; run again to go on", file=sys.stderr)
+        for p in procs:
+            p.join()
+        sys.exit(f"record_pool: interrupted: the recorded recipes are kept in {args.table}; run again to go on")
     sys.exit(max((p.exitcode or 0) for p in procs))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ spends them, and the search's own pruner decides what the replay prunes."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from pathlib import Path
 
 import numpy as np
 import optuna
@@ -338,3 +340,50 @@ def test_a_table_takes_no_recipe_from_another_kind_of_machine(tmp_path) -> None:
                               "--recipes", "1", "--rungs", "target", "--table", str(table), "--keep", str(tmp_path / "runs"),
                               "--limit", "0"], capture_output=True, text=True, timeout=300)
         assert (out.returncode != 0 and "recorded on another kind of machine" in out.stderr) == refused, out.stderr[-800:]
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (from /proc; a zombie counts as ended)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            state, parent = stat.read_text().rsplit(")", 1)[1].split()[:2]
+            if int(parent) == pid and state != "Z":
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return False
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_the_recorder_stops_its_workers_and_keeps_the_table(tmp_path) -> None:
+    """`kill PID` (or `timeout`) reaches the recorder alone, not its spawned workers: they must
+    be stopped with it, not left recording on, orphaned."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from common import ROOT
+
+    recorder = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "search" / "record_pool.py"), "--data",
+                                 "digits", "--recipes", "6", "--rungs", "target", "--workers", "2", "--table",
+                                 str(tmp_path / "pool.jsonl.gz"), "--keep", str(tmp_path / "runs")],
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while len(_children(recorder.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    workers = _children(recorder.pid)
+    assert len(workers) >= 2, "the recorder started no workers"
+    recorder.send_signal(signal.SIGTERM)
+    _, err = recorder.communicate(timeout=120)
+    deadline = time.monotonic() + 60
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(_alive(p) for p in workers), "a worker records on after the recorder was stopped"
+    assert recorder.returncode != 0 and "interrupted" in err, err[-800:]
+    assert (tmp_path / "pool.jsonl.gz").exists()  # the header, and any recipe recorded, stay
