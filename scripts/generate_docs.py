@@ -511,8 +511,12 @@ def _paired(saved: dict, method: str) -> str:
         return "(the default)"
     p = saved["paired"][method]
     bound = f"; a bound in {p['censored']}" if p["censored"] else ""
-    return (f"{p['median_ratio']:.2f} [{p['interval'][0]:.2f}, {p['interval'][1]:.2f}]; faster in {p['faster']}, "
-            f"slower in {p['slower']}{bound}")
+    return f"{_ratio(p)}; faster in {p['faster']}, slower in {p['slower']}{bound}"
+
+
+def _ratio(paired: dict) -> str:
+    """A seed-by-seed comparison's median ratio and its interval: "0.61 [0.55, 0.65]"."""
+    return f"{paired['median_ratio']:.2f} [{paired['interval'][0]:.2f}, {paired['interval'][1]:.2f}]"
 
 
 def _paired_sentence(saved: dict, described: dict) -> str:
@@ -593,8 +597,7 @@ def default_edge() -> str:
     against = (f"where no peer's median run reached it within the budget (the best, {peer}, in {reached} of {seeds})"
                if a["best_peer_censored"] else f"against {time_of[a['best_peer']]:.0f} s for the best peer ({peer})")
     p = saved["paired"][a["best_peer"]]
-    against += (f"; seed by seed, a median {p['median_ratio']:.2f} [{p['interval'][0]:.2f}, {p['interval'][1]:.2f}] "
-                f"of that peer's time, faster in {p['faster']} of {seeds} seeds")
+    against += f"; seed by seed, a median {_ratio(p)} of that peer's time, faster in {p['faster']} of {seeds} seeds"
     mode = (f"; the fastest mode, {described[fastest].split(':')[0]}, took {time_of[fastest]:.0f} s"
             if time_of[fastest] < time_of[a["default"]] else "")
     return (f"Replayed {seeds} times on {saved['pool']['recipes']} recorded cifar5-dev recipes, the default search "
