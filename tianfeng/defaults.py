@@ -6,9 +6,10 @@ from enum import StrEnum
 SAMPLER_NAMES = ("tpe", "cmaes", "random", "grid", "qmc")
 PRUNER_NAMES = ("asha", "sh", "hyperband", "median", "none")
 # search --promote: none, each new proxy leader at full fidelity, or so with full runs at most half
-# the time; auto: balanced where the objective picks one best trial (the replay's fastest), else none
+# the time; auto: leader where the objective picks one best trial (level with balanced on time in
+# the replays, ahead of it early in the budget), else none
 PROMOTION_MODES = ("auto", "none", "leader", "balanced")
-AUTO_PROMOTION = "balanced"
+AUTO_PROMOTION = "leader"
 DEFAULT_STORAGE = "sqlite:///tianfeng.db"
 STORAGE_HELP = (f"the study database: a SQLAlchemy URL or a SQLite file path (default {DEFAULT_STORAGE}); "
                 "postgresql://... for many workers or machines")

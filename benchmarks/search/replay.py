@@ -444,19 +444,19 @@ METHODS: dict[str, Callable[[Machine], None]] = {
 SPLITS_BUDGET = frozenset({"lowres-best", "proxy-best", "one-epoch"})
 PEERS = ("optuna-tpe", "tpe-hyperband", "asha", "one-epoch", "random")
 # the method `tianfeng search --objective accuracy` runs with no mode flags on large_batch.yaml:
-# its search rung, lowres_half, and --promote auto (balanced where the objective picks one best)
-DEFAULT = "lowres-balanced"
+# its search rung, lowres_half, and --promote auto (leader where the objective picks one best)
+DEFAULT = "lowres-leader"
 # the methods that are one of the search's own modes, a flag or two away from the default
-MODES = ("lowres-leader", "lowres-best", "proxy-balanced", "proxy-leader", "proxy-best", "tianfeng-target")
+MODES = ("lowres-balanced", "lowres-best", "proxy-balanced", "proxy-leader", "proxy-best", "tianfeng-target")
 # what each method is, in the product's flags where it is one of its modes
 DESCRIBED = {
-    "lowres-balanced": "the default: proxies at `lowres_half` (TPE, ASHA, the published recipes), each new leader "
-                       "trained whole once the search has spent as long as the full runs (`--promote auto`, balanced "
-                       "where the objective picks one best trial)",
-    "lowres-leader": "`--promote leader`: each new leader trained whole at once",
+    "lowres-balanced": "`--promote balanced`: each new leader trained whole once the search has spent as long as "
+                       "the full runs",
+    "lowres-leader": "the default: proxies at `lowres_half` (TPE, ASHA, the published recipes), each new leader "
+                     "trained whole at once (`--promote auto`, leader where the objective picks one best trial)",
     "lowres-best": "`--promote none`: proxies only, then the best trained whole",
-    "proxy-balanced": "`--fidelity proxy`: the default on the dearer rung",
-    "proxy-leader": "`--fidelity proxy --promote leader`",
+    "proxy-balanced": "`--fidelity proxy --promote balanced`",
+    "proxy-leader": "`--fidelity proxy`: the default on the dearer rung",
     "proxy-best": "`--fidelity proxy --promote none`: proxies, then the best trained whole",
     "tianfeng-target": "`--fidelity target`: TPE and ASHA over the whole run's epochs",
     "optuna-tpe": "plain Optuna TPE, whole runs",

@@ -1,9 +1,9 @@
 """Search methods x seeds on cifar5-dev, each method given the same wall-clock budget, so that no
 single lucky or unlucky draw decides the comparison. Methods (benchmarks/search/search_methods.py):
-tianfeng-lowres-balanced (the default, `tianfeng search` with `--promote auto` on the shipped
-space's search rung, `lowres_half`: each new proxy leader trained at full fidelity once the
-proxies have run as long as the full runs will have taken); tianfeng-lowres-leader (`--promote
-leader`: each new leader trained at once) and tianfeng-lowres (`--promote none`: proxies for half
+tianfeng-lowres-leader (the default, `tianfeng search` with `--promote auto` on the shipped
+space's search rung, `lowres_half`: each new proxy leader trained at full fidelity at once);
+tianfeng-lowres-balanced (`--promote balanced`: each new leader trained once the proxies have run
+as long as the full runs will have taken) and tianfeng-lowres (`--promote none`: proxies for half
 the budget, then the best promoted one after another); tianfeng, tianfeng-leader and
 tianfeng-balanced (the same three on the dearer `proxy` rung); tianfeng-target (`tianfeng search
 --fidelity target`: the same search at the space's target rung, its ASHA rungs over the whole
@@ -35,7 +35,7 @@ whole runs; its targets are 84 and 86. Each result records its setting, and a ke
 another setting is refused.
 
     python benchmarks/search/time_to_target.py --setting costly --budget 60m --seeds 0 \
-        --methods tianfeng-lowres-balanced,optuna-tpe --keep runs/ttt-costly
+        --methods tianfeng-lowres-leader,optuna-tpe --keep runs/ttt-costly
     python benchmarks/search/time_to_target.py --report docs/results/time_to_target_costly \
         --against optuna-tpe   # the kept results, with each method's per-seed ratios over plain TPE's
 

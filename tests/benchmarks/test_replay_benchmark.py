@@ -242,9 +242,9 @@ def _figures(times: dict[str, float], reached: dict[str, int], best: dict[str, f
 
 def test_the_aims_compare_the_default_with_its_best_peer_and_plain_tpe() -> None:
     d = replay.DEFAULT
-    figures = _figures({d: 400.0, "asha": 900.0, "optuna-tpe": 1440.0, "lowres-leader": 300.0},
-                       {d: 90, "asha": 60, "optuna-tpe": 40, "lowres-leader": 95},
-                       {d: 81.0, "asha": 80.0, "optuna-tpe": 79.0, "lowres-leader": 81.5})
+    figures = _figures({d: 400.0, "asha": 900.0, "optuna-tpe": 1440.0, "lowres-balanced": 300.0},
+                       {d: 90, "asha": 60, "optuna-tpe": 40, "lowres-balanced": 95},
+                       {d: 81.0, "asha": 80.0, "optuna-tpe": 79.0, "lowres-balanced": 81.5})
     a = replay.aims(figures)
     # the best peer is the fastest of the peers (a mode of tianfeng's own is no peer)
     assert a["best_peer"] == "asha" and a["over_best_peer"] == pytest.approx(400 / 900) and a["over_best_peer_met"]
@@ -252,7 +252,7 @@ def test_the_aims_compare_the_default_with_its_best_peer_and_plain_tpe() -> None
     assert a["tpe_censored"]  # TPE reached the target in 40 of 100 seeds: its median is its horizon
     # highest of every method replayed, modes included
     assert a["highest_at"] == {"0.25": False, "0.5": False, "0.75": False, "1": False}
-    del figures["methods"]["lowres-leader"]
+    del figures["methods"]["lowres-balanced"]
     assert all(replay.aims(figures)["highest_at"].values())
     # peers level at the budget: the best is the one that reached the target in more seeds
     figures["methods"]["asha"]["to_80"] = {"median_s": 1440.0, "reached": 47}

@@ -93,11 +93,11 @@ class SearchOptions(SchedulerOptions):
                                             "whose one emulated GPU's micro-batch does not fit fails saying what it "
                                             "needs (default: the CUDA device's own; none on a CPU)", metavar="GIB")
     fidelity: str | None = option(None, "the rung trials run at (default: the space's search_fidelity). Replayed on "
-                                  "108 recorded cifar5-dev recipes of large_batch.yaml (2026-12-07), a search with "
-                                  "balanced promotion reached their top-5% score in a median 778 s at lowres_half "
-                                  "(its search rung), 984 s at proxy, 1869 s over the whole run's epochs (target, as on "
-                                  "LCBench; within the 1440 s budget in 73 of 300 seeds): cheap rungs pay where they "
-                                  "rank recipes as their whole runs do")
+                                  "108 recorded cifar5-dev recipes of large_batch.yaml (2026-12-07), the default search "
+                                  "reached their top-5% score in a median @LOW@ s at lowres_half (its search rung), "
+                                  "@PROXY@ s at proxy, @TARGET@ s over the whole run's epochs (target, as on LCBench; "
+                                  "within the 1440 s budget in @REACHED@ of 300 seeds): cheap rungs pay where they rank "
+                                  "recipes as their whole runs do")
     objective: str | None = option(None, "accuracy: the metric alone; pareto: the metric against the full run's "
                                    "predicted wall time on the cluster; time-to-target: least predicted time whose "
                                    "metric reaches --target (default: the space's objective.mode, else accuracy)",
@@ -117,12 +117,13 @@ class SearchOptions(SchedulerOptions):
                           "fidelity (as tianfeng promote does) while the other workers wait, so the search ends "
                           "with its best trial's full run; balanced: the same, but a leader's full run waits until "
                           "the search has run proxies at least as long as its full runs will have trained, so they "
-                          "take at most half its time; none: proxy trials only; auto: balanced where the objective "
+                          "take at most half its time; none: proxy trials only; auto: leader where the objective "
                           "picks one best trial (accuracy, time-to-target) and the workers run here, else none (the "
                           "first log line says which and why). Replayed on 108 recorded cifar5-dev recipes "
-                          "(2026-12-07), a lowres_half search reached their top-5% score in a median 778 s with "
-                          "balanced, 801 s with leader, 985 s with none: promotion pays where proxies rank well, "
-                          "balanced where they are cheap beside the full runs", choices=PROMOTION_MODES)
+                          "(2026-12-07), a lowres_half search reached their top-5% score in a median @LEADER@ s with "
+                          "leader, @BALANCED@ s with balanced, @NONE@ s with none: promotion pays where proxies rank "
+                          "well; leader and balanced are level seed by seed, and leader has a whole run's score "
+                          "earlier in the budget", choices=PROMOTION_MODES)
     resume: bool = option(False, "continue an existing study")
     dry_run: bool = option(False, "check the space and every option against it, print what the search would run "
                            "(with --launcher slurm, the job array's batch script) and start, create or submit nothing")
