@@ -94,9 +94,9 @@ class SearchOptions(SchedulerOptions):
                                             "needs (default: the CUDA device's own; none on a CPU)", metavar="GIB")
     fidelity: str | None = option(None, "the rung trials run at (default: the space's search_fidelity). Replayed on "
                                   "108 recorded cifar5-dev recipes of large_batch.yaml (2026-12-07), the default search "
-                                  "reached their top-5% score in a median @LOW@ s at lowres_half (its search rung), "
-                                  "@PROXY@ s at proxy, @TARGET@ s over the whole run's epochs (target, as on LCBench; "
-                                  "within the 1440 s budget in @REACHED@ of 300 seeds): cheap rungs pay where they rank "
+                                  "reached their top-5% score in a median 801 s at lowres_half (its search rung), "
+                                  "1053 s at proxy, 1869 s over the whole run's epochs (target, as on LCBench; "
+                                  "within the 1440 s budget in 73 of 300 seeds): cheap rungs pay where they rank "
                                   "recipes as their whole runs do")
     objective: str | None = option(None, "accuracy: the metric alone; pareto: the metric against the full run's "
                                    "predicted wall time on the cluster; time-to-target: least predicted time whose "
@@ -120,8 +120,8 @@ class SearchOptions(SchedulerOptions):
                           "take at most half its time; none: proxy trials only; auto: leader where the objective "
                           "picks one best trial (accuracy, time-to-target) and the workers run here, else none (the "
                           "first log line says which and why). Replayed on 108 recorded cifar5-dev recipes "
-                          "(2026-12-07), a lowres_half search reached their top-5% score in a median @LEADER@ s with "
-                          "leader, @BALANCED@ s with balanced, @NONE@ s with none: promotion pays where proxies rank "
+                          "(2026-12-07), a lowres_half search reached their top-5% score in a median 801 s with "
+                          "leader, 778 s with balanced, 985 s with none: promotion pays where proxies rank "
                           "well; leader and balanced are level seed by seed, and leader has a whole run's score "
                           "earlier in the budget", choices=PROMOTION_MODES)
     resume: bool = option(False, "continue an existing study")
