@@ -41,7 +41,7 @@ PROMOTING = {"tianfeng-leader": {"promote": "leader", "fidelity": "proxy"},
              "tianfeng-lowres-leader": {"promote": "leader", "fidelity": "lowres_half"},
              "tianfeng-lowres-balanced": {"promote": "balanced", "fidelity": "lowres_half"}}
 METHODS = ("tianfeng", "tianfeng-lowres", "tianfeng-target", *PROMOTING, "optuna-tpe", "tpe-hyperband", "ray-asha",
-           "one-epoch", "pbt")
+           "one-epoch")
 SEARCH_SHARE = 0.5  # tianfeng and one-epoch: this share of the budget searches, the rest finishes
 # the methods whose full-fidelity scores are promoted runs, and those runs' threads (None: every
 # core its process may use, as `tianfeng search --promote leader` gives them)
@@ -77,15 +77,14 @@ def _promote(storage: str, study: str, number: int, directory: Path) -> None:
     tianfeng.promote(number, storage=storage, study=study, runs_dir=str(directory / "runs"))
 
 
-def _random_target_study(directory: Path, method: str, seed: int, data: str | None, space_path: Path,
-                         heartbeat: bool = True) -> tuple[SearchSpec, SearchSpace, optuna.Study]:
-    """A study of random recipes at the space's target rung, no priors (ask and tell need no
-    heartbeat)."""
+def _random_target_study(directory: Path, method: str, seed: int, data: str | None,
+                         space_path: Path) -> tuple[SearchSpec, SearchSpace, optuna.Study]:
+    """A study of random recipes at the space's target rung, no priors."""
     from tianfeng.hpo.running.study import open_study
 
     spec = _spec(directory, method, seed, data, space_path, rung="target", priors=False, sampler="random")
     space = space_of(spec)
-    study = open_study(spec, space, resume=False, heartbeat=heartbeat)
+    study = open_study(spec, space, resume=False)
     study.sampler = optuna.samplers.RandomSampler(seed=seed)
     return spec, space, study
 
@@ -157,13 +156,6 @@ def run(method: str, seed: int, directory: Path, budget_s: float, data: str | No
         left = budget_s * SEARCH_SHARE - (time.monotonic() - started)
         study.optimize(first_objective, timeout=max(1.0, left), catch=(Exception,))
         _finish_best_first_epochs(study, objective)
-    elif method == "pbt":  # Population Based Training, one member at a time with every core
-        import torch
-        from pbt import run_pbt
-
-        spec, searched, study = _random_target_study(directory, method, seed, data, space, heartbeat=False)
-        torch.set_num_threads(usable_cores())
-        run_pbt(study, searched, Path(spec.runs_root), seed=seed)
     else:
         raise SystemExit(f"unknown method {method!r}; one of {', '.join(METHODS)}")
 

@@ -10,9 +10,7 @@ tianfeng-balanced (the same three on the dearer `proxy` rung); tianfeng-target (
 run's own epochs, so every trial that ends is a full-fidelity score); the peers: plain Optuna TPE
 at full fidelity; Optuna TPE + HyperbandPruner at full fidelity; Ray Tune ASHA at full fidelity
 (random sampling); one epoch of random recipes for half the budget, then the best of them
-trained whole (Egele et al. 2023); and pbt (Population Based Training: populations of four
-random 12-epoch recipes, the worst member taking over the best's checkpoint and moving its LR,
-weight decay and trust coefficient every 2 epochs, benchmarks/search/pbt.py). Full fidelity is
+trained whole (Egele et al. 2023). Full fidelity is
 `large_batch.yaml`'s `target` rung.
 
 Each method and seed runs in a fresh process that is stopped (Ctrl-C) when its budget is up;
