@@ -239,7 +239,7 @@ def main() -> None:
              for k in range(args.workers)]
     # a SIGTERM to this process alone (kill, timeout) stops its workers as Ctrl-C stops them all:
     # without it they would record on, orphaned
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     for p in procs:
         p.start()
     try:
@@ -252,10 +252,6 @@ def main() -> None:
             p.join()
         sys.exit(f"record_pool: interrupted: the recorded recipes are kept in {args.table}; run again to go on")
     sys.exit(max((p.exitcode or 0) for p in procs))
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
